@@ -1,0 +1,137 @@
+//! Command-line configuration of the agent.
+
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(name = "orchard-agent", version, about = "Orchard's in-sandbox agent")]
+pub struct Args {
+    /// Where to serve: `tcp:ADDR:PORT`, `unix:PATH`, or `fd:N` (an inherited listening socket,
+    /// TCP or unix). Repeat to serve on several.
+    #[arg(long = "listen", required = true)]
+    listen: Vec<String>,
+    /// Read the token from the first line of stdin (the local backend's way: the token never
+    /// touches the sandbox's filesystem or environment).
+    #[arg(long)]
+    token_stdin: bool,
+    /// Read the token from this file.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// The token itself. Prefer the other two: an environment variable is inherited by nothing
+    /// (we remove it at start) but stays in the process's initial environment block.
+    #[arg(long, env = "ORCHARD_AGENT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Directories the file API may touch; repeatable (default `/`). /proc, /sys and /.orchard
+    /// are refused whatever the roots.
+    #[arg(long = "root")]
+    roots: Vec<PathBuf>,
+    /// Where spilled output, session scratch files and process logs go.
+    #[arg(long, default_value = "/tmp/.orchard")]
+    scratch_dir: PathBuf,
+    /// The image's entrypoint and command, started as background process `entrypoint`.
+    #[arg(last = true)]
+    entrypoint: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+    Fd(i32),
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub listen: Vec<Listen>,
+    pub token: String,
+    pub roots: Vec<PathBuf>,
+    pub scratch_dir: PathBuf,
+    /// The shell that runs string commands: bash when the image has it, sh otherwise.
+    pub shell: PathBuf,
+    pub entrypoint: Vec<String>,
+}
+
+impl Config {
+    pub fn from_args(args: Args) -> anyhow::Result<Self> {
+        let listen = args
+            .listen
+            .iter()
+            .map(|l| parse_listen(l))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let token = read_token(&args)?;
+        // Nothing we start may inherit the token.
+        // SAFETY: called before the runtime starts, while the process has a single thread.
+        unsafe { std::env::remove_var("ORCHARD_AGENT_TOKEN") };
+        if token.len() < 16 {
+            bail!("the token must be at least 16 characters long");
+        }
+        let mut roots = args.roots;
+        if roots.is_empty() {
+            roots.push(PathBuf::from("/"));
+        }
+        for root in &roots {
+            if !root.is_absolute() {
+                bail!("--root {} is not an absolute path", root.display());
+            }
+        }
+        Ok(Config {
+            listen,
+            token,
+            roots,
+            scratch_dir: args.scratch_dir,
+            shell: detect_shell(),
+            entrypoint: args.entrypoint,
+        })
+    }
+}
+
+fn parse_listen(spec: &str) -> anyhow::Result<Listen> {
+    if let Some(addr) = spec.strip_prefix("tcp:") {
+        return Ok(Listen::Tcp(
+            addr.parse()
+                .with_context(|| format!("--listen {spec}: bad address"))?,
+        ));
+    }
+    if let Some(path) = spec.strip_prefix("unix:") {
+        return Ok(Listen::Unix(PathBuf::from(path)));
+    }
+    if let Some(fd) = spec.strip_prefix("fd:") {
+        return Ok(Listen::Fd(
+            fd.parse()
+                .with_context(|| format!("--listen {spec}: bad fd"))?,
+        ));
+    }
+    bail!("--listen {spec}: expected tcp:ADDR:PORT, unix:PATH or fd:N")
+}
+
+fn read_token(args: &Args) -> anyhow::Result<String> {
+    let token = if args.token_stdin {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .context("reading the token from stdin")?;
+        line
+    } else if let Some(path) = &args.token_file {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token from {}", path.display()))?
+    } else if let Some(token) = &args.token {
+        token.clone()
+    } else {
+        bail!("no token: pass --token-stdin, --token-file or ORCHARD_AGENT_TOKEN");
+    };
+    Ok(token.trim().to_string())
+}
+
+fn detect_shell() -> PathBuf {
+    ["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/bin/sh"))
+        .to_path_buf()
+}

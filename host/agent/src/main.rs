@@ -1,0 +1,64 @@
+//! `orchard-agent`: the in-sandbox agent.
+//!
+//! A static binary put into every sandbox at start. It serves the agent protocol
+//! (`orchard-protocol`) over HTTP/1.1 on TCP, a unix socket or an inherited listening socket,
+//! and authenticates every request with the sandbox's token. It is meant to run as the
+//! sandbox's init (pid 1): then the commands it runs cannot kill it, and it reaps orphans.
+
+mod config;
+mod error;
+mod exec;
+mod files;
+mod http;
+mod ids;
+mod output;
+mod process;
+mod pty;
+mod pty_ws;
+mod reaper;
+mod session;
+mod spawn;
+mod state;
+mod tar_io;
+mod utf8;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+
+fn main() -> anyhow::Result<()> {
+    let args = config::Args::parse();
+    // Non-dumpable: processes in the sandbox (same uid) cannot read our memory, environment or
+    // file descriptors through /proc, so the token and the listening socket stay ours.
+    // SAFETY: prctl with PR_SET_DUMPABLE takes plain integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+
+    reset_signal_dispositions();
+    let config = config::Config::from_args(args).context("orchard-agent: bad configuration")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(16)
+        .thread_stack_size(256 * 1024)
+        .build()?;
+    runtime.block_on(async move {
+        let state = Arc::new(state::AgentState::new(config)?);
+        state.start_entrypoint()?;
+        http::serve(state).await
+    })
+}
+
+/// Whoever started us may have left signals ignored (a shell ignores SIGINT in background jobs)
+/// or blocked; our children inherit both, and then a timeout's SIGINT would not interrupt them.
+/// SIGPIPE stays ignored for the agent itself; std restores it in children.
+fn reset_signal_dispositions() {
+    use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask};
+    for sig in Signal::iterator() {
+        if matches!(sig, Signal::SIGKILL | Signal::SIGSTOP | Signal::SIGPIPE) {
+            continue;
+        }
+        // SAFETY: installing the default disposition runs no handler code.
+        let _ = unsafe { signal(sig, SigHandler::SigDfl) };
+    }
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+}

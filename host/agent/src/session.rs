@@ -1,0 +1,340 @@
+//! Persistent shell sessions.
+//!
+//! A session is an interactive shell on a pseudo-terminal, so that it has job control: every
+//! command it runs gets its own foreground process group, and a timeout can interrupt that group
+//! (SIGINT, then SIGKILL) while the shell itself, with its cwd, variables, functions and activated
+//! virtualenvs, lives on.
+//!
+//! Each command is written to a file and sourced with its output redirected to two files; a marker
+//! that the shell prints afterwards tells us it finished and with what status. The marker is
+//! assembled by `printf` so that the text we send never contains it literally.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use orchard_protocol::{EXIT_CODE_TIMEOUT, ExecRequest, ExecResult, SessionInfo, SessionStart};
+use tokio::sync::Mutex;
+
+use crate::error::{AgentError, AgentResult};
+use crate::output::bounded_from_file;
+use crate::pty::{self, PtyMaster};
+use crate::spawn;
+use crate::state::AgentState;
+
+/// How long the shell may take to come up or to answer a resync after SIGKILL.
+const SYNC_WAIT: Duration = Duration::from_secs(3);
+/// How long an interrupted command gets to die of SIGINT before SIGKILL.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
+
+pub struct Session {
+    pub id: String,
+    pub pid: i32,
+    shell: PathBuf,
+    dir: PathBuf,
+    master: PtyMaster,
+    alive: Arc<AtomicBool>,
+    io: Mutex<SessionIo>,
+}
+
+struct SessionIo {
+    /// Terminal output not yet consumed (noise such as job notices, and markers).
+    pending: Vec<u8>,
+    commands: u64,
+}
+
+impl Session {
+    pub fn info(&self) -> SessionInfo {
+        SessionInfo {
+            id: self.id.clone(),
+            pid: self.pid,
+            shell: self.shell.display().to_string(),
+            alive: self.alive.load(Ordering::Relaxed),
+        }
+    }
+
+    pub async fn start(
+        state: &AgentState,
+        id: String,
+        req: SessionStart,
+    ) -> AgentResult<Arc<Session>> {
+        let shell = state.config.shell.clone();
+        let mut command = std::process::Command::new(&shell);
+        if shell.ends_with("bash") {
+            command.args(["--norc", "--noprofile", "--noediting", "-i"]);
+        } else {
+            command.arg("-i");
+        }
+        if let Some(cwd) = &req.cwd {
+            spawn::check_cwd(cwd)?;
+            command.current_dir(cwd);
+        }
+        command
+            .env("PS1", "")
+            .env("PS2", "")
+            .env("PS0", "")
+            .env("PROMPT_COMMAND", "")
+            .env("TERM", "dumb")
+            .env("HISTFILE", "/dev/null")
+            .envs(&req.env);
+        let child = pty::spawn(&state.reaper, command, 24, 200, false)?;
+        let alive = Arc::new(AtomicBool::new(true));
+        let alive_flag = alive.clone();
+        tokio::spawn(async move {
+            let _ = child.exit.await;
+            alive_flag.store(false, Ordering::Relaxed);
+        });
+        let dir = state.scratch("sessions", &id);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| AgentError::io("creating the session directory", e))?;
+        let session = Arc::new(Session {
+            id,
+            pid: child.pid,
+            shell,
+            dir,
+            master: child.master,
+            alive,
+            io: Mutex::new(SessionIo {
+                pending: Vec::new(),
+                commands: 0,
+            }),
+        });
+        let mut io = session.io.lock().await;
+        if session
+            .sync(&mut io, Instant::now() + SYNC_WAIT)
+            .await
+            .is_none()
+        {
+            drop(io);
+            session.kill();
+            return Err(AgentError::other("the session shell did not come up"));
+        }
+        drop(io);
+        Ok(session)
+    }
+
+    /// Runs one command in the session. Commands in one session run one at a time.
+    pub async fn exec(&self, req: ExecRequest) -> AgentResult<ExecResult> {
+        let script = match &req.command {
+            orchard_protocol::Command::Shell(s) => s.clone(),
+            orchard_protocol::Command::Argv(argv) => argv
+                .iter()
+                .map(|a| shell_quote(a))
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        let mut io = self.io.lock().await;
+        if !self.alive.load(Ordering::Relaxed) {
+            return Err(AgentError::new(
+                orchard_protocol::ErrorKind::Unavailable,
+                format!("session {} has exited", self.id),
+            ));
+        }
+        io.commands += 1;
+        let n = io.commands;
+        let script_path = self.dir.join(format!("{n}.sh"));
+        let out_path = self.dir.join(format!("{n}.stdout"));
+        let err_path = self.dir.join(format!("{n}.stderr"));
+        std::fs::write(&script_path, script)
+            .map_err(|e| AgentError::io("writing the command file", e))?;
+        let nonce = crate::ids::nonce();
+        let cd = req
+            .cwd
+            .as_deref()
+            .map(|c| format!("cd {} && ", shell_quote(c)))
+            .unwrap_or_default();
+        let line = format!(
+            " {cd}. {} </dev/null >{} 2>{}; printf '\\n__ORCH%sARD_{nonce}_%s__\\n' '' \"$?\"\n",
+            shell_quote(&script_path.display().to_string()),
+            shell_quote(&out_path.display().to_string()),
+            shell_quote(&err_path.display().to_string()),
+        );
+        let started = Instant::now();
+        self.write_all(line.as_bytes()).await?;
+        let deadline = req.timeout_ms.map(|ms| started + Duration::from_millis(ms));
+        let marker = format!("__ORCHARD_{nonce}_");
+        let status = self.read_marker(&mut io, &marker, deadline).await;
+        let (exit_code, timed_out) = match status {
+            MarkerRead::Found(code) => (code, false),
+            MarkerRead::ShellGone => {
+                let _ = std::fs::remove_file(&script_path);
+                return Err(AgentError::new(
+                    orchard_protocol::ErrorKind::Unavailable,
+                    format!("session {} exited while running the command", self.id),
+                ));
+            }
+            MarkerRead::TimedOut => {
+                self.interrupt(&mut io).await?;
+                (EXIT_CODE_TIMEOUT, true)
+            }
+        };
+        let _ = std::fs::remove_file(&script_path);
+        Ok(ExecResult {
+            exit_code,
+            signal: None,
+            timed_out,
+            stdout: bounded_from_file(&out_path, req.output_limit),
+            stderr: bounded_from_file(&err_path, req.output_limit),
+            wall_seconds: started.elapsed().as_secs_f64(),
+            cpu_seconds: 0.0,
+            peak_rss_kb: 0,
+        })
+    }
+
+    /// Interrupts the running command: SIGINT to the foreground group, then SIGKILL, until the
+    /// shell answers a resync. A shell that never answers is killed and the session is lost.
+    async fn interrupt(&self, io: &mut SessionIo) -> AgentResult<()> {
+        for signal in [Signal::SIGINT, Signal::SIGKILL] {
+            let foreground = self.master.foreground_group().unwrap_or(self.pid);
+            if foreground > 0 && foreground != self.pid {
+                spawn::kill_group(foreground, signal);
+            } else if signal == Signal::SIGINT {
+                // A builtin loop runs in the shell itself; an interactive shell abandons it on SIGINT.
+                let _ =
+                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), Signal::SIGINT);
+            }
+            let wait = if signal == Signal::SIGINT {
+                INTERRUPT_GRACE
+            } else {
+                SYNC_WAIT
+            };
+            if self.sync(io, Instant::now() + wait).await.is_some() {
+                return Ok(());
+            }
+        }
+        self.kill();
+        Err(AgentError::new(
+            orchard_protocol::ErrorKind::Unavailable,
+            format!(
+                "session {} did not recover from an interrupted command and was closed",
+                self.id
+            ),
+        ))
+    }
+
+    /// Asks the shell to print a fresh marker and waits for it, dropping everything before it.
+    async fn sync(&self, io: &mut SessionIo, deadline: Instant) -> Option<()> {
+        let nonce = crate::ids::nonce();
+        let line = format!(" printf '\\n__ORCH%sARD_{nonce}_%s__\\n' '' 0\n");
+        self.write_all(line.as_bytes()).await.ok()?;
+        match self
+            .read_marker(io, &format!("__ORCHARD_{nonce}_"), Some(deadline))
+            .await
+        {
+            MarkerRead::Found(_) => Some(()),
+            _ => None,
+        }
+    }
+
+    async fn read_marker(
+        &self,
+        io: &mut SessionIo,
+        marker: &str,
+        deadline: Option<Instant>,
+    ) -> MarkerRead {
+        loop {
+            if let Some(code) = take_marker(&mut io.pending, marker.as_bytes()) {
+                return MarkerRead::Found(code);
+            }
+            let read = self.read_some(&mut io.pending);
+            let outcome = match deadline {
+                Some(d) => match tokio::time::timeout_at(d.into(), read).await {
+                    Ok(r) => r,
+                    Err(_) => return MarkerRead::TimedOut,
+                },
+                None => read.await,
+            };
+            if outcome.is_err() {
+                return MarkerRead::ShellGone;
+            }
+        }
+    }
+
+    /// Appends whatever the terminal has to `pending`. Errors when the shell side is closed.
+    async fn read_some(&self, pending: &mut Vec<u8>) -> std::io::Result<()> {
+        let mut buf = [0u8; 8192];
+        let n = self.master.read(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        pending.extend_from_slice(&buf[..n]);
+        // Bound what noise can pile up between markers.
+        if pending.len() > 1 << 20 {
+            pending.drain(..pending.len() - (1 << 16));
+        }
+        Ok(())
+    }
+
+    async fn write_all(&self, bytes: &[u8]) -> AgentResult<()> {
+        self.master.write_all(bytes).await.map_err(|e| {
+            AgentError::new(
+                orchard_protocol::ErrorKind::Unavailable,
+                format!("session {}: {e}", self.id),
+            )
+        })
+    }
+
+    /// Kills the shell and everything in its session.
+    pub fn kill(&self) {
+        spawn::kill_group(self.pid, Signal::SIGHUP);
+        spawn::kill_group(self.pid, Signal::SIGKILL);
+        if let Some(foreground) = self.master.foreground_group() {
+            spawn::kill_group(foreground, Signal::SIGKILL);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+enum MarkerRead {
+    Found(i32),
+    TimedOut,
+    ShellGone,
+}
+
+/// Finds `marker<code>__` in `pending`; consumes everything up to and including it.
+fn take_marker(pending: &mut Vec<u8>, marker: &[u8]) -> Option<i32> {
+    let start = pending.windows(marker.len()).position(|w| w == marker)?;
+    let rest = &pending[start + marker.len()..];
+    let end = rest.windows(2).position(|w| w == b"__")?;
+    let code = std::str::from_utf8(&rest[..end])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let consumed = start + marker.len() + end + 2;
+    pending.drain(..consumed);
+    Some(code)
+}
+
+/// Single-quotes `s` for a POSIX shell.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_is_found_after_noise_and_consumed() {
+        let mut pending = b"noise\r\n[1]+ Done\r\n\r\n__ORCHARD_ab12_3__\r\nafter".to_vec();
+        assert_eq!(take_marker(&mut pending, b"__ORCHARD_ab12_"), Some(3));
+        assert_eq!(pending, b"\r\nafter");
+        assert_eq!(take_marker(&mut pending, b"__ORCHARD_ab12_"), None);
+    }
+
+    #[test]
+    fn partial_marker_waits_for_more_output() {
+        let mut pending = b"__ORCHARD_ab12_12".to_vec();
+        assert_eq!(take_marker(&mut pending, b"__ORCHARD_ab12_"), None);
+        pending.extend_from_slice(b"7__\n");
+        assert_eq!(take_marker(&mut pending, b"__ORCHARD_ab12_"), Some(127));
+    }
+
+    #[test]
+    fn quoting_survives_single_quotes() {
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}

@@ -1,0 +1,144 @@
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A command: a string run by the sandbox's shell, or an argv list run without a shell.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Command {
+    /// Run by `bash -c` (or `sh -c` when the image has no bash).
+    Shell(String),
+    /// Executed directly; quoting is preserved because there is no shell.
+    Argv(Vec<String>),
+}
+
+impl Command {
+    /// A short human-readable rendering, for logs and job listings.
+    pub fn display(&self) -> String {
+        match self {
+            Command::Shell(s) => s.clone(),
+            Command::Argv(argv) => argv.join(" "),
+        }
+    }
+}
+
+/// How much of each output stream is kept in the answer; the rest is spilled to a file.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct OutputLimit {
+    pub head_bytes: u64,
+    pub tail_bytes: u64,
+}
+
+impl Default for OutputLimit {
+    fn default() -> Self {
+        OutputLimit {
+            head_bytes: crate::DEFAULT_OUTPUT_KEEP,
+            tail_bytes: crate::DEFAULT_OUTPUT_KEEP,
+        }
+    }
+}
+
+/// Body of `POST /exec` (and of `POST /sessions/{id}/exec`, which ignores `env`, `stdin` and
+/// `login_shell`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExecRequest {
+    pub command: Command,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Bytes written to the command's stdin, which is then closed (default: empty stdin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    /// Kill the command's whole process group after this many milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Run a shell command through `bash -lc` so that profile files are read.
+    #[serde(default)]
+    pub login_shell: bool,
+    #[serde(default)]
+    pub output_limit: OutputLimit,
+}
+
+impl ExecRequest {
+    pub fn shell(command: impl Into<String>) -> Self {
+        Self::new(Command::Shell(command.into()))
+    }
+
+    pub fn argv<S: Into<String>>(argv: impl IntoIterator<Item = S>) -> Self {
+        Self::new(Command::Argv(argv.into_iter().map(Into::into).collect()))
+    }
+
+    pub fn new(command: Command) -> Self {
+        ExecRequest {
+            command,
+            cwd: None,
+            env: BTreeMap::new(),
+            stdin: None,
+            timeout_ms: None,
+            login_shell: false,
+            output_limit: OutputLimit::default(),
+        }
+    }
+
+    pub fn timeout_ms(mut self, ms: u64) -> Self {
+        self.timeout_ms = Some(ms);
+        self
+    }
+
+    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+}
+
+/// One bounded output stream of a finished command.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Output {
+    /// The text kept: all of it, or head + an omission marker + tail when truncated.
+    pub text: String,
+    /// Total bytes the command wrote to this stream.
+    pub total_bytes: u64,
+    pub truncated: bool,
+    /// Path inside the sandbox of the file holding the whole stream, when truncated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_output_path: Option<String>,
+}
+
+/// The result of a finished command.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ExecResult {
+    /// The exit code; 128 + signal when killed by a signal; 124 on timeout.
+    pub exit_code: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub stdout: Output,
+    pub stderr: Output,
+    pub wall_seconds: f64,
+    /// User + system CPU time of the command and the descendants it waited for.
+    pub cpu_seconds: f64,
+    /// Peak resident set size of the largest process of the command, in KiB.
+    pub peak_rss_kb: u64,
+}
+
+/// One frame of a streamed exec (`POST /exec?stream=true`): newline-delimited JSON.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecFrame {
+    Stdout {
+        data: String,
+    },
+    Stderr {
+        data: String,
+    },
+    /// The last frame. The result's output texts are bounded as in buffered mode.
+    Exit {
+        result: ExecResult,
+    },
+    /// The command could not be run at all.
+    Error {
+        kind: crate::ErrorKind,
+        message: String,
+    },
+}
