@@ -57,11 +57,7 @@ pub struct Config {
 
 impl Config {
     pub fn from_args(args: Args) -> anyhow::Result<Self> {
-        let listen = args
-            .listen
-            .iter()
-            .map(|l| parse_listen(l))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let listen = args.listen.iter().map(|l| parse_listen(l)).collect::<anyhow::Result<Vec<_>>>()?;
         let token = read_token(&args)?;
         // Nothing we start may inherit the token.
         // SAFETY: called before the runtime starts, while the process has a single thread.
@@ -91,19 +87,13 @@ impl Config {
 
 fn parse_listen(spec: &str) -> anyhow::Result<Listen> {
     if let Some(addr) = spec.strip_prefix("tcp:") {
-        return Ok(Listen::Tcp(
-            addr.parse()
-                .with_context(|| format!("--listen {spec}: bad address"))?,
-        ));
+        return Ok(Listen::Tcp(addr.parse().with_context(|| format!("--listen {spec}: bad address"))?));
     }
     if let Some(path) = spec.strip_prefix("unix:") {
         return Ok(Listen::Unix(PathBuf::from(path)));
     }
     if let Some(fd) = spec.strip_prefix("fd:") {
-        return Ok(Listen::Fd(
-            fd.parse()
-                .with_context(|| format!("--listen {spec}: bad fd"))?,
-        ));
+        return Ok(Listen::Fd(fd.parse().with_context(|| format!("--listen {spec}: bad fd"))?));
     }
     bail!("--listen {spec}: expected tcp:ADDR:PORT, unix:PATH or fd:N")
 }
@@ -111,14 +101,10 @@ fn parse_listen(spec: &str) -> anyhow::Result<Listen> {
 fn read_token(args: &Args) -> anyhow::Result<String> {
     let token = if args.token_stdin {
         let mut line = String::new();
-        std::io::stdin()
-            .lock()
-            .read_line(&mut line)
-            .context("reading the token from stdin")?;
+        std::io::stdin().lock().read_line(&mut line).context("reading the token from stdin")?;
         line
     } else if let Some(path) = &args.token_file {
-        std::fs::read_to_string(path)
-            .with_context(|| format!("reading the token from {}", path.display()))?
+        std::fs::read_to_string(path).with_context(|| format!("reading the token from {}", path.display()))?
     } else if let Some(token) = &args.token {
         token.clone()
     } else {

@@ -15,10 +15,7 @@ pub type AgentResult<T> = Result<T, AgentError>;
 
 impl AgentError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        AgentError {
-            kind,
-            message: message.into(),
-        }
+        AgentError { kind, message: message.into() }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidInput, message)
@@ -39,11 +36,9 @@ impl AgentError {
         let kind = match err.kind() {
             K::NotFound => ErrorKind::NotFound,
             K::PermissionDenied => ErrorKind::Denied,
-            K::InvalidInput
-            | K::AlreadyExists
-            | K::NotADirectory
-            | K::IsADirectory
-            | K::DirectoryNotEmpty => ErrorKind::InvalidInput,
+            K::InvalidInput | K::AlreadyExists | K::NotADirectory | K::IsADirectory | K::DirectoryNotEmpty => {
+                ErrorKind::InvalidInput
+            }
             _ => ErrorKind::Other,
         };
         Self::new(kind, format!("{what}: {err}"))
@@ -58,15 +53,7 @@ impl std::fmt::Display for AgentError {
 
 impl IntoResponse for AgentError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.kind.http_status())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (
-            status,
-            Json(ErrorBody {
-                kind: self.kind,
-                message: self.message,
-            }),
-        )
-            .into_response()
+        let status = StatusCode::from_u16(self.kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(ErrorBody { kind: self.kind, message: self.message })).into_response()
     }
 }

@@ -25,33 +25,17 @@ pub async fn run(
     req: ExecRequest,
     frames: Option<mpsc::Sender<ExecFrame>>,
 ) -> AgentResult<ExecResult> {
-    let mut command = spawn::build(
-        &state.config.shell,
-        &req.command,
-        req.cwd.as_deref(),
-        &req.env,
-        req.login_shell,
-    )?;
+    let mut command = spawn::build(&state.config.shell, &req.command, req.cwd.as_deref(), &req.env, req.login_shell)?;
     command.process_group(0);
-    command.stdin(if req.stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
+    command.stdin(if req.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
 
     let started = Instant::now();
-    let (mut child, exit_rx) = state
-        .reaper
-        .spawn(&mut command)
-        .map_err(|e| spawn::spawn_error(&req.command, e))?;
+    let (mut child, exit_rx) = state.reaper.spawn(&mut command).map_err(|e| spawn::spawn_error(&req.command, e))?;
     let pgid = child.id() as i32;
-    let pipe_err =
-        |e: std::io::Error| AgentError::other(format!("cannot read the command's output: {e}"));
-    let stdout = pipe::Receiver::from_owned_fd(child.stdout.take().expect("piped").into())
-        .map_err(pipe_err)?;
-    let stderr = pipe::Receiver::from_owned_fd(child.stderr.take().expect("piped").into())
-        .map_err(pipe_err)?;
+    let pipe_err = |e: std::io::Error| AgentError::other(format!("cannot read the command's output: {e}"));
+    let stdout = pipe::Receiver::from_owned_fd(child.stdout.take().expect("piped").into()).map_err(pipe_err)?;
+    let stderr = pipe::Receiver::from_owned_fd(child.stderr.take().expect("piped").into()).map_err(pipe_err)?;
     if let (Some(input), Some(stdin)) = (req.stdin, child.stdin.take()) {
         let mut stdin = pipe::Sender::from_owned_fd(stdin.into()).map_err(pipe_err)?;
         // A command that never reads its stdin must not block us: write in the background.
@@ -61,14 +45,8 @@ pub async fn run(
     }
 
     let id = state.next_id("exec");
-    let mut out = BoundedOutput::new(
-        req.output_limit,
-        state.scratch("output", &format!("{id}.stdout")),
-    );
-    let mut err = BoundedOutput::new(
-        req.output_limit,
-        state.scratch("output", &format!("{id}.stderr")),
-    );
+    let mut out = BoundedOutput::new(req.output_limit, state.scratch("output", &format!("{id}.stdout")));
+    let mut err = BoundedOutput::new(req.output_limit, state.scratch("output", &format!("{id}.stderr")));
     let (exited_tx, mut exited_rx) = watch::channel(false);
 
     let wait_exit = async {
@@ -92,12 +70,8 @@ pub async fn run(
     let read_output = async {
         let pumps = async {
             tokio::join!(
-                pump(stdout, &mut out, frames.as_ref(), |data| {
-                    ExecFrame::Stdout { data }
-                }),
-                pump(stderr, &mut err, frames.as_ref(), |data| {
-                    ExecFrame::Stderr { data }
-                }),
+                pump(stdout, &mut out, frames.as_ref(), |data| { ExecFrame::Stdout { data } }),
+                pump(stderr, &mut err, frames.as_ref(), |data| { ExecFrame::Stderr { data } }),
             )
         };
         let grace = async {
@@ -113,11 +87,7 @@ pub async fn run(
     let info = info.map_err(|_| AgentError::other("the reaper lost the command's exit status"))?;
 
     Ok(ExecResult {
-        exit_code: if timed_out {
-            EXIT_CODE_TIMEOUT
-        } else {
-            info.code
-        },
+        exit_code: if timed_out { EXIT_CODE_TIMEOUT } else { info.code },
         signal: info.signal,
         timed_out,
         stdout: out.finish(),

@@ -22,9 +22,7 @@ impl Confinement {
     pub fn new(roots: &[PathBuf]) -> anyhow::Result<Self> {
         let roots = roots
             .iter()
-            .map(|r| {
-                std::fs::canonicalize(r).map_err(|e| anyhow::anyhow!("--root {}: {e}", r.display()))
-            })
+            .map(|r| std::fs::canonicalize(r).map_err(|e| anyhow::anyhow!("--root {}: {e}", r.display())))
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Confinement { roots })
     }
@@ -39,14 +37,10 @@ impl Confinement {
         }
         let p = Path::new(path);
         if !p.is_absolute() {
-            return Err(AgentError::invalid(format!(
-                "path {path}: must be absolute"
-            )));
+            return Err(AgentError::invalid(format!("path {path}: must be absolute")));
         }
         if p.components().any(|c| c == Component::ParentDir) {
-            return Err(AgentError::denied(format!(
-                "path {path}: '..' is not allowed"
-            )));
+            return Err(AgentError::denied(format!("path {path}: '..' is not allowed")));
         }
         Ok(p.components().collect())
     }
@@ -54,18 +48,10 @@ impl Confinement {
     /// Checks that a resolved (symlink-free) path is inside a root and outside the denied trees.
     fn check_resolved(&self, requested: &str, real: &Path) -> AgentResult<()> {
         if DENIED_PREFIXES.iter().any(|d| real.starts_with(d)) {
-            return Err(AgentError::denied(format!(
-                "path {requested}: {} is off limits",
-                real.display()
-            )));
+            return Err(AgentError::denied(format!("path {requested}: {} is off limits", real.display())));
         }
         if !self.roots.iter().any(|r| real.starts_with(r)) {
-            let roots = self
-                .roots
-                .iter()
-                .map(|r| r.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ");
+            let roots = self.roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ");
             return Err(AgentError::denied(format!(
                 "path {requested}: resolves to {}, outside the allowed roots ({roots})",
                 real.display()
@@ -81,8 +67,7 @@ impl Confinement {
         if DENIED_PREFIXES.iter().any(|d| lexical.starts_with(d)) {
             return Err(AgentError::denied(format!("path {path}: off limits")));
         }
-        let real = std::fs::canonicalize(&lexical)
-            .map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+        let real = std::fs::canonicalize(&lexical).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
         self.check_resolved(path, &real)?;
         Ok(real)
     }
@@ -101,12 +86,7 @@ impl Confinement {
             match std::fs::canonicalize(existing) {
                 Ok(real) => break real,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    missing.push(
-                        existing
-                            .file_name()
-                            .expect("a missing path has a name")
-                            .to_owned(),
-                    );
+                    missing.push(existing.file_name().expect("a missing path has a name").to_owned());
                     existing = existing.parent().expect("/ exists");
                 }
                 Err(e) => return Err(AgentError::io(&format!("path {path}"), e)),
@@ -124,12 +104,8 @@ impl Confinement {
     /// Checks what an open file really is, closing the window between check and open.
     pub fn verify_open(&self, requested: &str, file: &File) -> AgentResult<()> {
         use std::os::fd::AsRawFd;
-        let real =
-            std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(|e| {
-                AgentError::other(format!(
-                    "path {requested}: cannot verify the opened file: {e}"
-                ))
-            })?;
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .map_err(|e| AgentError::other(format!("path {requested}: cannot verify the opened file: {e}")))?;
         self.check_resolved(requested, &real)
     }
 
@@ -142,13 +118,9 @@ pub fn open_for_read(conf: &Confinement, path: &str) -> AgentResult<(File, u64)>
     let real = conf.existing(path)?;
     let file = File::open(&real).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
     conf.verify_open(path, &file)?;
-    let meta = file
-        .metadata()
-        .map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+    let meta = file.metadata().map_err(|e| AgentError::io(&format!("path {path}"), e))?;
     if meta.is_dir() {
-        return Err(AgentError::invalid(format!(
-            "path {path}: is a directory (use the list or tar API)"
-        )));
+        return Err(AgentError::invalid(format!("path {path}: is a directory (use the list or tar API)")));
     }
     Ok((file, meta.len()))
 }
@@ -164,22 +136,12 @@ pub struct AtomicWrite {
 }
 
 impl AtomicWrite {
-    pub fn begin(
-        conf: &Confinement,
-        path: &str,
-        mode: Option<u32>,
-        create_parents: bool,
-    ) -> AgentResult<Self> {
+    pub fn begin(conf: &Confinement, path: &str, mode: Option<u32>, create_parents: bool) -> AgentResult<Self> {
         let (target, missing) = conf.creatable(path)?;
         if conf.is_root(&target) {
-            return Err(AgentError::invalid(format!(
-                "path {path}: is a root directory"
-            )));
+            return Err(AgentError::invalid(format!("path {path}: is a root directory")));
         }
-        let parent = target
-            .parent()
-            .expect("a non-root path has a parent")
-            .to_path_buf();
+        let parent = target.parent().expect("a non-root path has a parent").to_path_buf();
         if missing > 1 {
             if !create_parents {
                 return Err(AgentError::not_found(format!(
@@ -193,24 +155,14 @@ impl AtomicWrite {
         if target.is_dir() {
             return Err(AgentError::invalid(format!("path {path}: is a directory")));
         }
-        let name = target
-            .file_name()
-            .expect("has a name")
-            .to_string_lossy()
-            .into_owned();
+        let name = target.file_name().expect("has a name").to_string_lossy().into_owned();
         let temp = parent.join(format!(".{name}.orchard-{}", crate::ids::nonce()));
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&temp)
             .map_err(|e| AgentError::io(&format!("path {path}"), e))?;
-        let write = AtomicWrite {
-            requested: path.to_string(),
-            target,
-            temp,
-            file: Some(file),
-            written: 0,
-        };
+        let write = AtomicWrite { requested: path.to_string(), target, temp, file: Some(file), written: 0 };
         let file = write.file.as_ref().expect("just set");
         conf.verify_open(path, file)?;
         let mode = mode.unwrap_or_else(|| existing_mode(&write.target).unwrap_or(0o644));
@@ -221,8 +173,7 @@ impl AtomicWrite {
 
     pub fn write(&mut self, bytes: &[u8]) -> AgentResult<()> {
         let file = self.file.as_mut().expect("open until commit");
-        file.write_all(bytes)
-            .map_err(|e| AgentError::io(&format!("path {}", self.requested), e))?;
+        file.write_all(bytes).map_err(|e| AgentError::io(&format!("path {}", self.requested), e))?;
         self.written += bytes.len() as u64;
         Ok(())
     }
@@ -249,8 +200,7 @@ fn existing_mode(path: &Path) -> Option<u32> {
 
 pub fn stat(conf: &Confinement, path: &str) -> AgentResult<FileEntry> {
     let real = conf.existing(path)?;
-    let meta =
-        std::fs::symlink_metadata(&real).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+    let meta = std::fs::symlink_metadata(&real).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
     Ok(entry(&real, &meta))
 }
 
@@ -265,40 +215,22 @@ pub fn list(conf: &Confinement, path: &str) -> AgentResult<Listing> {
         }
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Listing {
-        path: real.display().to_string(),
-        entries,
-    })
+    Ok(Listing { path: real.display().to_string(), entries })
 }
 
 pub fn remove(conf: &Confinement, path: &str, recursive: bool) -> AgentResult<()> {
     // Remove the named entry itself, never what a symlink points to: resolve only the parent.
     let lexical = conf.lexical(path)?;
-    let name = lexical
-        .file_name()
-        .ok_or_else(|| AgentError::invalid(format!("path {path}: cannot remove /")))?;
-    let parent = conf.existing(
-        &lexical
-            .parent()
-            .expect("has a parent")
-            .display()
-            .to_string(),
-    )?;
+    let name = lexical.file_name().ok_or_else(|| AgentError::invalid(format!("path {path}: cannot remove /")))?;
+    let parent = conf.existing(&lexical.parent().expect("has a parent").display().to_string())?;
     let target = parent.join(name);
     conf.check_resolved(path, &target)?;
     if conf.is_root(&target) {
-        return Err(AgentError::invalid(format!(
-            "path {path}: is a root directory"
-        )));
+        return Err(AgentError::invalid(format!("path {path}: is a root directory")));
     }
-    let meta = std::fs::symlink_metadata(&target)
-        .map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+    let meta = std::fs::symlink_metadata(&target).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
     let result = if meta.is_dir() {
-        if recursive {
-            std::fs::remove_dir_all(&target)
-        } else {
-            std::fs::remove_dir(&target)
-        }
+        if recursive { std::fs::remove_dir_all(&target) } else { std::fs::remove_dir(&target) }
     } else {
         std::fs::remove_file(&target)
     };
@@ -317,10 +249,7 @@ fn entry(path: &Path, meta: &Metadata) -> FileEntry {
         FileKind::Other
     };
     FileEntry {
-        name: path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "/".into()),
+        name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".into()),
         path: path.display().to_string(),
         kind,
         size: meta.len(),
@@ -331,10 +260,6 @@ fn entry(path: &Path, meta: &Metadata) -> FileEntry {
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0),
-        link_target: ft
-            .is_symlink()
-            .then(|| std::fs::read_link(path).ok())
-            .flatten()
-            .map(|t| t.display().to_string()),
+        link_target: ft.is_symlink().then(|| std::fs::read_link(path).ok()).flatten().map(|t| t.display().to_string()),
     }
 }

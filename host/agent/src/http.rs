@@ -12,8 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use orchard_protocol::{
-    ExecFrame, ExecRequest, Health, ProcessInfo, ProcessStart, SessionInfo, SessionStart,
-    SignalRequest, WriteResult,
+    ExecFrame, ExecRequest, Health, ProcessInfo, ProcessStart, SessionInfo, SessionStart, SignalRequest, WriteResult,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -33,9 +32,7 @@ pub async fn serve(state: AppState) -> anyhow::Result<()> {
         let app = app.clone();
         servers.push(tokio::spawn(async move {
             match listen {
-                Listen::Tcp(addr) => {
-                    axum::serve(tokio::net::TcpListener::bind(addr).await?, app).await
-                }
+                Listen::Tcp(addr) => axum::serve(tokio::net::TcpListener::bind(addr).await?, app).await,
                 Listen::Unix(path) => {
                     let _ = std::fs::remove_file(&path);
                     axum::serve(tokio::net::UnixListener::bind(&path)?, app).await
@@ -58,13 +55,8 @@ async fn serve_inherited(fd: i32, app: Router) -> std::io::Result<()> {
     // SAFETY: the fd was handed to us for this purpose and nothing else in the agent uses it.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     // Commands we start must not inherit it.
-    nix::fcntl::fcntl(
-        &owned,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-    )?;
-    let family = getsockname::<SockaddrStorage>(fd)
-        .map_err(std::io::Error::from)?
-        .family();
+    nix::fcntl::fcntl(&owned, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
+    let family = getsockname::<SockaddrStorage>(fd).map_err(std::io::Error::from)?.family();
     if family == Some(AddressFamily::Unix) {
         let listener = std::os::unix::net::UnixListener::from(owned);
         listener.set_nonblocking(true)?;
@@ -123,12 +115,8 @@ struct JsonBody<T>(T);
 impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<S> for JsonBody<T> {
     type Rejection = AgentError;
     async fn from_request(req: Request, state: &S) -> Result<Self, AgentError> {
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| AgentError::invalid(format!("body: {e}")))?;
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| AgentError::invalid(format!("body: {e}")))
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| AgentError::invalid(format!("body: {e}")))?;
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| AgentError::invalid(format!("body: {e}")))
     }
 }
 
@@ -145,11 +133,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
 }
 
 async fn health() -> Json<Health> {
-    Json(Health {
-        status: "ok".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        pid: std::process::id(),
-    })
+    Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into(), pid: std::process::id() })
 }
 
 #[derive(Deserialize)]
@@ -170,10 +154,7 @@ async fn exec_handler(
     tokio::spawn(async move {
         let last = match exec::run(&state, req, Some(tx.clone())).await {
             Ok(result) => ExecFrame::Exit { result },
-            Err(e) => ExecFrame::Error {
-                kind: e.kind,
-                message: e.message,
-            },
+            Err(e) => ExecFrame::Error { kind: e.kind, message: e.message },
         };
         let _ = tx.send(last).await;
     });
@@ -184,10 +165,7 @@ async fn exec_handler(
         Some((Ok::<_, std::io::Error>(Bytes::from(line)), rx))
     });
     let mut response = Body::from_stream(lines).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-ndjson"),
-    );
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
     Ok(response)
 }
 
@@ -203,34 +181,16 @@ async fn process_start(
 }
 
 async fn process_list(State(state): State<AppState>) -> Json<Vec<ProcessInfo>> {
-    let mut list: Vec<_> = state
-        .processes
-        .lock()
-        .await
-        .values()
-        .map(|p| p.info())
-        .collect();
+    let mut list: Vec<_> = state.processes.lock().await.values().map(|p| p.info()).collect();
     list.sort_by(|a, b| a.started_at.total_cmp(&b.started_at));
     Json(list)
 }
 
-async fn find_process(
-    state: &AgentState,
-    id: &str,
-) -> AgentResult<Arc<process::BackgroundProcess>> {
-    state
-        .processes
-        .lock()
-        .await
-        .get(id)
-        .cloned()
-        .ok_or_else(|| AgentError::not_found(format!("no process {id}")))
+async fn find_process(state: &AgentState, id: &str) -> AgentResult<Arc<process::BackgroundProcess>> {
+    state.processes.lock().await.get(id).cloned().ok_or_else(|| AgentError::not_found(format!("no process {id}")))
 }
 
-async fn process_get(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> AgentResult<Json<ProcessInfo>> {
+async fn process_get(State(state): State<AppState>, Path(id): Path<String>) -> AgentResult<Json<ProcessInfo>> {
     Ok(Json(find_process(&state, &id).await?.info()))
 }
 
@@ -260,10 +220,7 @@ async fn process_log(
     Ok(Json(p.read_log(q.offset, q.limit)?).into_response())
 }
 
-async fn session_start(
-    State(state): State<AppState>,
-    body: Bytes,
-) -> AgentResult<Json<SessionInfo>> {
+async fn session_start(State(state): State<AppState>, body: Bytes) -> AgentResult<Json<SessionInfo>> {
     let req: SessionStart = if body.is_empty() {
         SessionStart::default()
     } else {
@@ -277,15 +234,7 @@ async fn session_start(
 }
 
 async fn session_list(State(state): State<AppState>) -> Json<Vec<SessionInfo>> {
-    Json(
-        state
-            .sessions
-            .lock()
-            .await
-            .values()
-            .map(|s| s.info())
-            .collect(),
-    )
+    Json(state.sessions.lock().await.values().map(|s| s.info()).collect())
 }
 
 async fn session_exec(
@@ -303,16 +252,8 @@ async fn session_exec(
     Ok(Json(s.exec(req).await?).into_response())
 }
 
-async fn session_delete(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> AgentResult<StatusCode> {
-    let s = state
-        .sessions
-        .lock()
-        .await
-        .remove(&id)
-        .ok_or_else(|| AgentError::not_found(format!("no session {id}")))?;
+async fn session_delete(State(state): State<AppState>, Path(id): Path<String>) -> AgentResult<StatusCode> {
+    let s = state.sessions.lock().await.remove(&id).ok_or_else(|| AgentError::not_found(format!("no session {id}")))?;
     s.kill();
     Ok(StatusCode::NO_CONTENT)
 }
@@ -327,10 +268,7 @@ async fn file_read(State(state): State<AppState>, Q(q): Q<PathQuery>) -> AgentRe
     let stream = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file));
     let mut response = Body::from_stream(stream).into_response();
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(response)
 }
@@ -348,16 +286,11 @@ fn yes() -> bool {
     true
 }
 
-async fn file_write(
-    State(state): State<AppState>,
-    Q(q): Q<WriteQuery>,
-    body: Body,
-) -> AgentResult<Json<WriteResult>> {
+async fn file_write(State(state): State<AppState>, Q(q): Q<WriteQuery>, body: Body) -> AgentResult<Json<WriteResult>> {
     let mode = match &q.mode {
-        Some(m) => Some(
-            u32::from_str_radix(m, 8)
-                .map_err(|_| AgentError::invalid(format!("mode: {m:?} is not octal")))?,
-        ),
+        Some(m) => {
+            Some(u32::from_str_radix(m, 8).map_err(|_| AgentError::invalid(format!("mode: {m:?} is not octal")))?)
+        }
         None => None,
     };
     let mut write = files::AtomicWrite::begin(&state.confinement, &q.path, mode, q.create_parents)?;
@@ -367,11 +300,7 @@ async fn file_write(
         write.write(&chunk)?;
     }
     let size = write.commit()?;
-    Ok(Json(WriteResult {
-        path: q.path,
-        size,
-        entries: 0,
-    }))
+    Ok(Json(WriteResult { path: q.path, size, entries: 0 }))
 }
 
 #[derive(Deserialize)]
@@ -381,10 +310,7 @@ struct RemoveQuery {
     recursive: bool,
 }
 
-async fn file_remove(
-    State(state): State<AppState>,
-    Q(q): Q<RemoveQuery>,
-) -> AgentResult<StatusCode> {
+async fn file_remove(State(state): State<AppState>, Q(q): Q<RemoveQuery>) -> AgentResult<StatusCode> {
     files::remove(&state.confinement, &q.path, q.recursive)?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -399,36 +325,21 @@ async fn file_stat(State(state): State<AppState>, Q(q): Q<PathQuery>) -> AgentRe
 
 async fn tar_download(State(state): State<AppState>, Q(q): Q<PathQuery>) -> AgentResult<Response> {
     let rx = tar_io::archive(&state.confinement, &q.path)?;
-    let chunks =
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let chunks = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
     let mut response = Body::from_stream(chunks).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-tar"),
-    );
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-tar"));
     Ok(response)
 }
 
-async fn tar_upload(
-    State(state): State<AppState>,
-    Q(q): Q<PathQuery>,
-    body: Body,
-) -> AgentResult<Json<WriteResult>> {
-    let stream = body
-        .into_data_stream()
-        .map(|r| r.map_err(std::io::Error::other));
+async fn tar_upload(State(state): State<AppState>, Q(q): Q<PathQuery>, body: Body) -> AgentResult<Json<WriteResult>> {
+    let stream = body.into_data_stream().map(|r| r.map_err(std::io::Error::other));
     let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
     let path = q.path.clone();
     let state2 = state.clone();
-    let (size, entries) =
-        tokio::task::spawn_blocking(move || tar_io::extract(&state2.confinement, &path, reader))
-            .await
-            .map_err(|e| AgentError::other(format!("tar: {e}")))??;
-    Ok(Json(WriteResult {
-        path: q.path,
-        size,
-        entries,
-    }))
+    let (size, entries) = tokio::task::spawn_blocking(move || tar_io::extract(&state2.confinement, &path, reader))
+        .await
+        .map_err(|e| AgentError::other(format!("tar: {e}")))??;
+    Ok(Json(WriteResult { path: q.path, size, entries }))
 }
 
 async fn pty_handler(State(state): State<AppState>, ws: WebSocketUpgrade) -> Response {

@@ -57,10 +57,7 @@ impl BoundedOutput {
             self.write_spill(chunk);
             self.tail.extend(chunk);
         }
-        let excess = self
-            .tail
-            .len()
-            .saturating_sub(self.limit.tail_bytes as usize);
+        let excess = self.tail.len().saturating_sub(self.limit.tail_bytes as usize);
         self.tail.drain(..excess);
     }
 
@@ -70,9 +67,7 @@ impl BoundedOutput {
         }
         match File::create(&self.spill_path) {
             Ok(f) => self.spill = Some(f),
-            Err(e) => {
-                self.spill_error = Some(format!("cannot write {}: {e}", self.spill_path.display()))
-            }
+            Err(e) => self.spill_error = Some(format!("cannot write {}: {e}", self.spill_path.display())),
         }
     }
 
@@ -110,10 +105,7 @@ impl BoundedOutput {
             text,
             total_bytes: self.total,
             truncated: true,
-            full_output_path: self
-                .spill_error
-                .is_none()
-                .then(|| self.spill_path.display().to_string()),
+            full_output_path: self.spill_error.is_none().then(|| self.spill_path.display().to_string()),
         }
     }
 }
@@ -123,10 +115,7 @@ mod tests {
     use super::*;
 
     fn limit(head: u64, tail: u64) -> OutputLimit {
-        OutputLimit {
-            head_bytes: head,
-            tail_bytes: tail,
-        }
+        OutputLimit { head_bytes: head, tail_bytes: tail }
     }
 
     #[test]
@@ -154,11 +143,7 @@ mod tests {
         let o = out.finish();
         assert!(o.truncated);
         assert_eq!(o.total_bytes, 1000);
-        assert!(
-            o.text.starts_with("abcde\n[... orchard: 992 bytes omitted"),
-            "{}",
-            o.text
-        );
+        assert!(o.text.starts_with("abcde\n[... orchard: 992 bytes omitted"), "{}", o.text);
         let tail = String::from_utf8(data[997..].to_vec()).unwrap();
         assert!(o.text.ends_with(&format!("...]\n{tail}")), "{}", o.text);
         assert_eq!(std::fs::read(&spill).unwrap(), data);

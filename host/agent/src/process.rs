@@ -33,11 +33,7 @@ impl BackgroundProcess {
             id: self.id.clone(),
             pid: self.pid,
             command: self.command.clone(),
-            state: if exit.is_some() {
-                ProcessState::Exited
-            } else {
-                ProcessState::Running
-            },
+            state: if exit.is_some() { ProcessState::Exited } else { ProcessState::Running },
             exit_code: exit.map(|e| e.code),
             log_path: self.log_path.display().to_string(),
             started_at: self.started_at,
@@ -46,41 +42,22 @@ impl BackgroundProcess {
 
     pub fn signal(&self, signal: &str) -> AgentResult<()> {
         let signal = spawn::parse_signal(signal)?;
-        if self
-            .exit
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-        {
-            return Err(AgentError::invalid(format!(
-                "process {} has already exited",
-                self.id
-            )));
+        if self.exit.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return Err(AgentError::invalid(format!("process {} has already exited", self.id)));
         }
         spawn::kill_group(self.pid, signal);
         Ok(())
     }
 
     pub fn read_log(&self, offset: u64, limit: Option<u64>) -> AgentResult<LogChunk> {
-        let exited = self
-            .exit
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some();
+        let exited = self.exit.lock().unwrap_or_else(|p| p.into_inner()).is_some();
         let limit = limit.unwrap_or(64 * 1024).min(MAX_LOG_CHUNK);
-        let mut file = std::fs::File::open(&self.log_path)
-            .map_err(|e| AgentError::io("opening the log", e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| AgentError::io("reading the log", e))?
-            .len();
+        let mut file = std::fs::File::open(&self.log_path).map_err(|e| AgentError::io("opening the log", e))?;
+        let len = file.metadata().map_err(|e| AgentError::io("reading the log", e))?.len();
         let start = offset.min(len);
-        file.seek(SeekFrom::Start(start))
-            .map_err(|e| AgentError::io("reading the log", e))?;
+        file.seek(SeekFrom::Start(start)).map_err(|e| AgentError::io("reading the log", e))?;
         let mut buf = Vec::new();
-        file.take(limit)
-            .read_to_end(&mut buf)
-            .map_err(|e| AgentError::io("reading the log", e))?;
+        file.take(limit).read_to_end(&mut buf).map_err(|e| AgentError::io("reading the log", e))?;
         let next_offset = start + buf.len() as u64;
         Ok(LogChunk {
             data: String::from_utf8_lossy(&buf).into_owned(),
@@ -91,37 +68,21 @@ impl BackgroundProcess {
     }
 }
 
-pub fn start(
-    state: &AgentState,
-    id: String,
-    req: ProcessStart,
-) -> AgentResult<Arc<BackgroundProcess>> {
-    let mut command = spawn::build(
-        &state.config.shell,
-        &req.command,
-        req.cwd.as_deref(),
-        &req.env,
-        false,
-    )?;
+pub fn start(state: &AgentState, id: String, req: ProcessStart) -> AgentResult<Arc<BackgroundProcess>> {
+    let mut command = spawn::build(&state.config.shell, &req.command, req.cwd.as_deref(), &req.env, false)?;
     command.process_group(0);
     let log_path = state.scratch("processes", &format!("{id}.log"));
     if let Some(dir) = log_path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| AgentError::io("creating the log directory", e))?;
+        std::fs::create_dir_all(dir).map_err(|e| AgentError::io("creating the log directory", e))?;
     }
     let log = OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
         .map_err(|e| AgentError::io(&format!("opening {}", log_path.display()), e))?;
-    let log2 = log
-        .try_clone()
-        .map_err(|e| AgentError::io("opening the log", e))?;
+    let log2 = log.try_clone().map_err(|e| AgentError::io("opening the log", e))?;
     command.stdin(Stdio::null()).stdout(log).stderr(log2);
-    let (child, exit_rx) = state
-        .reaper
-        .spawn(&mut command)
-        .map_err(|e| spawn::spawn_error(&req.command, e))?;
+    let (child, exit_rx) = state.reaper.spawn(&mut command).map_err(|e| spawn::spawn_error(&req.command, e))?;
     let exit = Arc::new(Mutex::new(None));
     let exit_slot = exit.clone();
     tokio::spawn(async move {
@@ -129,10 +90,7 @@ pub fn start(
             *exit_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(info);
         }
     });
-    let started_at = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+    let started_at = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     Ok(Arc::new(BackgroundProcess {
         id,
         pid: child.id() as i32,
@@ -149,17 +107,10 @@ impl AgentState {
         if self.config.entrypoint.is_empty() {
             return Ok(());
         }
-        let req = ProcessStart {
-            command: Command::Argv(self.config.entrypoint.clone()),
-            cwd: None,
-            env: Default::default(),
-        };
-        let process = start(self, "entrypoint".into(), req)
-            .map_err(|e| anyhow::anyhow!("entrypoint: {e}"))?;
-        self.processes
-            .try_lock()
-            .expect("no contention at start")
-            .insert("entrypoint".into(), process);
+        let req =
+            ProcessStart { command: Command::Argv(self.config.entrypoint.clone()), cwd: None, env: Default::default() };
+        let process = start(self, "entrypoint".into(), req).map_err(|e| anyhow::anyhow!("entrypoint: {e}"))?;
+        self.processes.try_lock().expect("no contention at start").insert("entrypoint".into(), process);
         Ok(())
     }
 }

@@ -27,33 +27,15 @@ fn pty_err(what: &str) -> impl Fn(nix::Error) -> AgentError + '_ {
 }
 
 /// Starts `command` as a session leader whose controlling terminal is a new pty.
-pub fn spawn(
-    reaper: &Reaper,
-    mut command: Command,
-    rows: u16,
-    cols: u16,
-    echo: bool,
-) -> AgentResult<PtyChild> {
-    let size = nix::pty::Winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
+pub fn spawn(reaper: &Reaper, mut command: Command, rows: u16, cols: u16, echo: bool) -> AgentResult<PtyChild> {
+    let size = nix::pty::Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
     let pty = nix::pty::openpty(Some(&size), None).map_err(pty_err("openpty"))?;
     if !echo {
         let mut attrs = termios::tcgetattr(&pty.slave).map_err(pty_err("tcgetattr"))?;
-        attrs
-            .local_flags
-            .remove(LocalFlags::ECHO | LocalFlags::ECHONL);
+        attrs.local_flags.remove(LocalFlags::ECHO | LocalFlags::ECHONL);
         termios::tcsetattr(&pty.slave, SetArg::TCSANOW, &attrs).map_err(pty_err("tcsetattr"))?;
     }
-    let slave = || {
-        pty.slave
-            .try_clone()
-            .map(Stdio::from)
-            .map_err(|e| AgentError::other(format!("pty: {e}")))
-    };
+    let slave = || pty.slave.try_clone().map(Stdio::from).map_err(|e| AgentError::other(format!("pty: {e}")));
     command.stdin(slave()?).stdout(slave()?).stderr(slave()?);
     // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
     unsafe {
@@ -64,26 +46,17 @@ pub fn spawn(
             Ok(())
         });
     }
-    let (child, exit) = reaper
-        .spawn(&mut command)
-        .map_err(|e| AgentError::io("cannot start the process on a pty", e))?;
+    let (child, exit) =
+        reaper.spawn(&mut command).map_err(|e| AgentError::io("cannot start the process on a pty", e))?;
     drop(command);
     drop(pty.slave);
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
     let flags = fcntl(&pty.master, FcntlArg::F_GETFL).map_err(pty_err("fcntl"))?;
-    fcntl(
-        &pty.master,
-        FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
-    )
-    .map_err(pty_err("fcntl"))?;
+    fcntl(&pty.master, FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK))
+        .map_err(pty_err("fcntl"))?;
     // SAFETY: the OwnedFd is moved into the AsyncFd and stays open until the AsyncFd drops it.
-    let fd = unsafe { AsyncFd::register(pty.master) }
-        .map_err(|e| AgentError::other(format!("pty: {e}")))?;
-    Ok(PtyChild {
-        master: PtyMaster { fd },
-        pid: child.id() as i32,
-        exit,
-    })
+    let fd = unsafe { AsyncFd::register(pty.master) }.map_err(|e| AgentError::other(format!("pty: {e}")))?;
+    Ok(PtyChild { master: PtyMaster { fd }, pid: child.id() as i32, exit })
 }
 
 impl PtyMaster {
@@ -91,9 +64,7 @@ impl PtyMaster {
     pub async fn read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
             let mut guard = self.fd.readable().await?;
-            match guard
-                .try_io(|fd| nix::unistd::read(fd.get_ref(), buf).map_err(std::io::Error::from))
-            {
+            match guard.try_io(|fd| nix::unistd::read(fd.get_ref(), buf).map_err(std::io::Error::from)) {
                 Ok(result) => return result,
                 Err(_would_block) => continue,
             }
@@ -103,9 +74,7 @@ impl PtyMaster {
     pub async fn write_all(&self, mut bytes: &[u8]) -> std::io::Result<()> {
         while !bytes.is_empty() {
             let mut guard = self.fd.writable().await?;
-            match guard
-                .try_io(|fd| nix::unistd::write(fd.get_ref(), bytes).map_err(std::io::Error::from))
-            {
+            match guard.try_io(|fd| nix::unistd::write(fd.get_ref(), bytes).map_err(std::io::Error::from)) {
                 Ok(Ok(n)) => bytes = &bytes[n..],
                 Ok(Err(e)) => return Err(e),
                 Err(_would_block) => continue,
@@ -116,27 +85,16 @@ impl PtyMaster {
 
     pub fn resize(&self, rows: u16, cols: u16) -> AgentResult<()> {
         use std::os::fd::AsRawFd;
-        let size = libc::winsize {
-            ws_row: rows,
-            ws_col: cols,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
+        let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
         // SAFETY: TIOCSWINSZ reads a winsize from a valid pointer.
         if unsafe { libc::ioctl(self.fd.get_ref().as_raw_fd(), libc::TIOCSWINSZ, &size) } < 0 {
-            return Err(AgentError::other(format!(
-                "pty: resize: {}",
-                std::io::Error::last_os_error()
-            )));
+            return Err(AgentError::other(format!("pty: resize: {}", std::io::Error::last_os_error())));
         }
         Ok(())
     }
 
     /// The terminal's foreground process group, if any.
     pub fn foreground_group(&self) -> Option<i32> {
-        nix::unistd::tcgetpgrp(self.fd.get_ref().as_fd())
-            .ok()
-            .map(|p| p.as_raw())
-            .filter(|p| *p > 0)
+        nix::unistd::tcgetpgrp(self.fd.get_ref().as_fd()).ok().map(|p| p.as_raw()).filter(|p| *p > 0)
     }
 }

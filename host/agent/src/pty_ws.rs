@@ -69,12 +69,8 @@ async fn send(socket: &mut WebSocket, frame: AgentFrame) -> bool {
 
 fn parse(msg: &Message) -> Result<Option<ClientFrame>, String> {
     match msg {
-        Message::Text(t) => serde_json::from_str(t)
-            .map(Some)
-            .map_err(|e| format!("bad frame: {e}")),
-        Message::Binary(b) => serde_json::from_slice(b)
-            .map(Some)
-            .map_err(|e| format!("bad frame: {e}")),
+        Message::Text(t) => serde_json::from_str(t).map(Some).map_err(|e| format!("bad frame: {e}")),
+        Message::Binary(b) => serde_json::from_slice(b).map(Some).map_err(|e| format!("bad frame: {e}")),
         _ => Ok(None),
     }
 }
@@ -85,21 +81,9 @@ pub async fn run(state: Arc<AgentState>, mut socket: WebSocket) {
         _ => return,
     };
     let (cmd, env, cwd, rows, cols) = match init {
-        Ok(Some(ClientFrame::Init {
-            cmd,
-            env,
-            cwd,
-            rows,
-            cols,
-        })) => (cmd, env, cwd, rows, cols),
+        Ok(Some(ClientFrame::Init { cmd, env, cwd, rows, cols })) => (cmd, env, cwd, rows, cols),
         Ok(_) => {
-            send(
-                &mut socket,
-                AgentFrame::Error {
-                    message: "the first frame must be init".into(),
-                },
-            )
-            .await;
+            send(&mut socket, AgentFrame::Error { message: "the first frame must be init".into() }).await;
             return;
         }
         Err(message) => {
@@ -107,12 +91,9 @@ pub async fn run(state: Arc<AgentState>, mut socket: WebSocket) {
             return;
         }
     };
-    let cmd = cmd.unwrap_or_else(|| {
-        orchard_protocol::Command::Argv(vec![state.config.shell.display().to_string()])
-    });
+    let cmd = cmd.unwrap_or_else(|| orchard_protocol::Command::Argv(vec![state.config.shell.display().to_string()]));
     let mut env = env;
-    env.entry("TERM".into())
-        .or_insert_with(|| "xterm-256color".into());
+    env.entry("TERM".into()).or_insert_with(|| "xterm-256color".into());
     let child = match spawn::build(&state.config.shell, &cmd, cwd.as_deref(), &env, false)
         .and_then(|command| pty::spawn(&state.reaper, command, rows, cols, true))
     {

@@ -50,10 +50,7 @@ impl Reaper {
     }
 
     /// Spawns `command` and returns the child with a receiver for its exit.
-    pub fn spawn(
-        &self,
-        command: &mut Command,
-    ) -> std::io::Result<(Child, oneshot::Receiver<ExitInfo>)> {
+    pub fn spawn(&self, command: &mut Command) -> std::io::Result<(Child, oneshot::Receiver<ExitInfo>)> {
         let (lock, wake) = &*self.registry;
         let mut registry = lock.lock().unwrap_or_else(|p| p.into_inner());
         let child = command.spawn()?;

@@ -55,11 +55,7 @@ impl Session {
         }
     }
 
-    pub async fn start(
-        state: &AgentState,
-        id: String,
-        req: SessionStart,
-    ) -> AgentResult<Arc<Session>> {
+    pub async fn start(state: &AgentState, id: String, req: SessionStart) -> AgentResult<Arc<Session>> {
         let shell = state.config.shell.clone();
         let mut command = std::process::Command::new(&shell);
         if shell.ends_with("bash") {
@@ -87,8 +83,7 @@ impl Session {
             alive_flag.store(false, Ordering::Relaxed);
         });
         let dir = state.scratch("sessions", &id);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| AgentError::io("creating the session directory", e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| AgentError::io("creating the session directory", e))?;
         let session = Arc::new(Session {
             id,
             pid: child.pid,
@@ -96,17 +91,10 @@ impl Session {
             dir,
             master: child.master,
             alive,
-            io: Mutex::new(SessionIo {
-                pending: Vec::new(),
-                commands: 0,
-            }),
+            io: Mutex::new(SessionIo { pending: Vec::new(), commands: 0 }),
         });
         let mut io = session.io.lock().await;
-        if session
-            .sync(&mut io, Instant::now() + SYNC_WAIT)
-            .await
-            .is_none()
-        {
+        if session.sync(&mut io, Instant::now() + SYNC_WAIT).await.is_none() {
             drop(io);
             session.kill();
             return Err(AgentError::other("the session shell did not come up"));
@@ -119,11 +107,7 @@ impl Session {
     pub async fn exec(&self, req: ExecRequest) -> AgentResult<ExecResult> {
         let script = match &req.command {
             orchard_protocol::Command::Shell(s) => s.clone(),
-            orchard_protocol::Command::Argv(argv) => argv
-                .iter()
-                .map(|a| shell_quote(a))
-                .collect::<Vec<_>>()
-                .join(" "),
+            orchard_protocol::Command::Argv(argv) => argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "),
         };
         let mut io = self.io.lock().await;
         if !self.alive.load(Ordering::Relaxed) {
@@ -137,14 +121,9 @@ impl Session {
         let script_path = self.dir.join(format!("{n}.sh"));
         let out_path = self.dir.join(format!("{n}.stdout"));
         let err_path = self.dir.join(format!("{n}.stderr"));
-        std::fs::write(&script_path, script)
-            .map_err(|e| AgentError::io("writing the command file", e))?;
+        std::fs::write(&script_path, script).map_err(|e| AgentError::io("writing the command file", e))?;
         let nonce = crate::ids::nonce();
-        let cd = req
-            .cwd
-            .as_deref()
-            .map(|c| format!("cd {} && ", shell_quote(c)))
-            .unwrap_or_default();
+        let cd = req.cwd.as_deref().map(|c| format!("cd {} && ", shell_quote(c))).unwrap_or_default();
         let line = format!(
             " {cd}. {} </dev/null >{} 2>{}; printf '\\n__ORCH%sARD_{nonce}_%s__\\n' '' \"$?\"\n",
             shell_quote(&script_path.display().to_string()),
@@ -192,14 +171,9 @@ impl Session {
                 spawn::kill_group(foreground, signal);
             } else if signal == Signal::SIGINT {
                 // A builtin loop runs in the shell itself; an interactive shell abandons it on SIGINT.
-                let _ =
-                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), Signal::SIGINT);
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), Signal::SIGINT);
             }
-            let wait = if signal == Signal::SIGINT {
-                INTERRUPT_GRACE
-            } else {
-                SYNC_WAIT
-            };
+            let wait = if signal == Signal::SIGINT { INTERRUPT_GRACE } else { SYNC_WAIT };
             if self.sync(io, Instant::now() + wait).await.is_some() {
                 return Ok(());
             }
@@ -207,10 +181,7 @@ impl Session {
         self.kill();
         Err(AgentError::new(
             orchard_protocol::ErrorKind::Unavailable,
-            format!(
-                "session {} did not recover from an interrupted command and was closed",
-                self.id
-            ),
+            format!("session {} did not recover from an interrupted command and was closed", self.id),
         ))
     }
 
@@ -219,21 +190,13 @@ impl Session {
         let nonce = crate::ids::nonce();
         let line = format!(" printf '\\n__ORCH%sARD_{nonce}_%s__\\n' '' 0\n");
         self.write_all(line.as_bytes()).await.ok()?;
-        match self
-            .read_marker(io, &format!("__ORCHARD_{nonce}_"), Some(deadline))
-            .await
-        {
+        match self.read_marker(io, &format!("__ORCHARD_{nonce}_"), Some(deadline)).await {
             MarkerRead::Found(_) => Some(()),
             _ => None,
         }
     }
 
-    async fn read_marker(
-        &self,
-        io: &mut SessionIo,
-        marker: &str,
-        deadline: Option<Instant>,
-    ) -> MarkerRead {
+    async fn read_marker(&self, io: &mut SessionIo, marker: &str, deadline: Option<Instant>) -> MarkerRead {
         loop {
             if let Some(code) = take_marker(&mut io.pending, marker.as_bytes()) {
                 return MarkerRead::Found(code);
@@ -268,12 +231,10 @@ impl Session {
     }
 
     async fn write_all(&self, bytes: &[u8]) -> AgentResult<()> {
-        self.master.write_all(bytes).await.map_err(|e| {
-            AgentError::new(
-                orchard_protocol::ErrorKind::Unavailable,
-                format!("session {}: {e}", self.id),
-            )
-        })
+        self.master
+            .write_all(bytes)
+            .await
+            .map_err(|e| AgentError::new(orchard_protocol::ErrorKind::Unavailable, format!("session {}: {e}", self.id)))
     }
 
     /// Kills the shell and everything in its session.
@@ -298,11 +259,7 @@ fn take_marker(pending: &mut Vec<u8>, marker: &[u8]) -> Option<i32> {
     let start = pending.windows(marker.len()).position(|w| w == marker)?;
     let rest = &pending[start + marker.len()..];
     let end = rest.windows(2).position(|w| w == b"__")?;
-    let code = std::str::from_utf8(&rest[..end])
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let code = std::str::from_utf8(&rest[..end]).ok()?.trim().parse().ok()?;
     let consumed = start + marker.len() + end + 2;
     pending.drain(..consumed);
     Some(code)

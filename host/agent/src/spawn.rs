@@ -45,9 +45,7 @@ pub fn build(
     }
     for key in env.keys() {
         if key.is_empty() || key.contains('=') || key.contains('\0') {
-            return Err(AgentError::invalid(format!(
-                "env: {key:?} is not a valid variable name"
-            )));
+            return Err(AgentError::invalid(format!("env: {key:?} is not a valid variable name")));
         }
     }
     command.envs(env);
@@ -59,9 +57,7 @@ pub fn build(
 pub fn check_cwd(cwd: &str) -> AgentResult<()> {
     match std::fs::metadata(cwd) {
         Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(AgentError::invalid(format!(
-            "cwd: {cwd} is not a directory"
-        ))),
+        Ok(_) => Err(AgentError::invalid(format!("cwd: {cwd} is not a directory"))),
         Err(e) => Err(AgentError::io(&format!("cwd: {cwd}"), e)),
     }
 }
@@ -88,10 +84,6 @@ pub fn parse_signal(text: &str) -> AgentResult<nix::sys::signal::Signal> {
         return nix::sys::signal::Signal::try_from(n).map_err(|_| bad());
     }
     let upper = text.to_ascii_uppercase();
-    let name = if upper.starts_with("SIG") {
-        upper
-    } else {
-        format!("SIG{upper}")
-    };
+    let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
     nix::sys::signal::Signal::from_str(&name).map_err(|_| bad())
 }

@@ -20,10 +20,7 @@ impl ChannelWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let chunk = Bytes::from(std::mem::replace(
-            &mut self.buf,
-            Vec::with_capacity(64 * 1024),
-        ));
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(64 * 1024)));
         self.tx
             .blocking_send(Ok(chunk))
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client went away"))
@@ -44,10 +41,7 @@ impl Write for ChannelWriter {
 }
 
 /// Archives the directory `path` (symlinks kept as symlinks) into a stream of chunks.
-pub fn archive(
-    conf: &Confinement,
-    path: &str,
-) -> AgentResult<mpsc::Receiver<Result<Bytes, std::io::Error>>> {
+pub fn archive(conf: &Confinement, path: &str) -> AgentResult<mpsc::Receiver<Result<Bytes, std::io::Error>>> {
     let real = conf.existing(path)?;
     if !real.is_dir() {
         return Err(AgentError::invalid(format!("path {path}: not a directory")));
@@ -55,15 +49,9 @@ pub fn archive(
     let (tx, rx) = mpsc::channel(4);
     tokio::task::spawn_blocking(move || {
         let err_tx = tx.clone();
-        let mut builder = tar::Builder::new(ChannelWriter {
-            tx,
-            buf: Vec::with_capacity(64 * 1024),
-        });
+        let mut builder = tar::Builder::new(ChannelWriter { tx, buf: Vec::with_capacity(64 * 1024) });
         builder.follow_symlinks(false);
-        let result = builder
-            .append_dir_all(".", &real)
-            .and_then(|_| builder.into_inner())
-            .and_then(|mut w| w.flush());
+        let result = builder.append_dir_all(".", &real).and_then(|_| builder.into_inner()).and_then(|mut w| w.flush());
         if let Err(e) = result {
             // Abort the body so the client sees a broken transfer rather than a short archive.
             let _ = err_tx.blocking_send(Err(e));
@@ -77,30 +65,17 @@ pub fn archive(
 pub fn extract(conf: &Confinement, path: &str, reader: impl Read) -> AgentResult<(u64, u64)> {
     let (real, _) = conf.creatable(path)?;
     std::fs::create_dir_all(&real).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
-    let mut counting = CountingReader {
-        inner: reader,
-        count: 0,
-    };
+    let mut counting = CountingReader { inner: reader, count: 0 };
     let mut archive = tar::Archive::new(&mut counting);
     archive.set_preserve_permissions(true);
     archive.set_overwrite(true);
     let mut entries = 0;
-    for entry in archive
-        .entries()
-        .map_err(|e| AgentError::invalid(format!("tar: {e}")))?
-    {
+    for entry in archive.entries().map_err(|e| AgentError::invalid(format!("tar: {e}")))? {
         let mut entry = entry.map_err(|e| AgentError::invalid(format!("tar: {e}")))?;
-        let name = entry
-            .path()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        let inside = entry
-            .unpack_in(&real)
-            .map_err(|e| AgentError::invalid(format!("tar entry {name}: {e}")))?;
+        let name = entry.path().map(|p| p.display().to_string()).unwrap_or_default();
+        let inside = entry.unpack_in(&real).map_err(|e| AgentError::invalid(format!("tar entry {name}: {e}")))?;
         if !inside {
-            return Err(AgentError::denied(format!(
-                "tar entry {name}: would be written outside {path}"
-            )));
+            return Err(AgentError::denied(format!("tar entry {name}: would be written outside {path}")));
         }
         entries += 1;
     }

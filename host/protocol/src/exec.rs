@@ -31,10 +31,7 @@ pub struct OutputLimit {
 
 impl Default for OutputLimit {
     fn default() -> Self {
-        OutputLimit {
-            head_bytes: crate::DEFAULT_OUTPUT_KEEP,
-            tail_bytes: crate::DEFAULT_OUTPUT_KEEP,
-        }
+        OutputLimit { head_bytes: crate::DEFAULT_OUTPUT_KEEP, tail_bytes: crate::DEFAULT_OUTPUT_KEEP }
     }
 }
 
