@@ -1,0 +1,241 @@
+//! The host's client for `orchard-agent`.
+//!
+//! Talks HTTP/1.1 to the agent's unix socket (local backend) or `ip:port` (Kubernetes backend),
+//! keeps idle connections for reuse so that an exec costs one request, not one connect, and turns
+//! the agent's answers back into `orchard-protocol` types.
+
+mod error;
+mod pool;
+mod stream;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, TryStreamExt};
+use http_body_util::BodyExt;
+use hyper::{Method, Request, Response, StatusCode, body::Incoming};
+use orchard_protocol::{
+    ExecFrame, ExecRequest, ExecResult, FileEntry, Health, Listing, LogChunk, ProcessInfo, ProcessStart, SessionInfo,
+    SessionStart, SignalRequest, WriteResult,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use error::AgentClientError;
+pub use pool::AgentAddr;
+pub use stream::AgentStream;
+
+/// The request body type: a boxed stream of byte chunks.
+pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
+
+pub type Result<T> = std::result::Result<T, AgentClientError>;
+
+/// A body from bytes in memory.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    http_body_util::Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+/// A body from a stream of chunks (uploads of any size without holding them in memory).
+pub fn streaming<S>(stream: S) -> Body
+where
+    S: Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+{
+    http_body_util::StreamBody::new(stream.map_ok(hyper::body::Frame::data)).boxed_unsync()
+}
+
+pub struct AgentClient {
+    pool: pool::Pool,
+    bearer: String,
+}
+
+impl AgentClient {
+    pub fn new(addr: AgentAddr, token: &str) -> Self {
+        AgentClient { pool: pool::Pool::new(addr), bearer: format!("Bearer {token}") }
+    }
+
+    pub fn addr(&self) -> &AgentAddr {
+        self.pool.addr()
+    }
+
+    /// Sends a raw request; the answer's body is left for the caller to stream.
+    pub async fn send(&self, method: Method, path_and_query: &str, body: Body) -> Result<Response<Incoming>> {
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://agent{path_and_query}"))
+            .header(hyper::header::AUTHORIZATION, &self.bearer)
+            .header(hyper::header::HOST, "agent")
+            .body(body)
+            .map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        let response = self.pool.send(request).await?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(error::from_response(response).await)
+    }
+
+    /// Sends a request and decodes a JSON answer; the connection goes back to the pool.
+    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Body) -> Result<T> {
+        let response = self.send(method, path, body).await?;
+        let bytes = response.into_body().collect().await.map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        serde_json::from_slice(&bytes.to_bytes()).map_err(|e| AgentClientError::Protocol(format!("bad answer: {e}")))
+    }
+
+    async fn call_json<T: DeserializeOwned>(&self, method: Method, path: &str, body: &impl Serialize) -> Result<T> {
+        let bytes = serde_json::to_vec(body).map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        self.call(method, path, full(bytes)).await
+    }
+
+    async fn call_empty(&self, method: Method, path: &str) -> Result<()> {
+        let response = self.send(method, path, full(Bytes::new())).await?;
+        let _ = response.into_body().collect().await;
+        Ok(())
+    }
+
+    pub async fn health(&self) -> Result<Health> {
+        self.call(Method::GET, "/health", full(Bytes::new())).await
+    }
+
+    /// Polls `/health` until the agent answers or `timeout` passes.
+    pub async fn wait_healthy(&self, timeout: Duration) -> Result<Health> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.health().await {
+                Ok(h) => return Ok(h),
+                Err(e) if tokio::time::Instant::now() + pause >= deadline => return Err(e),
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult> {
+        self.call_json(Method::POST, "/exec", req).await
+    }
+
+    /// Runs a command and yields its frames as they come; the last one is `Exit` or `Error`.
+    pub async fn exec_stream(&self, req: &ExecRequest) -> Result<impl Stream<Item = Result<ExecFrame>> + Send + use<>> {
+        let bytes = serde_json::to_vec(req).map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        let response = self.send(Method::POST, "/exec?stream=true", full(bytes)).await?;
+        Ok(stream::ndjson_frames(response.into_body()))
+    }
+
+    pub async fn start_process(&self, req: &ProcessStart) -> Result<ProcessInfo> {
+        self.call_json(Method::POST, "/processes", req).await
+    }
+
+    pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>> {
+        self.call(Method::GET, "/processes", full(Bytes::new())).await
+    }
+
+    pub async fn process(&self, id: &str) -> Result<ProcessInfo> {
+        self.call(Method::GET, &format!("/processes/{}", encode(id)), full(Bytes::new())).await
+    }
+
+    pub async fn signal_process(&self, id: &str, signal: &str) -> Result<ProcessInfo> {
+        let body = SignalRequest { signal: signal.to_string() };
+        self.call_json(Method::POST, &format!("/processes/{}/signal", encode(id)), &body).await
+    }
+
+    pub async fn process_log(&self, id: &str, offset: u64, limit: Option<u64>) -> Result<LogChunk> {
+        let mut path = format!("/processes/{}/log?offset={offset}", encode(id));
+        if let Some(limit) = limit {
+            path += &format!("&limit={limit}");
+        }
+        self.call(Method::GET, &path, full(Bytes::new())).await
+    }
+
+    pub async fn start_session(&self, req: &SessionStart) -> Result<SessionInfo> {
+        self.call_json(Method::POST, "/sessions", req).await
+    }
+
+    pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+        self.call(Method::GET, "/sessions", full(Bytes::new())).await
+    }
+
+    pub async fn session_exec(&self, id: &str, req: &ExecRequest) -> Result<ExecResult> {
+        self.call_json(Method::POST, &format!("/sessions/{}/exec", encode(id)), req).await
+    }
+
+    pub async fn close_session(&self, id: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &format!("/sessions/{}", encode(id))).await
+    }
+
+    pub async fn read_file(&self, path: &str) -> Result<Bytes> {
+        let response = self.send(Method::GET, &format!("/files?path={}", encode(path)), full(Bytes::new())).await?;
+        let body = response.into_body().collect().await.map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        Ok(body.to_bytes())
+    }
+
+    /// Writes a file atomically. `mode` is octal permission bits (e.g. 0o755).
+    pub async fn write_file(&self, path: &str, body: Body, mode: Option<u32>, create_parents: bool) -> Result<WriteResult> {
+        let mut query = format!("/files?path={}&create_parents={create_parents}", encode(path));
+        if let Some(mode) = mode {
+            query += &format!("&mode={mode:o}");
+        }
+        self.call(Method::PUT, &query, body).await
+    }
+
+    pub async fn list(&self, path: &str) -> Result<Listing> {
+        self.call(Method::GET, &format!("/files/list?path={}", encode(path)), full(Bytes::new())).await
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<FileEntry> {
+        self.call(Method::GET, &format!("/files/stat?path={}", encode(path)), full(Bytes::new())).await
+    }
+
+    pub async fn remove(&self, path: &str, recursive: bool) -> Result<()> {
+        self.call_empty(Method::DELETE, &format!("/files?path={}&recursive={recursive}", encode(path))).await
+    }
+
+    /// Downloads a directory as a tar stream.
+    pub async fn tar_download(&self, path: &str) -> Result<Response<Incoming>> {
+        self.send(Method::GET, &format!("/tar?path={}", encode(path)), full(Bytes::new())).await
+    }
+
+    /// Uploads a tar stream and extracts it into `path`.
+    pub async fn tar_upload(&self, path: &str, body: Body) -> Result<WriteResult> {
+        self.call(Method::PUT, &format!("/tar?path={}", encode(path)), body).await
+    }
+
+    /// Opens the PTY WebSocket (`/pty`); frames are relayed as they are.
+    pub async fn connect_pty(&self) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
+        let io = self.pool.connect().await?;
+        let request = Request::builder()
+            .uri("ws://agent/pty")
+            .header(hyper::header::AUTHORIZATION, &self.bearer)
+            .header(hyper::header::HOST, "agent")
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", tokio_tungstenite::tungstenite::handshake::client::generate_key())
+            .body(())
+            .map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        let (ws, _response) = tokio_tungstenite::client_async(request, io).await.map_err(|e| match e {
+            tokio_tungstenite::tungstenite::Error::Http(r) if r.status() == StatusCode::UNAUTHORIZED => {
+                AgentClientError::Agent {
+                    status: 401,
+                    kind: orchard_protocol::ErrorKind::Denied,
+                    message: "agent refused the token".into(),
+                }
+            }
+            other => AgentClientError::Protocol(format!("pty handshake: {other}")),
+        })?;
+        Ok(ws)
+    }
+}
+
+/// Percent-encodes a query or path value.
+pub fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,96 @@
+//! The `host` image: the host's own programs, read-only, under a minimal root of our making.
+//!
+//! Good for tests and quick starts: nothing to pull, every tool the host has. The sandbox still
+//! sees none of the host's files outside /usr, /bin, /sbin, /lib*, and a handful from /etc.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::{Image, ImageError, Result, RunConfig};
+
+/// Top-level host directories that programs need.
+const PROGRAM_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+/// Files copied from the host's /etc (a copy: the sandbox may edit its own).
+const ETC_FILES: &[&str] =
+    &["passwd", "group", "hosts", "nsswitch.conf", "resolv.conf", "ld.so.cache", "ld.so.conf", "localtime", "mime.types"];
+/// /etc directories bound read-only (certificates, alternatives symlinks, the loader's config).
+const ETC_DIRS: &[&str] = &["ssl", "ca-certificates", "alternatives", "ld.so.conf.d", "bash.bashrc.d", "profile.d"];
+
+pub(crate) fn host_image(cache: &Path) -> Result<Image> {
+    let skeleton = cache.join("host-skeleton");
+    let mut ro_binds = Vec::new();
+    let staging = cache.join("tmp").join(format!("host-skeleton.{}", std::process::id()));
+    let build = !skeleton.exists();
+    if build {
+        let _ = std::fs::remove_dir_all(&staging);
+        make_dirs(&staging)?;
+    }
+    for name in PROGRAM_DIRS {
+        let host = Path::new("/").join(name);
+        match std::fs::symlink_metadata(&host) {
+            // Merged /usr: /bin -> usr/bin and so on; mirror the link.
+            Ok(m) if m.file_type().is_symlink() => {
+                if build {
+                    let target = std::fs::read_link(&host).map_err(|e| ImageError::io(&host, e))?;
+                    std::os::unix::fs::symlink(&target, staging.join(name)).map_err(|e| ImageError::io(&staging, e))?;
+                }
+            }
+            Ok(m) if m.is_dir() => ro_binds.push((host.clone(), host)),
+            _ => {}
+        }
+    }
+    for name in ETC_DIRS {
+        let host = Path::new("/etc").join(name);
+        if host.is_dir() {
+            ro_binds.push((host.clone(), host));
+        }
+    }
+    if build {
+        for name in ETC_FILES {
+            let host = Path::new("/etc").join(name);
+            if host.is_file() {
+                std::fs::copy(&host, staging.join("etc").join(name)).map_err(|e| ImageError::io(&host, e))?;
+            }
+        }
+        if std::fs::rename(&staging, &skeleton).is_err() {
+            // Another host process built it first.
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+    }
+    Ok(Image {
+        reference: "host".into(),
+        id: "host".into(),
+        root: skeleton,
+        ro_binds,
+        config: RunConfig {
+            env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
+            working_dir: None,
+            entrypoint: vec![],
+            cmd: vec![],
+            user: None,
+        },
+    })
+}
+
+fn make_dirs(root: &Path) -> Result<()> {
+    let dirs: &[(&str, u32)] = &[
+        ("", 0o755),
+        ("etc", 0o755),
+        ("tmp", 0o1777),
+        ("var", 0o755),
+        ("var/tmp", 0o1777),
+        ("root", 0o700),
+        ("home", 0o755),
+        ("run", 0o755),
+        ("opt", 0o755),
+        ("srv", 0o755),
+        ("mnt", 0o755),
+        ("workspace", 0o755),
+    ];
+    for (dir, mode) in dirs {
+        let path: PathBuf = root.join(dir);
+        std::fs::create_dir_all(&path).map_err(|e| ImageError::io(&path, e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)).map_err(|e| ImageError::io(&path, e))?;
+    }
+    Ok(())
+}

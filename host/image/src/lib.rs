@@ -1,0 +1,195 @@
+//! Images for local sandboxes.
+//!
+//! A reference resolves to a read-only root directory (the overlay's lower layer), optional
+//! read-only bind mounts, and the image's run configuration (env, workdir, entrypoint, cmd):
+//!
+//! | reference | what it is |
+//! |---|---|
+//! | `host` | the host's /usr, /bin, /lib* bound read-only, with a minimal /etc; for tests and quick starts |
+//! | `/path/dir`, `dir:/path` | a plain root filesystem directory, used as it is |
+//! | `/path/layout`, `oci:/path[:tag]` | an OCI image layout directory |
+//! | `/path/x.tar`, `oci-archive:/path`, `docker-archive:/path` | an OCI archive or a `docker save` tar |
+//! | anything else, e.g. `python:3.11` | a registry reference, pulled with `oci-client` |
+//!
+//! Layers are unpacked once per manifest digest into `<cache>/rootfs/<digest>` and shared by every
+//! sandbox of that image.
+
+mod archive;
+mod host;
+mod layers;
+mod layout;
+mod registry;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+pub use registry::RegistryOptions;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("image {reference}: {reason}")]
+    Invalid { reference: String, reason: String },
+    #[error("image {reference}: pull failed: {reason}")]
+    Pull { reference: String, reason: String },
+    #[error("image cache {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+impl ImageError {
+    pub(crate) fn invalid(reference: &str, reason: impl std::fmt::Display) -> Self {
+        ImageError::Invalid { reference: reference.to_string(), reason: reason.to_string() }
+    }
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        ImageError::Io { path: path.display().to_string(), source }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ImageError>;
+
+/// How a sandbox of this image runs, from the image's config.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunConfig {
+    /// `KEY=value` entries.
+    pub env: Vec<String>,
+    pub working_dir: Option<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub user: Option<String>,
+}
+
+/// A resolved image, ready to be mounted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Image {
+    pub reference: String,
+    /// The manifest digest, or the directory for plain roots.
+    pub id: String,
+    /// The read-only lower layer of the sandbox's root.
+    pub root: PathBuf,
+    /// Host paths bound read-only into the sandbox: (source, destination).
+    pub ro_binds: Vec<(PathBuf, PathBuf)>,
+    pub config: RunConfig,
+}
+
+pub struct ImageStore {
+    cache: PathBuf,
+    registry: RegistryOptions,
+    /// Resolved references, so that repeated creates cost nothing.
+    resolved: Mutex<HashMap<String, Image>>,
+    /// One unpack at a time per digest.
+    unpacking: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl ImageStore {
+    pub fn new(cache: impl Into<PathBuf>, registry: RegistryOptions) -> Result<Self> {
+        let cache = cache.into();
+        for sub in ["rootfs", "blobs", "tmp"] {
+            let dir = cache.join(sub);
+            std::fs::create_dir_all(&dir).map_err(|e| ImageError::io(&dir, e))?;
+        }
+        // Half-finished unpacks from a crash.
+        let tmp = cache.join("tmp");
+        if let Ok(entries) = std::fs::read_dir(&tmp) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        Ok(ImageStore {
+            cache,
+            registry,
+            resolved: Mutex::new(HashMap::new()),
+            unpacking: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn cache_dir(&self) -> &Path {
+        &self.cache
+    }
+
+    pub async fn resolve(&self, reference: &str) -> Result<Image> {
+        if let Some(image) = self.resolved.lock().unwrap_or_else(|p| p.into_inner()).get(reference) {
+            return Ok(image.clone());
+        }
+        let image = self.resolve_uncached(reference).await?;
+        self.resolved.lock().unwrap_or_else(|p| p.into_inner()).insert(reference.to_string(), image.clone());
+        Ok(image)
+    }
+
+    async fn resolve_uncached(&self, reference: &str) -> Result<Image> {
+        let trimmed = reference.trim();
+        if trimmed.is_empty() {
+            return Err(ImageError::invalid(reference, "empty image reference"));
+        }
+        if trimmed == "host" {
+            return host::host_image(&self.cache);
+        }
+        let (scheme, rest) = match trimmed.split_once(':') {
+            Some((s @ ("dir" | "oci" | "oci-archive" | "docker-archive"), rest)) => (Some(s), rest),
+            _ => (None, trimmed),
+        };
+        let looks_like_path = scheme.is_some() || rest.starts_with('/') || rest.starts_with("./") || rest.starts_with("../");
+        if !looks_like_path {
+            return registry::pull(self, reference).await;
+        }
+        // `oci:/path:tag` names one image of a layout.
+        let (path, tag) = match (scheme, rest.rsplit_once(':')) {
+            (Some("oci"), Some((p, t))) if !t.contains('/') => (PathBuf::from(p), Some(t.to_string())),
+            _ => (PathBuf::from(rest), None),
+        };
+        let path = std::fs::canonicalize(&path).map_err(|e| ImageError::invalid(reference, format!("{}: {e}", path.display())))?;
+        if path.is_file() {
+            return archive::resolve_archive(self, reference, &path).await;
+        }
+        if !path.is_dir() {
+            return Err(ImageError::invalid(reference, format!("{} is neither a directory nor a tar file", path.display())));
+        }
+        if layout::is_layout(&path) || layout::is_docker_save(&path) {
+            let parsed = layout::read(&path, tag.as_deref()).map_err(|e| ImageError::invalid(reference, e))?;
+            return self.unpacked(reference, parsed).await;
+        }
+        if scheme == Some("oci") {
+            return Err(ImageError::invalid(reference, format!("{} has no oci-layout file", path.display())));
+        }
+        Ok(Image {
+            reference: reference.to_string(),
+            id: path.display().to_string(),
+            root: path,
+            ro_binds: Vec::new(),
+            config: RunConfig::default(),
+        })
+    }
+
+    /// Makes sure the layers of `parsed` are unpacked, once, and returns the image.
+    pub(crate) async fn unpacked(&self, reference: &str, parsed: layout::ParsedImage) -> Result<Image> {
+        let key = parsed.manifest_digest.replace(':', "-");
+        let root = self.cache.join("rootfs").join(&key);
+        let lock = self
+            .unpacking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(())))
+            .clone();
+        let _guard = lock.lock().await;
+        if !root.exists() {
+            let staging = self.cache.join("tmp").join(format!("{key}.{}", std::process::id()));
+            let layers = parsed.layers.clone();
+            let staging2 = staging.clone();
+            let reference2 = reference.to_string();
+            tokio::task::spawn_blocking(move || layers::unpack_all(&reference2, &layers, &staging2))
+                .await
+                .map_err(|e| ImageError::invalid(reference, format!("unpack task failed: {e}")))??;
+            std::fs::rename(&staging, &root).map_err(|e| ImageError::io(&root, e))?;
+            tracing::info!(image = reference, digest = %parsed.manifest_digest, "unpacked image");
+        }
+        Ok(Image {
+            reference: reference.to_string(),
+            id: parsed.manifest_digest,
+            root,
+            ro_binds: Vec::new(),
+            config: parsed.config,
+        })
+    }
+}
