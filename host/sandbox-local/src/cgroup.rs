@@ -1,0 +1,215 @@
+//! Resource limits through cgroups, v2 (unified) or v1 (one hierarchy per controller).
+//!
+//! Each sandbox gets a cgroup named after it, nested under the host's own cgroup so that whatever
+//! limits the host runs under also bound its sandboxes. The sandbox's processes join it before
+//! bubblewrap even starts (see `launch`), so nothing escapes the limits by forking early.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+const GROUP_NAME: &str = "orchard-sandboxes";
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    pub memory_bytes: Option<u64>,
+    pub cpu: Option<f64>,
+    pub pids: Option<u64>,
+}
+
+/// Where sandbox cgroups go on this machine.
+#[derive(Debug, Clone)]
+pub enum Layout {
+    /// Unified hierarchy: one directory per sandbox.
+    V2 { parent: PathBuf },
+    /// Legacy hierarchies: one directory per controller per sandbox.
+    V1 { memory: Option<PathBuf>, cpu: Option<PathBuf>, pids: Option<PathBuf> },
+    /// Neither usable (not root, nothing delegated): no limits can be applied.
+    None,
+}
+
+impl Layout {
+    pub fn detect() -> Layout {
+        let own = own_cgroups();
+        if Path::new(CGROUP_ROOT).join("cgroup.controllers").exists() {
+            let base = Path::new(CGROUP_ROOT).join(own.get("").map(|p| p.trim_start_matches('/')).unwrap_or(""));
+            let parent = base.join(GROUP_NAME);
+            if std::fs::create_dir_all(&parent).is_ok() {
+                // Controllers must be enabled for the children of every level we create.
+                let _ = std::fs::write(base.join("cgroup.subtree_control"), "+memory +cpu +pids");
+                let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+memory +cpu +pids");
+                return Layout::V2 { parent };
+            }
+            return Layout::None;
+        }
+        let v1 = |controller: &str| {
+            let mount = Path::new(CGROUP_ROOT).join(controller);
+            let rel = own.get(controller).map(|p| p.trim_start_matches('/').to_string()).unwrap_or_default();
+            let parent = mount.join(rel).join(GROUP_NAME);
+            (mount.is_dir() && std::fs::create_dir_all(&parent).is_ok()).then_some(parent)
+        };
+        let (memory, cpu, pids) = (v1("memory"), v1("cpu"), v1("pids"));
+        if memory.is_none() && cpu.is_none() && pids.is_none() {
+            return Layout::None;
+        }
+        Layout::V1 { memory, cpu, pids }
+    }
+
+    /// The parent directories that hold sandbox cgroups (for reconciling leftovers).
+    pub fn parents(&self) -> Vec<PathBuf> {
+        match self {
+            Layout::V2 { parent } => vec![parent.clone()],
+            Layout::V1 { memory, cpu, pids } => [memory, cpu, pids].into_iter().flatten().cloned().collect(),
+            Layout::None => vec![],
+        }
+    }
+
+    /// Creates the sandbox's cgroup(s) with `limits`. A limit that cannot be applied is an error
+    /// that names it: a sandbox never runs silently unlimited.
+    pub fn create(&self, id: &str, limits: &Limits) -> Result<Vec<PathBuf>, String> {
+        let mut made = Vec::new();
+        let result = self.create_inner(id, limits, &mut made);
+        if result.is_err() {
+            remove(&made);
+        }
+        result.map(|()| made)
+    }
+
+    fn create_inner(&self, id: &str, limits: &Limits, made: &mut Vec<PathBuf>) -> Result<(), String> {
+        let mkdir = |parent: &Path, made: &mut Vec<PathBuf>| -> Result<PathBuf, String> {
+            let dir = parent.join(id);
+            std::fs::create_dir(&dir).map_err(|e| format!("cgroup {}: {e}", dir.display()))?;
+            made.push(dir.clone());
+            Ok(dir)
+        };
+        match self {
+            Layout::V2 { parent } => {
+                let dir = mkdir(parent, made)?;
+                if let Some(bytes) = limits.memory_bytes {
+                    write(&dir, "memory.max", &bytes.to_string())?;
+                    let _ = write(&dir, "memory.swap.max", "0");
+                }
+                if let Some(cpu) = limits.cpu {
+                    write(&dir, "cpu.max", &format!("{} 100000", (cpu * 100_000.0).round() as u64))?;
+                }
+                if let Some(pids) = limits.pids {
+                    write(&dir, "pids.max", &pids.to_string())?;
+                }
+            }
+            Layout::V1 { memory, cpu, pids } => {
+                match (memory, limits.memory_bytes) {
+                    (Some(parent), bytes) => {
+                        let dir = mkdir(parent, made)?;
+                        if let Some(bytes) = bytes {
+                            write(&dir, "memory.limit_in_bytes", &bytes.to_string())?;
+                            // Without this the sandbox could swap past its limit where swap accounting is on.
+                            if dir.join("memory.memsw.limit_in_bytes").exists() {
+                                write(&dir, "memory.memsw.limit_in_bytes", &bytes.to_string())?;
+                            }
+                        }
+                    }
+                    (None, Some(_)) => return Err("a memory limit was asked for but the memory cgroup is not available".into()),
+                    (None, None) => {}
+                }
+                match (cpu, limits.cpu) {
+                    (Some(parent), quota) => {
+                        let dir = mkdir(parent, made)?;
+                        if let Some(cpu) = quota {
+                            write(&dir, "cpu.cfs_period_us", "100000")?;
+                            write(&dir, "cpu.cfs_quota_us", &((cpu * 100_000.0).round() as u64).to_string())?;
+                        }
+                    }
+                    (None, Some(_)) => return Err("a CPU limit was asked for but the cpu cgroup is not available".into()),
+                    (None, None) => {}
+                }
+                match (pids, limits.pids) {
+                    (Some(parent), max) => {
+                        let dir = mkdir(parent, made)?;
+                        if let Some(max) = max {
+                            write(&dir, "pids.max", &max.to_string())?;
+                        }
+                    }
+                    (None, Some(_)) => return Err("a pids limit was asked for but the pids cgroup is not available".into()),
+                    (None, None) => {}
+                }
+            }
+            Layout::None => {
+                if limits.memory_bytes.is_some() || limits.cpu.is_some() || limits.pids.is_some() {
+                    return Err("limits were asked for but no cgroup hierarchy is writable (run as root)".into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> Result<(), String> {
+    std::fs::write(dir.join(file), value).map_err(|e| format!("cgroup {}/{file} = {value}: {e}", dir.display()))
+}
+
+/// `/proc/self/cgroup` as controller → path ("" for the unified hierarchy).
+fn own_cgroups() -> std::collections::HashMap<String, String> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut map = std::collections::HashMap::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+        for c in controllers.split(',') {
+            map.insert(c.to_string(), path.to_string());
+        }
+    }
+    map
+}
+
+/// Opens each cgroup's `cgroup.procs` for the child to join before it execs.
+pub fn open_procs(dirs: &[PathBuf]) -> Result<Vec<File>, String> {
+    dirs.iter()
+        .map(|d| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(d.join("cgroup.procs"))
+                .map_err(|e| format!("cgroup {}: {e}", d.display()))
+        })
+        .collect()
+}
+
+/// Pids still in the cgroup.
+pub fn members(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Kills everything left in the cgroups and removes them. rmdir fails while the kernel still
+/// tears processes down, so it is retried for a while.
+pub fn kill_and_remove(dirs: &[PathBuf]) -> Result<(), String> {
+    for attempt in 0..200 {
+        let mut busy = false;
+        for dir in dirs {
+            if !dir.exists() {
+                continue;
+            }
+            for pid in members(dir) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+            if std::fs::remove_dir(dir).is_err() {
+                busy = true;
+            }
+        }
+        if !busy {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(if attempt < 20 { 1 } else { 10 }));
+    }
+    let left: Vec<_> = dirs.iter().filter(|d| d.exists()).map(|d| d.display().to_string()).collect();
+    Err(format!("cgroups still busy after 2 s: {}", left.join(", ")))
+}
+
+fn remove(dirs: &[PathBuf]) {
+    for d in dirs {
+        let _ = std::fs::remove_dir(d);
+    }
+}

@@ -1,0 +1,546 @@
+//! The `local` sandbox backend: sandboxes on this machine, no daemon.
+//!
+//! Each sandbox is a bubblewrap process tree in its own namespaces with an overlay root, inside
+//! cgroups of its own, with `orchard-agent` as its pid 1 listening on a unix socket that only the
+//! host can reach. Sandboxes are recorded on disk (`<state>/sandboxes/<id>/sandbox.json`) so that
+//! a host that crashed adopts the live ones and cleans up the rest when it starts again.
+
+mod cgroup;
+mod launch;
+mod network;
+mod record;
+mod reconcile;
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use orchard_agent_client::{AgentAddr, AgentClient};
+use orchard_image::{ImageStore, RegistryOptions};
+use orchard_sandbox::{Backend, Result, SandboxError, SandboxInfo, SandboxSpec, SandboxStatus, valid_sandbox_id};
+use tokio::sync::watch;
+
+pub use cgroup::Limits;
+use record::{Record, now};
+
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// Holds `sandboxes/` and `images/`.
+    pub state_dir: PathBuf,
+    /// The static `orchard-agent` binary bound into every sandbox.
+    pub agent_binary: PathBuf,
+    pub bwrap: PathBuf,
+    pub max_sandboxes: usize,
+    /// Idle expiry when a create does not give one.
+    pub default_ttl: Duration,
+    /// Process limit when a create does not give one (fork bombs stop here).
+    pub default_pids: u64,
+    pub registry: RegistryOptions,
+}
+
+impl LocalConfig {
+    pub fn new(state_dir: impl Into<PathBuf>, agent_binary: impl Into<PathBuf>) -> Self {
+        LocalConfig {
+            state_dir: state_dir.into(),
+            agent_binary: agent_binary.into(),
+            bwrap: PathBuf::from("bwrap"),
+            max_sandboxes: 4096,
+            default_ttl: Duration::from_secs(3600),
+            default_pids: 4096,
+            registry: RegistryOptions::default(),
+        }
+    }
+}
+
+pub struct LocalBackend {
+    config: LocalConfig,
+    images: ImageStore,
+    cgroups: cgroup::Layout,
+    sandboxes: RwLock<HashMap<String, Arc<LocalSandbox>>>,
+    /// Ids being created (not yet in `sandboxes`), and network slots in use.
+    reserved: Mutex<Reserved>,
+    network_ready: tokio::sync::OnceCell<std::result::Result<(), String>>,
+}
+
+#[derive(Default)]
+struct Reserved {
+    ids: HashSet<String>,
+    slots: HashSet<u32>,
+}
+
+struct LocalSandbox {
+    record: Mutex<Record>,
+    dir: PathBuf,
+    agent: Arc<AgentClient>,
+    status: Mutex<(SandboxStatus, Option<String>)>,
+    /// Becomes true when the sandbox's process tree is gone.
+    exited: watch::Receiver<bool>,
+    deleting: AtomicBool,
+}
+
+impl LocalSandbox {
+    fn info(&self) -> SandboxInfo {
+        let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut status, mut message) = self.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if status == SandboxStatus::Ready && !record::is_alive(r.init_pid, r.init_start) {
+            status = SandboxStatus::Failed;
+            message = Some("the sandbox's processes are gone".into());
+        }
+        SandboxInfo {
+            id: r.id.clone(),
+            tenant: r.tenant.clone(),
+            image: r.image.clone(),
+            backend: "local".into(),
+            block_network: r.block_network,
+            cpu: r.cpu,
+            memory_bytes: r.memory_bytes,
+            pids: r.pids,
+            created_at: r.created_at,
+            last_active: r.last_active,
+            ttl_seconds: r.ttl_seconds,
+            status,
+            status_message: message,
+            agent: self.agent.addr().to_string(),
+        }
+    }
+
+    /// Records activity; written through to disk at most every 30 s (heartbeats always are).
+    fn touch(&self, persist: bool) {
+        let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        let now = now();
+        let stale = now - r.last_active > 30.0;
+        r.last_active = now;
+        if persist || stale {
+            let _ = r.save(&self.dir);
+        }
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    use rand::RngCore;
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    hex::encode(buf)
+}
+
+impl LocalBackend {
+    /// Opens the backend: checks the tools, then adopts or cleans up what an earlier host left.
+    pub async fn open(config: LocalConfig) -> Result<Arc<Self>> {
+        if !config.agent_binary.is_file() {
+            return Err(SandboxError::Backend(format!(
+                "orchard-agent binary not found at {} (build it with `cargo xtask agent`, or set ORCHARD_AGENT_BIN)",
+                config.agent_binary.display()
+            )));
+        }
+        let bwrap_ok = std::process::Command::new(&config.bwrap)
+            .arg("--version")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !bwrap_ok {
+            return Err(SandboxError::Backend(format!(
+                "bubblewrap ({}) is not runnable: install it (apt-get install bubblewrap)",
+                config.bwrap.display()
+            )));
+        }
+        let sandboxes_dir = config.state_dir.join("sandboxes");
+        std::fs::create_dir_all(&sandboxes_dir).map_err(|e| SandboxError::backend("state dir", e))?;
+        let _ = std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700));
+        let images = ImageStore::new(config.state_dir.join("images"), config.registry.clone())
+            .map_err(|e| SandboxError::backend("image cache", e))?;
+        let backend = Arc::new(LocalBackend {
+            images,
+            cgroups: cgroup::Layout::detect(),
+            sandboxes: RwLock::new(HashMap::new()),
+            reserved: Mutex::new(Reserved::default()),
+            network_ready: tokio::sync::OnceCell::new(),
+            config,
+        });
+        let report = reconcile::run(&backend).await;
+        tracing::info!(adopted = report.adopted, cleaned = report.cleaned, "local backend ready");
+        Ok(backend)
+    }
+
+    fn sandboxes_dir(&self) -> PathBuf {
+        self.config.state_dir.join("sandboxes")
+    }
+
+    fn find(&self, id: &str) -> Result<Arc<LocalSandbox>> {
+        self.sandboxes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .filter(|s| !s.deleting.load(Ordering::Relaxed))
+            .cloned()
+            .ok_or_else(|| SandboxError::NotFound(id.to_string()))
+    }
+
+    /// Where the sandbox with this id keeps its record, socket and writable layer.
+    pub fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.sandboxes_dir().join(id)
+    }
+
+    /// The cgroup directories of a sandbox (for tests and operators).
+    pub fn sandbox_cgroups(&self, id: &str) -> Result<Vec<PathBuf>> {
+        Ok(self.find(id)?.record.lock().unwrap_or_else(|p| p.into_inner()).cgroups.clone())
+    }
+
+    /// The host pid of the sandbox's init (its agent).
+    pub fn sandbox_init_pid(&self, id: &str) -> Result<i32> {
+        Ok(self.find(id)?.record.lock().unwrap_or_else(|p| p.into_inner()).init_pid)
+    }
+
+    fn validate(&self, spec: &SandboxSpec) -> Result<()> {
+        if let Some(id) = &spec.id {
+            valid_sandbox_id(id).map_err(SandboxError::InvalidSpec)?;
+        }
+        for root in &spec.file_roots {
+            if !root.starts_with('/') {
+                return Err(SandboxError::InvalidSpec(format!("file_roots: {root:?} is not an absolute path")));
+            }
+        }
+        for key in spec.env.keys() {
+            if key.is_empty() || key.contains('=') || key.contains('\0') {
+                return Err(SandboxError::InvalidSpec(format!("env: {key:?} is not a valid variable name")));
+            }
+        }
+        if spec.block_network && !spec.network_allow.is_empty() {
+            return Err(SandboxError::InvalidSpec("network_allow needs block_network: false".into()));
+        }
+        if spec.ttl_seconds == Some(0) {
+            return Err(SandboxError::InvalidSpec("timeout: must be at least 1 second".into()));
+        }
+        Ok(())
+    }
+
+    /// Reserves an id (and capacity) for a sandbox being created.
+    fn reserve(&self, spec: &SandboxSpec) -> Result<String> {
+        let sandboxes = self.sandboxes.read().unwrap_or_else(|p| p.into_inner());
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        if sandboxes.len() + reserved.ids.len() >= self.config.max_sandboxes {
+            return Err(SandboxError::Capacity(format!("{} sandboxes is this host's limit", self.config.max_sandboxes)));
+        }
+        let id = spec.id.clone().unwrap_or_else(|| format!("sb-{}", random_hex(6)));
+        if sandboxes.contains_key(&id) || reserved.ids.contains(&id) || self.sandbox_dir(&id).exists() {
+            return Err(SandboxError::AlreadyExists(id));
+        }
+        reserved.ids.insert(id.clone());
+        Ok(id)
+    }
+
+    fn release(&self, id: &str) {
+        self.reserved.lock().unwrap_or_else(|p| p.into_inner()).ids.remove(id);
+    }
+
+    fn take_slot(&self) -> Result<u32> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = (1..=16_383u32)
+            .find(|s| !reserved.slots.contains(s))
+            .ok_or_else(|| SandboxError::Capacity("no free network slots".into()))?;
+        reserved.slots.insert(slot);
+        Ok(slot)
+    }
+
+    fn free_slot(&self, slot: u32) {
+        self.reserved.lock().unwrap_or_else(|p| p.into_inner()).slots.remove(&slot);
+    }
+
+    async fn create_inner(&self, id: &str, spec: &SandboxSpec) -> Result<Arc<LocalSandbox>> {
+        let image = self.images.resolve(&spec.image).await.map_err(|e| SandboxError::Image {
+            image: spec.image.clone(),
+            reason: match e {
+                orchard_image::ImageError::Invalid { reason, .. } => reason,
+                other => other.to_string(),
+            },
+        })?;
+        let dir = self.sandbox_dir(id);
+        std::fs::create_dir(&dir).map_err(|e| SandboxError::backend(&format!("{}", dir.display()), e))?;
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        let limits = Limits { memory_bytes: spec.memory_bytes, cpu: spec.cpu, pids: Some(spec.pids.unwrap_or(self.config.default_pids)) };
+        let mut record = Record {
+            id: id.to_string(),
+            tenant: spec.tenant.clone(),
+            image: spec.image.clone(),
+            image_id: image.id.clone(),
+            block_network: spec.block_network,
+            network_allow: spec.network_allow.clone(),
+            cpu: spec.cpu,
+            memory_bytes: spec.memory_bytes,
+            pids: limits.pids,
+            created_at: now(),
+            last_active: now(),
+            ttl_seconds: spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs()),
+            token: random_hex(24),
+            init_pid: 0,
+            init_start: 0,
+            cgroups: Vec::new(),
+            network: None,
+        };
+        // Saved before anything is made, so that a crash mid-create is cleaned up at next start.
+        record.save(&dir).map_err(SandboxError::Backend)?;
+        let result = self.start(&dir, &mut record, &image, spec, &limits).await;
+        match result {
+            Ok((child, init_pid)) => {
+                record.init_pid = init_pid;
+                record.init_start = record::process_start(init_pid).unwrap_or(0);
+                record.save(&dir).map_err(SandboxError::Backend)?;
+                let agent = Arc::new(AgentClient::new(AgentAddr::Unix(dir.join(record::SOCKET_FILE)), &record.token));
+                let (exited_tx, exited) = watch::channel(false);
+                let sandbox = Arc::new(LocalSandbox {
+                    record: Mutex::new(record),
+                    dir: dir.clone(),
+                    agent: agent.clone(),
+                    status: Mutex::new((SandboxStatus::Pending, None)),
+                    exited,
+                    deleting: AtomicBool::new(false),
+                });
+                let watched = sandbox.clone();
+                tokio::spawn(async move {
+                    let mut child = child;
+                    let status = child.wait().await;
+                    if !watched.deleting.load(Ordering::Relaxed) {
+                        let message = format!("the sandbox exited unexpectedly ({})", status.map(|s| s.to_string()).unwrap_or_default());
+                        tracing::warn!(sandbox = %watched.record.lock().unwrap_or_else(|p| p.into_inner()).id, "{message}");
+                        *watched.status.lock().unwrap_or_else(|p| p.into_inner()) = (SandboxStatus::Failed, Some(message));
+                    }
+                    let _ = exited_tx.send(true);
+                });
+                match agent.wait_healthy(Duration::from_secs(10)).await {
+                    Ok(_) => {
+                        *sandbox.status.lock().unwrap_or_else(|p| p.into_inner()) = (SandboxStatus::Ready, None);
+                        Ok(sandbox)
+                    }
+                    Err(e) => {
+                        let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+                        self.destroy(&sandbox).await;
+                        Err(SandboxError::Backend(format!("the sandbox's agent did not come up: {e}; its log: {}", log.trim())))
+                    }
+                }
+            }
+            Err(e) => {
+                self.cleanup_record(&dir, &record).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes the cgroups and the network, then launches bubblewrap.
+    async fn start(
+        &self,
+        dir: &Path,
+        record: &mut Record,
+        image: &orchard_image::Image,
+        spec: &SandboxSpec,
+        limits: &Limits,
+    ) -> Result<(tokio::process::Child, i32)> {
+        record.cgroups = self.cgroups.create(&record.id, limits).map_err(SandboxError::InvalidSpec)?;
+        record.save(dir).map_err(SandboxError::Backend)?;
+        let cgroup_files = cgroup::open_procs(&record.cgroups).map_err(SandboxError::Backend)?;
+        let netns = if spec.block_network {
+            None
+        } else {
+            let prepared = self.network_ready.get_or_init(|| async { tokio::task::spawn_blocking(network::prepare_host).await.unwrap_or_else(|e| Err(e.to_string())) }).await;
+            prepared.clone().map_err(|e| SandboxError::Backend(format!("network setup: {e}")))?;
+            let allow = network::resolve_allow(&spec.network_allow).await.map_err(SandboxError::InvalidSpec)?;
+            let slot = self.take_slot()?;
+            let id = record.id.clone();
+            let attached = tokio::task::spawn_blocking(move || network::attach(&id, slot, allow))
+                .await
+                .map_err(|e| SandboxError::backend("network setup", e))?;
+            let attachment = match attached {
+                Ok(a) => a,
+                Err(e) => {
+                    self.free_slot(slot);
+                    return Err(SandboxError::Backend(format!("network setup: {e}")));
+                }
+            };
+            let file = network::netns_file(&attachment).map_err(SandboxError::Backend);
+            record.network = Some(attachment);
+            record.save(dir).map_err(SandboxError::Backend)?;
+            Some(file?)
+        };
+        let socket = dir.join(record::SOCKET_FILE);
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket)
+            .map_err(|e| SandboxError::backend(&format!("binding {}", socket.display()), e))?;
+        let mut env: Vec<(String, String)> = image
+            .config
+            .env
+            .iter()
+            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect();
+        for (k, v) in [("HOME", "/root"), ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")] {
+            if !env.iter().any(|(key, _)| key == k) {
+                env.push((k.into(), v.into()));
+            }
+        }
+        env.push(("HOSTNAME".into(), record.id.clone()));
+        env.push(("ORCHARD_SANDBOX_ID".into(), record.id.clone()));
+        for (k, v) in &spec.env {
+            env.retain(|(key, _)| key != k);
+            env.push((k.clone(), v.clone()));
+        }
+        let launched = launch::launch(
+            launch::LaunchSpec {
+                bwrap: &self.config.bwrap,
+                agent_binary: &self.config.agent_binary,
+                dir,
+                image,
+                hostname: &record.id,
+                env,
+                workdir: image.config.working_dir.clone().unwrap_or_else(|| "/".into()),
+                listener: listener.into(),
+                cgroups: cgroup_files,
+                netns,
+                file_roots: &spec.file_roots,
+            },
+            &record.token,
+        )
+        .await
+        .map_err(|e| SandboxError::Backend(format!("starting the sandbox: {e}")))?;
+        Ok((launched.child, launched.init_pid))
+    }
+
+    /// Tears a sandbox down completely: processes, cgroups, network, files.
+    async fn destroy(&self, sandbox: &LocalSandbox) {
+        sandbox.deleting.store(true, Ordering::Relaxed);
+        let record = sandbox.record.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if record::is_alive(record.init_pid, record.init_start) {
+            // The sandbox's pid 1: its death takes the whole pid namespace with it.
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(record.init_pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        let mut exited = sandbox.exited.clone();
+        let _ = tokio::time::timeout(Duration::from_secs(5), exited.wait_for(|e| *e)).await;
+        self.cleanup_record(&sandbox.dir, &record).await;
+    }
+
+    /// Removes what a record says exists, whether or not its processes still run.
+    async fn cleanup_record(&self, dir: &Path, record: &Record) {
+        if record.init_pid > 0 && record::is_alive(record.init_pid, record.init_start) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(record.init_pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        let cgroups = record.cgroups.clone();
+        let network = record.network.clone();
+        let dir = dir.to_path_buf();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let cg = cgroup::kill_and_remove(&cgroups);
+            if let Some(a) = &network {
+                network::detach(a);
+            }
+            // The overlay lived in the sandbox's own mount namespace; it is gone with its processes.
+            let fs = std::fs::remove_dir_all(&dir).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) });
+            (cg, fs)
+        })
+        .await;
+        match outcome {
+            Ok((Err(e), _)) => tracing::warn!(sandbox = %record.id, "cleanup: {e}"),
+            Ok((_, Err(e))) => tracing::warn!(sandbox = %record.id, "cleanup: removing the sandbox directory: {e}"),
+            Err(e) => tracing::warn!(sandbox = %record.id, "cleanup task failed: {e}"),
+            _ => {}
+        }
+        if let Some(a) = &record.network {
+            self.free_slot(a.slot);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for LocalBackend {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn create(&self, spec: SandboxSpec) -> Result<SandboxInfo> {
+        self.validate(&spec)?;
+        let id = self.reserve(&spec)?;
+        let created = self.create_inner(&id, &spec).await;
+        let outcome = created.map(|sandbox| {
+            let info = sandbox.info();
+            self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), sandbox);
+            info
+        });
+        self.release(&id);
+        outcome
+    }
+
+    async fn get(&self, id: &str) -> Result<SandboxInfo> {
+        Ok(self.find(id)?.info())
+    }
+
+    async fn list(&self) -> Vec<SandboxInfo> {
+        let sandboxes: Vec<_> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let mut infos: Vec<_> = sandboxes.iter().filter(|s| !s.deleting.load(Ordering::Relaxed)).map(|s| s.info()).collect();
+        infos.sort_by(|a, b| a.created_at.total_cmp(&b.created_at));
+        infos
+    }
+
+    async fn agent(&self, id: &str) -> Result<Arc<AgentClient>> {
+        let sandbox = self.find(id)?;
+        sandbox.touch(false);
+        Ok(sandbox.agent.clone())
+    }
+
+    async fn wait_ready(&self, id: &str, timeout: Duration) -> Result<SandboxInfo> {
+        let sandbox = self.find(id)?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let info = sandbox.info();
+            match info.status {
+                SandboxStatus::Ready | SandboxStatus::Failed | SandboxStatus::Unschedulable => return Ok(info),
+                SandboxStatus::Pending if tokio::time::Instant::now() >= deadline => {
+                    return Err(SandboxError::NotReady { id: id.into(), reason: format!("not ready after {timeout:?}") });
+                }
+                SandboxStatus::Pending => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    }
+
+    async fn heartbeat(&self, id: &str) -> Result<SandboxInfo> {
+        let sandbox = self.find(id)?;
+        sandbox.touch(true);
+        Ok(sandbox.info())
+    }
+
+    async fn delete(&self, id: &str) -> Result<()> {
+        let sandbox = self.find(id)?;
+        if sandbox.deleting.swap(true, Ordering::Relaxed) {
+            return Err(SandboxError::NotFound(id.to_string()));
+        }
+        self.destroy(&sandbox).await;
+        self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).remove(id);
+        Ok(())
+    }
+
+    async fn reap_expired(&self) -> Vec<String> {
+        let now = now();
+        let expired: Vec<String> = self
+            .sandboxes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| !s.deleting.load(Ordering::Relaxed))
+            .map(|s| s.info())
+            .filter(|i| i.expires_at() <= now)
+            .map(|i| i.id)
+            .collect();
+        for id in &expired {
+            tracing::info!(sandbox = %id, "idle timeout reached: deleting");
+            let _ = self.delete(id).await;
+        }
+        expired
+    }
+
+    async fn free_slots(&self) -> Option<usize> {
+        let used = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).len()
+            + self.reserved.lock().unwrap_or_else(|p| p.into_inner()).ids.len();
+        Some(self.config.max_sandboxes.saturating_sub(used))
+    }
+
+    async fn shutdown(&self) {
+        let ids: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        futures::future::join_all(ids.iter().map(|id| self.delete(id))).await;
+    }
+}

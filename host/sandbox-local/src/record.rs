@@ -1,0 +1,89 @@
+//! The on-disk record of a sandbox: enough for a restarted host to find it again, talk to it,
+//! or clean up everything it held.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub const RECORD_FILE: &str = "sandbox.json";
+pub const SOCKET_FILE: &str = "agent.sock";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub id: String,
+    pub tenant: String,
+    pub image: String,
+    pub image_id: String,
+    pub block_network: bool,
+    #[serde(default)]
+    pub network_allow: Vec<String>,
+    pub cpu: Option<f64>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub created_at: f64,
+    pub last_active: f64,
+    pub ttl_seconds: u64,
+    /// The agent's token. The record lives in a 0700 directory outside every sandbox.
+    pub token: String,
+    /// The sandbox's pid 1 (the agent) on the host, and its start time in clock ticks, which
+    /// tells it apart from a later process that got the same pid.
+    pub init_pid: i32,
+    pub init_start: u64,
+    pub cgroups: Vec<PathBuf>,
+    #[serde(default)]
+    pub network: Option<crate::network::Attachment>,
+}
+
+impl Record {
+    pub fn load(dir: &Path) -> Result<Record, String> {
+        let path = dir.join(RECORD_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Written to a temporary file and renamed, so a crash never leaves half a record.
+    pub fn save(&self, dir: &Path) -> Result<(), String> {
+        let tmp = dir.join(format!("{RECORD_FILE}.tmp"));
+        let bytes = serde_json::to_vec_pretty(self).expect("records serialise");
+        std::fs::write(&tmp, bytes).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, dir.join(RECORD_FILE)).map_err(|e| format!("{}: {e}", dir.display()))
+    }
+}
+
+/// The start time (field 22 of /proc/PID/stat) of a live process.
+pub fn process_start(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: skip past its last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// True while the process that the record names is still the one running.
+pub fn is_alive(pid: i32, start: u64) -> bool {
+    pid > 0 && process_start(pid) == Some(start) && !is_zombie(pid)
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
+        .unwrap_or(true)
+}
+
+pub fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// A pidfd for `pid`, readable once the process has exited.
+pub fn pidfd(pid: i32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags; a non-negative result is a new fd we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the fd was just returned to us and is owned by nothing else.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: the OwnedFd moves into the AsyncFd and stays open as long as it does.
+    unsafe { tokio::io::unix::AsyncFd::register(owned) }.ok()
+}
