@@ -170,7 +170,13 @@ impl AgentClient {
     }
 
     /// Writes a file atomically. `mode` is octal permission bits (e.g. 0o755).
-    pub async fn write_file(&self, path: &str, body: Body, mode: Option<u32>, create_parents: bool) -> Result<WriteResult> {
+    pub async fn write_file(
+        &self,
+        path: &str,
+        body: Body,
+        mode: Option<u32>,
+        create_parents: bool,
+    ) -> Result<WriteResult> {
         let mut query = format!("/files?path={}&create_parents={create_parents}", encode(path));
         if let Some(mode) = mode {
             query += &format!("&mode={mode:o}");

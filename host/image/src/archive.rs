@@ -21,7 +21,12 @@ struct Memo {
 
 pub(crate) async fn resolve_archive(store: &ImageStore, reference: &str, path: &Path) -> Result<Image> {
     let meta = std::fs::metadata(path).map_err(|e| ImageError::io(path, e))?;
-    let key = hex::encode(Sha256::digest(format!("{}\0{}\0{}", path.display(), meta.len(), meta.mtime_nsec() + meta.mtime() * 1_000_000_000)));
+    let key = hex::encode(Sha256::digest(format!(
+        "{}\0{}\0{}",
+        path.display(),
+        meta.len(),
+        meta.mtime_nsec() + meta.mtime() * 1_000_000_000
+    )));
     let memo_dir = store.cache_dir().join("archives");
     let memo_path = memo_dir.join(format!("{key}.json"));
     if let Ok(bytes) = std::fs::read(&memo_path)
@@ -29,7 +34,13 @@ pub(crate) async fn resolve_archive(store: &ImageStore, reference: &str, path: &
     {
         let root = store.cache_dir().join("rootfs").join(memo.manifest_digest.replace(':', "-"));
         if root.is_dir() {
-            return Ok(Image { reference: reference.into(), id: memo.manifest_digest, root, ro_binds: vec![], config: memo.config });
+            return Ok(Image {
+                reference: reference.into(),
+                id: memo.manifest_digest,
+                root,
+                ro_binds: vec![],
+                config: memo.config,
+            });
         }
     }
     let scratch = store.cache_dir().join("tmp").join(format!("archive-{key}"));
@@ -64,7 +75,13 @@ pub(crate) async fn resolve_archive(store: &ImageStore, reference: &str, path: &
     result
 }
 
-async fn unpack_and_memo(store: &ImageStore, reference: &str, parsed: ParsedImage, memo_dir: &Path, memo_path: &Path) -> Result<Image> {
+async fn unpack_and_memo(
+    store: &ImageStore,
+    reference: &str,
+    parsed: ParsedImage,
+    memo_dir: &Path,
+    memo_path: &Path,
+) -> Result<Image> {
     let image = store.unpacked(reference, parsed).await?;
     let memo = Memo { manifest_digest: image.id.clone(), config: image.config.clone() };
     let _ = std::fs::create_dir_all(memo_dir);

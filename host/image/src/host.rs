@@ -11,8 +11,17 @@ use crate::{Image, ImageError, Result, RunConfig};
 /// Top-level host directories that programs need.
 const PROGRAM_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 /// Files copied from the host's /etc (a copy: the sandbox may edit its own).
-const ETC_FILES: &[&str] =
-    &["passwd", "group", "hosts", "nsswitch.conf", "resolv.conf", "ld.so.cache", "ld.so.conf", "localtime", "mime.types"];
+const ETC_FILES: &[&str] = &[
+    "passwd",
+    "group",
+    "hosts",
+    "nsswitch.conf",
+    "resolv.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "localtime",
+    "mime.types",
+];
 /// /etc directories bound read-only (certificates, alternatives symlinks, the loader's config).
 const ETC_DIRS: &[&str] = &["ssl", "ca-certificates", "alternatives", "ld.so.conf.d", "bash.bashrc.d", "profile.d"];
 
@@ -90,7 +99,8 @@ fn make_dirs(root: &Path) -> Result<()> {
     for (dir, mode) in dirs {
         let path: PathBuf = root.join(dir);
         std::fs::create_dir_all(&path).map_err(|e| ImageError::io(&path, e))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)).map_err(|e| ImageError::io(&path, e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
+            .map_err(|e| ImageError::io(&path, e))?;
     }
     Ok(())
 }

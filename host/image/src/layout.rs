@@ -101,7 +101,8 @@ fn read_docker_save(dir: &Path) -> Result<ParsedImage, String> {
         Ok(dir.join(name))
     };
     let (config, _): (ConfigFile, _) = read_json(&inside(&entry.config)?)?;
-    let layers = entry.layers.iter().map(|l| Ok(Layer { path: inside(l)?, digest: None })).collect::<Result<_, String>>()?;
+    let layers =
+        entry.layers.iter().map(|l| Ok(Layer { path: inside(l)?, digest: None })).collect::<Result<_, String>>()?;
     use sha2::Digest;
     let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&manifest_bytes)));
     Ok(ParsedImage { manifest_digest: digest, layers, config: run_config(&config) })

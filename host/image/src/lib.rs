@@ -96,12 +96,7 @@ impl ImageStore {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
-        Ok(ImageStore {
-            cache,
-            registry,
-            resolved: Mutex::new(HashMap::new()),
-            unpacking: Mutex::new(HashMap::new()),
-        })
+        Ok(ImageStore { cache, registry, resolved: Mutex::new(HashMap::new()), unpacking: Mutex::new(HashMap::new()) })
     }
 
     pub fn cache_dir(&self) -> &Path {
@@ -129,7 +124,8 @@ impl ImageStore {
             Some((s @ ("dir" | "oci" | "oci-archive" | "docker-archive"), rest)) => (Some(s), rest),
             _ => (None, trimmed),
         };
-        let looks_like_path = scheme.is_some() || rest.starts_with('/') || rest.starts_with("./") || rest.starts_with("../");
+        let looks_like_path =
+            scheme.is_some() || rest.starts_with('/') || rest.starts_with("./") || rest.starts_with("../");
         if !looks_like_path {
             return registry::pull(self, reference).await;
         }
@@ -138,12 +134,16 @@ impl ImageStore {
             (Some("oci"), Some((p, t))) if !t.contains('/') => (PathBuf::from(p), Some(t.to_string())),
             _ => (PathBuf::from(rest), None),
         };
-        let path = std::fs::canonicalize(&path).map_err(|e| ImageError::invalid(reference, format!("{}: {e}", path.display())))?;
+        let path = std::fs::canonicalize(&path)
+            .map_err(|e| ImageError::invalid(reference, format!("{}: {e}", path.display())))?;
         if path.is_file() {
             return archive::resolve_archive(self, reference, &path).await;
         }
         if !path.is_dir() {
-            return Err(ImageError::invalid(reference, format!("{} is neither a directory nor a tar file", path.display())));
+            return Err(ImageError::invalid(
+                reference,
+                format!("{} is neither a directory nor a tar file", path.display()),
+            ));
         }
         if layout::is_layout(&path) || layout::is_docker_save(&path) {
             let parsed = layout::read(&path, tag.as_deref()).map_err(|e| ImageError::invalid(reference, e))?;

@@ -22,7 +22,8 @@ pub struct RegistryOptions {
 
 pub(crate) async fn pull(store: &ImageStore, reference: &str) -> Result<Image> {
     let fail = |reason: String| ImageError::Pull { reference: reference.to_string(), reason };
-    let parsed: Reference = reference.parse().map_err(|e| ImageError::invalid(reference, format!("not an image reference: {e}")))?;
+    let parsed: Reference =
+        reference.parse().map_err(|e| ImageError::invalid(reference, format!("not an image reference: {e}")))?;
     // rustls needs a process-wide crypto provider; installing twice is harmless.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = Client::new(ClientConfig {
@@ -44,13 +45,19 @@ pub(crate) async fn pull(store: &ImageStore, reference: &str) -> Result<Image> {
     let blobs = store.cache_dir().join("blobs");
     let mut layers = Vec::new();
     for descriptor in &manifest.layers {
-        let hex = descriptor.digest.strip_prefix("sha256:").ok_or_else(|| fail(format!("unsupported digest {}", descriptor.digest)))?;
+        let hex = descriptor
+            .digest
+            .strip_prefix("sha256:")
+            .ok_or_else(|| fail(format!("unsupported digest {}", descriptor.digest)))?;
         let path: PathBuf = blobs.join(hex);
         if !path.exists() {
             let partial = blobs.join(format!("{hex}.partial"));
             let file = tokio::fs::File::create(&partial).await.map_err(|e| ImageError::io(&partial, e))?;
             // pull_blob checks the digest as it writes.
-            client.pull_blob(&parsed, descriptor, file).await.map_err(|e| fail(format!("layer {}: {e}", descriptor.digest)))?;
+            client
+                .pull_blob(&parsed, descriptor, file)
+                .await
+                .map_err(|e| fail(format!("layer {}: {e}", descriptor.digest)))?;
             tokio::fs::rename(&partial, &path).await.map_err(|e| ImageError::io(&path, e))?;
         }
         layers.push(Layer { path, digest: Some(descriptor.digest.clone()) });

@@ -109,7 +109,9 @@ impl Layout {
                             }
                         }
                     }
-                    (None, Some(_)) => return Err("a memory limit was asked for but the memory cgroup is not available".into()),
+                    (None, Some(_)) => {
+                        return Err("a memory limit was asked for but the memory cgroup is not available".into());
+                    }
                     (None, None) => {}
                 }
                 match (cpu, limits.cpu) {
@@ -120,7 +122,9 @@ impl Layout {
                             write(&dir, "cpu.cfs_quota_us", &((cpu * 100_000.0).round() as u64).to_string())?;
                         }
                     }
-                    (None, Some(_)) => return Err("a CPU limit was asked for but the cpu cgroup is not available".into()),
+                    (None, Some(_)) => {
+                        return Err("a CPU limit was asked for but the cpu cgroup is not available".into());
+                    }
                     (None, None) => {}
                 }
                 match (pids, limits.pids) {
@@ -130,7 +134,9 @@ impl Layout {
                             write(&dir, "pids.max", &max.to_string())?;
                         }
                     }
-                    (None, Some(_)) => return Err("a pids limit was asked for but the pids cgroup is not available".into()),
+                    (None, Some(_)) => {
+                        return Err("a pids limit was asked for but the pids cgroup is not available".into());
+                    }
                     (None, None) => {}
                 }
             }

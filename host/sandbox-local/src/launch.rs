@@ -81,12 +81,8 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
             return Err(format!("{}: overlay paths cannot contain ',' or ':'", p.display()));
         }
     }
-    let options = format!(
-        "lowerdir={},upperdir={},workdir={}",
-        spec.image.root.display(),
-        upper.display(),
-        work.display()
-    );
+    let options =
+        format!("lowerdir={},upperdir={},workdir={}", spec.image.root.display(), upper.display(), work.display());
     let cstr = |b: &[u8]| CString::new(b).map_err(|_| "a path contains a NUL byte".to_string());
     let overlay = OverlayMount { target: cstr(root.as_os_str().as_bytes())?, options: cstr(options.as_bytes())? };
 
@@ -133,7 +129,9 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
 
     let (info_read, info_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     // Out of the way of fds 3 and 4, which the child sets up.
-    let high = |fd: &OwnedFd| nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(100)).map_err(|e| format!("dup: {e}"));
+    let high = |fd: &OwnedFd| {
+        nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(100)).map_err(|e| format!("dup: {e}"))
+    };
     let listen_fd = high(&spec.listener)?;
     let info_fd = high(&info_write)?;
     drop(info_write);
@@ -143,9 +141,7 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
     let ids = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
     // SAFETY: the closure only makes raw system calls on memory prepared before the fork.
     unsafe {
-        cmd.pre_exec(move || {
-            child_setup(&overlay, &cgroup_fds, netns_fd, listen_fd, info_fd, rootless, ids)
-        });
+        cmd.pre_exec(move || child_setup(&overlay, &cgroup_fds, netns_fd, listen_fd, info_fd, rootless, ids));
     }
     let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", spec.bwrap.display()))?;
     let _ = nix::unistd::close(listen_fd);
@@ -182,11 +178,17 @@ async fn read_child_pid(fd: OwnedFd) -> Result<i32, String> {
             }
             text.extend_from_slice(&buf[..n]);
             if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) {
-                return v.get("child-pid").and_then(|p| p.as_i64()).map(|p| p as i32).ok_or("bwrap gave no child pid".into());
+                return v
+                    .get("child-pid")
+                    .and_then(|p| p.as_i64())
+                    .map(|p| p as i32)
+                    .ok_or("bwrap gave no child pid".into());
             }
         }
     };
-    tokio::time::timeout(std::time::Duration::from_secs(10), read).await.map_err(|_| "bwrap did not start the sandbox within 10 s".to_string())?
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .map_err(|_| "bwrap did not start the sandbox within 10 s".to_string())?
 }
 
 struct OverlayMount {
@@ -223,7 +225,13 @@ fn child_setup(
         } else {
             check(libc::unshare(libc::CLONE_NEWNS))?;
         }
-        check(libc::mount(c"none".as_ptr(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()))?;
+        check(libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
         check(libc::mount(
             c"overlay".as_ptr(),
             overlay.target.as_ptr(),

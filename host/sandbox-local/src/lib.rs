@@ -8,8 +8,8 @@
 mod cgroup;
 mod launch;
 mod network;
-mod record;
 mod reconcile;
+mod record;
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
@@ -221,7 +221,10 @@ impl LocalBackend {
         let sandboxes = self.sandboxes.read().unwrap_or_else(|p| p.into_inner());
         let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
         if sandboxes.len() + reserved.ids.len() >= self.config.max_sandboxes {
-            return Err(SandboxError::Capacity(format!("{} sandboxes is this host's limit", self.config.max_sandboxes)));
+            return Err(SandboxError::Capacity(format!(
+                "{} sandboxes is this host's limit",
+                self.config.max_sandboxes
+            )));
         }
         let id = spec.id.clone().unwrap_or_else(|| format!("sb-{}", random_hex(6)));
         if sandboxes.contains_key(&id) || reserved.ids.contains(&id) || self.sandbox_dir(&id).exists() {
@@ -259,7 +262,11 @@ impl LocalBackend {
         let dir = self.sandbox_dir(id);
         std::fs::create_dir(&dir).map_err(|e| SandboxError::backend(&format!("{}", dir.display()), e))?;
         let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
-        let limits = Limits { memory_bytes: spec.memory_bytes, cpu: spec.cpu, pids: Some(spec.pids.unwrap_or(self.config.default_pids)) };
+        let limits = Limits {
+            memory_bytes: spec.memory_bytes,
+            cpu: spec.cpu,
+            pids: Some(spec.pids.unwrap_or(self.config.default_pids)),
+        };
         let mut record = Record {
             id: id.to_string(),
             tenant: spec.tenant.clone(),
@@ -302,9 +309,13 @@ impl LocalBackend {
                     let mut child = child;
                     let status = child.wait().await;
                     if !watched.deleting.load(Ordering::Relaxed) {
-                        let message = format!("the sandbox exited unexpectedly ({})", status.map(|s| s.to_string()).unwrap_or_default());
+                        let message = format!(
+                            "the sandbox exited unexpectedly ({})",
+                            status.map(|s| s.to_string()).unwrap_or_default()
+                        );
                         tracing::warn!(sandbox = %watched.record.lock().unwrap_or_else(|p| p.into_inner()).id, "{message}");
-                        *watched.status.lock().unwrap_or_else(|p| p.into_inner()) = (SandboxStatus::Failed, Some(message));
+                        *watched.status.lock().unwrap_or_else(|p| p.into_inner()) =
+                            (SandboxStatus::Failed, Some(message));
                     }
                     let _ = exited_tx.send(true);
                 });
@@ -316,7 +327,10 @@ impl LocalBackend {
                     Err(e) => {
                         let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
                         self.destroy(&sandbox).await;
-                        Err(SandboxError::Backend(format!("the sandbox's agent did not come up: {e}; its log: {}", log.trim())))
+                        Err(SandboxError::Backend(format!(
+                            "the sandbox's agent did not come up: {e}; its log: {}",
+                            log.trim()
+                        )))
                     }
                 }
             }
@@ -342,7 +356,12 @@ impl LocalBackend {
         let netns = if spec.block_network {
             None
         } else {
-            let prepared = self.network_ready.get_or_init(|| async { tokio::task::spawn_blocking(network::prepare_host).await.unwrap_or_else(|e| Err(e.to_string())) }).await;
+            let prepared = self
+                .network_ready
+                .get_or_init(|| async {
+                    tokio::task::spawn_blocking(network::prepare_host).await.unwrap_or_else(|e| Err(e.to_string()))
+                })
+                .await;
             prepared.clone().map_err(|e| SandboxError::Backend(format!("network setup: {e}")))?;
             let allow = network::resolve_allow(&spec.network_allow).await.map_err(SandboxError::InvalidSpec)?;
             let slot = self.take_slot()?;
@@ -410,17 +429,22 @@ impl LocalBackend {
         let record = sandbox.record.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if record::is_alive(record.init_pid, record.init_start) {
             // The sandbox's pid 1: its death takes the whole pid namespace with it.
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(record.init_pid), nix::sys::signal::Signal::SIGKILL);
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(record.init_pid), nix::sys::signal::Signal::SIGKILL);
         }
+        let started = std::time::Instant::now();
         let mut exited = sandbox.exited.clone();
         let _ = tokio::time::timeout(Duration::from_secs(5), exited.wait_for(|e| *e)).await;
+        tracing::debug!(sandbox = %record.id, elapsed = ?started.elapsed(), "sandbox processes gone");
         self.cleanup_record(&sandbox.dir, &record).await;
+        tracing::debug!(sandbox = %record.id, elapsed = ?started.elapsed(), "sandbox cleaned up");
     }
 
     /// Removes what a record says exists, whether or not its processes still run.
     async fn cleanup_record(&self, dir: &Path, record: &Record) {
         if record.init_pid > 0 && record::is_alive(record.init_pid, record.init_start) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(record.init_pid), nix::sys::signal::Signal::SIGKILL);
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(record.init_pid), nix::sys::signal::Signal::SIGKILL);
         }
         let cgroups = record.cgroups.clone();
         let network = record.network.clone();
@@ -431,7 +455,8 @@ impl LocalBackend {
                 network::detach(a);
             }
             // The overlay lived in the sandbox's own mount namespace; it is gone with its processes.
-            let fs = std::fs::remove_dir_all(&dir).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) });
+            let fs = std::fs::remove_dir_all(&dir)
+                .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) });
             (cg, fs)
         })
         .await;
@@ -472,7 +497,8 @@ impl Backend for LocalBackend {
 
     async fn list(&self) -> Vec<SandboxInfo> {
         let sandboxes: Vec<_> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-        let mut infos: Vec<_> = sandboxes.iter().filter(|s| !s.deleting.load(Ordering::Relaxed)).map(|s| s.info()).collect();
+        let mut infos: Vec<_> =
+            sandboxes.iter().filter(|s| !s.deleting.load(Ordering::Relaxed)).map(|s| s.info()).collect();
         infos.sort_by(|a, b| a.created_at.total_cmp(&b.created_at));
         infos
     }
@@ -491,7 +517,10 @@ impl Backend for LocalBackend {
             match info.status {
                 SandboxStatus::Ready | SandboxStatus::Failed | SandboxStatus::Unschedulable => return Ok(info),
                 SandboxStatus::Pending if tokio::time::Instant::now() >= deadline => {
-                    return Err(SandboxError::NotReady { id: id.into(), reason: format!("not ready after {timeout:?}") });
+                    return Err(SandboxError::NotReady {
+                        id: id.into(),
+                        reason: format!("not ready after {timeout:?}"),
+                    });
                 }
                 SandboxStatus::Pending => tokio::time::sleep(Duration::from_millis(5)).await,
             }

@@ -100,7 +100,9 @@ pub async fn resolve_allow(entries: &[String]) -> Result<Vec<String>, String> {
                 IpAddr::V6(_) => return Err(format!("network_allow: {e:?}: IPv6 is not supported yet")),
             }
         } else {
-            let addrs = tokio::net::lookup_host((e, 0)).await.map_err(|err| format!("network_allow: cannot resolve {e:?}: {err}"))?;
+            let addrs = tokio::net::lookup_host((e, 0))
+                .await
+                .map_err(|err| format!("network_allow: cannot resolve {e:?}: {err}"))?;
             let mut any = false;
             for addr in addrs {
                 if let IpAddr::V4(v4) = addr.ip() {
@@ -122,7 +124,8 @@ pub fn attach(id: &str, slot: u32, allow: Vec<String>) -> Result<Attachment, Str
         return Err(format!("network slot {slot} out of range"));
     }
     let (host_ip, sandbox_ip) = slot_addrs(slot);
-    let a = Attachment { slot, netns: format!("orchard-{id}"), host_if: format!("orv{slot}"), host_ip, sandbox_ip, allow };
+    let a =
+        Attachment { slot, netns: format!("orchard-{id}"), host_if: format!("orv{slot}"), host_ip, sandbox_ip, allow };
     let result = (|| {
         run("ip", &["netns", "add", &a.netns], None)?;
         let host_batch = format!(

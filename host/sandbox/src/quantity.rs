@@ -71,7 +71,10 @@ mod tests {
         assert_eq!(parse_memory(&json!("512Mi")).unwrap(), 512 << 20);
         assert_eq!(parse_memory(&json!("2Gi")).unwrap(), 2 << 30);
         assert_eq!(parse_memory(&json!("1G")).unwrap(), 1_000_000_000);
-        assert_eq!(parse_memory(&json!("64Ki")).unwrap_err(), "65536 bytes is too little memory for a sandbox (at least 4Mi)");
+        assert_eq!(
+            parse_memory(&json!("64Ki")).unwrap_err(),
+            "65536 bytes is too little memory for a sandbox (at least 4Mi)"
+        );
         assert_eq!(parse_memory(&json!(67108864)).unwrap(), 64 << 20);
         assert!(parse_memory(&json!("3 parsecs")).unwrap_err().contains("unknown unit"));
     }

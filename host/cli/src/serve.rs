@@ -1,0 +1,101 @@
+//! `orchard serve`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use orchard_sandbox::Backend;
+use orchard_sandbox_local::{LocalBackend, LocalConfig};
+use orchard_server::{ApiKeys, AppState};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum BackendKind {
+    Local,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: SocketAddr,
+    #[arg(long, value_enum, default_value = "local")]
+    backend: BackendKind,
+    /// File of `tenant:key` pairs (one per line or comma-separated). Overrides ORCHARD_API_KEYS.
+    #[arg(long)]
+    api_keys: Option<PathBuf>,
+    /// Serve without API keys on a non-loopback address (never do this on a shared network).
+    #[arg(long)]
+    insecure_no_auth: bool,
+    /// Where sandboxes and the image cache live [default: /var/lib/orchard, or ~/.local/state/orchard].
+    #[arg(long, env = "ORCHARD_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// The static orchard-agent binary.
+    #[arg(long, env = "ORCHARD_AGENT_BIN")]
+    agent_bin: Option<PathBuf>,
+    /// Most sandboxes at once.
+    #[arg(long, default_value_t = 4096)]
+    max_sandboxes: usize,
+    /// Idle timeout of sandboxes created without one, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    default_timeout: u64,
+    /// Registries spoken to over plain HTTP (host:port), e.g. a local test registry.
+    #[arg(long)]
+    insecure_registry: Vec<String>,
+    /// Leave sandboxes running when the server stops (a restarted server adopts them).
+    #[arg(long)]
+    keep_sandboxes: bool,
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let keys = match &args.api_keys {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            ApiKeys::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => ApiKeys::parse(&std::env::var("ORCHARD_API_KEYS").unwrap_or_default())
+            .map_err(|e| anyhow::anyhow!("ORCHARD_API_KEYS: {e}"))?,
+    };
+    orchard_server::check_listen_policy(&args.listen, &keys, args.insecure_no_auth).map_err(anyhow::Error::msg)?;
+    let backend: Arc<dyn Backend> = match args.backend {
+        BackendKind::Local => {
+            let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
+            let mut config = LocalConfig::new(&state_dir, crate::agent_bin::find(args.agent_bin.clone())?);
+            config.max_sandboxes = args.max_sandboxes;
+            config.default_ttl = Duration::from_secs(args.default_timeout);
+            config.registry.insecure = args.insecure_registry.clone();
+            LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
+        }
+    };
+    let state = AppState::new(backend.clone(), keys);
+    let housekeeping = orchard_server::spawn_housekeeping(state.clone(), Duration::from_secs(1));
+    let listener =
+        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    tracing::info!(
+        "orchard {} serving on http://{} (backend {})",
+        env!("CARGO_PKG_VERSION"),
+        listener.local_addr()?,
+        backend.name()
+    );
+    orchard_server::serve(listener, state, shutdown_signal()).await?;
+    housekeeping.abort();
+    if args.keep_sandboxes {
+        tracing::info!("stopping; sandboxes are left running (--keep-sandboxes)");
+    } else {
+        tracing::info!("stopping; deleting sandboxes");
+        backend.shutdown().await;
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

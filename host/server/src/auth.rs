@@ -1,0 +1,150 @@
+//! API keys and tenants. A key belongs to one tenant; a request's tenant decides which sandboxes
+//! it can see (others answer 404, as if they did not exist).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// The tenant a request acts for, put in the request's extensions by [`authenticate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
+/// The tenant used when the server runs without keys (loopback only).
+pub const DEFAULT_TENANT: &str = "default";
+
+#[derive(Debug, Clone, Default)]
+pub struct ApiKeys {
+    by_key: HashMap<String, String>,
+}
+
+impl ApiKeys {
+    /// Parses `tenant:key` pairs separated by commas or newlines (`#` starts a comment line).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut by_key = HashMap::new();
+        for item in text.split([',', '\n']).map(str::trim).filter(|s| !s.is_empty() && !s.starts_with('#')) {
+            let (tenant, key) =
+                item.split_once(':').ok_or_else(|| format!("API key entry {:?}: expected tenant:key", redact(item)))?;
+            let (tenant, key) = (tenant.trim(), key.trim());
+            if tenant.is_empty() || key.is_empty() {
+                return Err(format!("API key entry {:?}: tenant and key must both be non-empty", redact(item)));
+            }
+            if key.len() < 8 {
+                return Err(format!("API key for tenant {tenant:?} is shorter than 8 characters"));
+            }
+            if by_key.insert(key.to_string(), tenant.to_string()).is_some() {
+                return Err(format!("API key for tenant {tenant:?} is given twice"));
+            }
+        }
+        Ok(ApiKeys { by_key })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    pub fn tenant_of(&self, key: &str) -> Option<&str> {
+        self.by_key.get(key).map(String::as_str)
+    }
+}
+
+fn redact(item: &str) -> String {
+    match item.split_once(':') {
+        Some((tenant, _)) => format!("{tenant}:***"),
+        None => "***".into(),
+    }
+}
+
+/// Paths anyone may call: probes and the service banner.
+fn is_public(path: &str) -> bool {
+    matches!(path, "/" | "/health" | "/v1/health")
+}
+
+pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_string();
+    if is_public(&path) {
+        return next.run(request).await;
+    }
+    let tenant = if state.keys.is_empty() {
+        DEFAULT_TENANT.to_string()
+    } else {
+        let header = request.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+        // Browsers cannot set headers on a WebSocket: the PTY endpoint also takes ?api_key=.
+        let query =
+            path.ends_with("/pty").then(|| query_param(request.uri().query().unwrap_or(""), "api_key")).flatten();
+        let Some(key) = header.or(query) else {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "denied",
+                "missing API key: send it in the X-API-Key header",
+            )
+            .into_response();
+        };
+        match state.keys.tenant_of(&key) {
+            Some(t) => t.to_string(),
+            None => return ApiError::new(StatusCode::FORBIDDEN, "denied", "invalid API key").into_response(),
+        }
+    };
+    request.extensions_mut().insert(Tenant(tenant));
+    next.run(request).await
+}
+
+fn query_param(query: &str, name: &str) -> Option<String> {
+    query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| percent_decode(v))
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or(""), 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_and_map_to_tenants() {
+        let keys = ApiKeys::parse("alice:key-aaaaaaaa, bob:key-bbbbbbbb\n# comment\n").unwrap();
+        assert_eq!(keys.tenant_of("key-aaaaaaaa"), Some("alice"));
+        assert_eq!(keys.tenant_of("key-bbbbbbbb"), Some("bob"));
+        assert_eq!(keys.tenant_of("nope"), None);
+    }
+
+    #[test]
+    fn bad_key_files_are_refused_without_echoing_keys() {
+        let err = ApiKeys::parse("alice-secret").unwrap_err();
+        assert!(!err.contains("alice-secret"), "{err}");
+        assert!(ApiKeys::parse("a:short").unwrap_err().contains("shorter than 8"));
+        assert!(ApiKeys::parse("a:samekey1,b:samekey1").unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn query_keys_are_percent_decoded() {
+        assert_eq!(query_param("x=1&api_key=a%2Bb%3D", "api_key").as_deref(), Some("a+b="));
+    }
+}

@@ -1,0 +1,132 @@
+//! Orchard's HTTP server.
+//!
+//! - The Orchard-Env-compatible surface (`/sandboxes`, `/jobs`, files, `apply_patch`, the PTY
+//!   WebSocket, `X-API-Key`), so that its Python SDK works unchanged.
+//! - Orchard's own `/v1` API: streamed exec, sessions, background processes, tar in/out, batches.
+//!
+//! Every answer is JSON (or a byte stream where the route says so) and carries an `X-Request-ID`.
+
+mod auth;
+mod error;
+mod extract;
+mod jobs;
+mod pty_proxy;
+mod routes_files;
+mod routes_jobs;
+mod routes_sandboxes;
+mod routes_v1;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::HeaderValue;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use orchard_sandbox::{Backend, SandboxInfo};
+
+pub use auth::{ApiKeys, DEFAULT_TENANT, Tenant};
+pub use error::{ApiError, ApiResult};
+
+pub struct AppState {
+    pub backend: Arc<dyn Backend>,
+    pub keys: ApiKeys,
+    pub jobs: jobs::JobStore,
+}
+
+impl AppState {
+    pub fn new(backend: Arc<dyn Backend>, keys: ApiKeys) -> Arc<Self> {
+        Arc::new(AppState { backend, keys, jobs: jobs::JobStore::default() })
+    }
+
+    /// The sandbox, if it exists and belongs to `tenant`; otherwise 404 either way, so that one
+    /// tenant cannot even learn which ids another uses.
+    pub async fn sandbox(&self, tenant: &Tenant, id: &str) -> ApiResult<SandboxInfo> {
+        match self.backend.get(id).await {
+            Ok(info) if info.tenant == tenant.0 => Ok(info),
+            _ => Err(ApiError::not_found(format!("sandbox {id} not found"))),
+        }
+    }
+
+    /// The sandbox's agent client, after the tenant check.
+    pub async fn agent(&self, tenant: &Tenant, id: &str) -> ApiResult<Arc<orchard_agent_client::AgentClient>> {
+        self.sandbox(tenant, id).await?;
+        Ok(self.backend.agent(id).await?)
+    }
+}
+
+/// JSON bodies of the compatible API (base64 file contents) may be large.
+const JSON_BODY_LIMIT: usize = 256 * 1024 * 1024;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(routes_sandboxes::banner))
+        .route("/health", get(routes_sandboxes::health))
+        .merge(routes_sandboxes::routes())
+        .merge(routes_jobs::routes())
+        .merge(routes_files::routes())
+        .nest("/v1", routes_v1::routes())
+        .layer(DefaultBodyLimit::max(JSON_BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))
+        .layer(middleware::from_fn(request_id))
+        .with_state(state)
+}
+
+/// Echoes the caller's `X-Request-ID` (when sane) or makes one up, on every answer.
+async fn request_id(request: Request, next: Next) -> Response {
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_string)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let mut response = next.run(request).await;
+    tracing::debug!(request_id = %id, %method, %path, status = response.status().as_u16(), "request");
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}
+
+/// Runs the background duties: idle-sandbox reaping and forgetting old jobs.
+pub fn spawn_housekeeping(state: Arc<AppState>, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        let mut rounds: u64 = 0;
+        loop {
+            tick.tick().await;
+            state.backend.reap_expired().await;
+            rounds += 1;
+            if rounds % 60 == 0 {
+                state.jobs.collect_garbage();
+            }
+        }
+    })
+}
+
+/// Refuses to serve without authentication anywhere but loopback, unless told to.
+pub fn check_listen_policy(addr: &SocketAddr, keys: &ApiKeys, allow_no_auth: bool) -> Result<(), String> {
+    if keys.is_empty() && !addr.ip().is_loopback() && !allow_no_auth {
+        return Err(format!(
+            "refusing to listen on {addr} without API keys: set ORCHARD_API_KEYS (tenant:key,...) or --api-keys FILE, \
+             listen on a loopback address, or pass --insecure-no-auth"
+        ));
+    }
+    Ok(())
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(state);
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}

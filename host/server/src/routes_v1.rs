@@ -1,0 +1,366 @@
+//! Orchard's own API, `/v1`: what Orchard Env's API cannot express.
+//!
+//! Streamed exec (NDJSON frames), persistent shell sessions, background processes, raw file and
+//! tar streams (no base64, no size cap, nothing held in memory), and batches: create N sandboxes
+//! with all-or-nothing admission, run one command across N sandboxes.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use futures::{StreamExt, TryStreamExt};
+use orchard_agent_client::{AgentClient, full, streaming};
+use orchard_protocol::{ExecRequest, OutputLimit, ProcessStart, SessionStart, SignalRequest};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::extract::{JsonBody, parse_json};
+use crate::routes_jobs::{ExecBody, parse_command, timeout_ms};
+use crate::routes_sandboxes::{CreateBody, sandbox_view};
+use crate::{ApiError, ApiResult, AppState, Tenant};
+
+/// Most sandboxes a batch create or exec may name.
+const MAX_BATCH: usize = 4096;
+/// How many operations of a batch run at once.
+const BATCH_CONCURRENCY: usize = 64;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/health", get(crate::routes_sandboxes::health))
+        .route("/sandboxes", post(create).get(list))
+        .route("/sandboxes/batch", post(create_batch))
+        .route("/sandboxes/{id}", get(get_one).delete(delete))
+        .route("/sandboxes/{id}/exec", post(exec))
+        .route("/exec/batch", post(exec_batch))
+        .route("/sandboxes/{id}/sessions", post(session_start).get(session_list))
+        .route("/sandboxes/{id}/sessions/{sid}", axum::routing::delete(session_close))
+        .route("/sandboxes/{id}/sessions/{sid}/exec", post(session_exec))
+        .route("/sandboxes/{id}/processes", post(process_start).get(process_list))
+        .route("/sandboxes/{id}/processes/{pid}", get(process_get))
+        .route("/sandboxes/{id}/processes/{pid}/signal", post(process_signal))
+        .route("/sandboxes/{id}/processes/{pid}/log", get(process_log))
+        .route("/sandboxes/{id}/files", get(file_read).put(file_write).delete(file_remove))
+        .route("/sandboxes/{id}/files/list", get(file_list))
+        .route("/sandboxes/{id}/files/stat", get(file_stat))
+        .route("/sandboxes/{id}/tar", get(tar_download).put(tar_upload))
+}
+
+type S = State<Arc<AppState>>;
+type T = Extension<Tenant>;
+
+async fn create(State(state): S, Extension(tenant): T, JsonBody(body): JsonBody<CreateBody>) -> ApiResult<Json<Value>> {
+    let info = state.backend.create(body.to_spec(&tenant)?).await?;
+    Ok(Json(sandbox_view(&info)))
+}
+
+async fn list(State(state): S, Extension(tenant): T) -> Json<Value> {
+    let mine: Vec<Value> =
+        state.backend.list().await.iter().filter(|i| i.tenant == tenant.0).map(sandbox_view).collect();
+    Json(json!({ "sandboxes": mine }))
+}
+
+async fn get_one(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    Ok(Json(sandbox_view(&state.sandbox(&tenant, &id).await?)))
+}
+
+async fn delete(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    state.sandbox(&tenant, &id).await?;
+    state.backend.delete(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct BatchCreateBody {
+    count: usize,
+    #[serde(flatten)]
+    spec: CreateBody,
+}
+
+/// Creates `count` sandboxes or none: admission is checked up front, and if any create fails
+/// the ones already made are deleted again.
+async fn create_batch(
+    State(state): S,
+    Extension(tenant): T,
+    JsonBody(body): JsonBody<BatchCreateBody>,
+) -> ApiResult<Json<Value>> {
+    if body.count == 0 || body.count > MAX_BATCH {
+        return Err(ApiError::unprocessable(format!("count: must be between 1 and {MAX_BATCH}")));
+    }
+    if body.spec.sandbox_id.is_some() {
+        return Err(ApiError::unprocessable("sandbox_id: cannot be given for a batch (ids are generated)"));
+    }
+    let spec = body.spec.to_spec(&tenant)?;
+    if let Some(free) = state.backend.free_slots().await
+        && free < body.count
+    {
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "capacity",
+            format!("count: {} sandboxes asked for, {free} can be admitted now", body.count),
+        );
+        e.retry_after = Some(5);
+        return Err(e);
+    }
+    let creates = (0..body.count).map(|_| {
+        let (backend, spec) = (state.backend.clone(), spec.clone());
+        async move { backend.create(spec).await }
+    });
+    let results: Vec<_> = futures::stream::iter(creates).buffer_unordered(BATCH_CONCURRENCY).collect().await;
+    let (made, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(|r| r.is_ok());
+    if let Some(Err(first)) = failed.into_iter().next() {
+        let ids: Vec<String> = made.into_iter().filter_map(|r| r.ok()).map(|i| i.id).collect();
+        let deletes = ids.clone().into_iter().map(|id| {
+            let backend = state.backend.clone();
+            async move { backend.delete(&id).await }
+        });
+        futures::stream::iter(deletes).buffer_unordered(BATCH_CONCURRENCY).collect::<Vec<_>>().await;
+        let mut e = ApiError::from(first);
+        e.message = format!("batch create rolled back ({} created and deleted again): {}", ids.len(), e.message);
+        return Err(e);
+    }
+    let views: Vec<Value> = made.into_iter().filter_map(|r| r.ok()).map(|i| sandbox_view(&i)).collect();
+    Ok(Json(json!({ "sandboxes": views })))
+}
+
+/// `/v1` exec: the Orchard Env fields plus output limits, answered with the full result.
+#[derive(Deserialize)]
+struct V1ExecBody {
+    #[serde(flatten)]
+    base: ExecBody,
+    #[serde(default)]
+    output_limit: Option<OutputLimit>,
+    #[serde(default)]
+    stream: bool,
+}
+
+impl V1ExecBody {
+    fn request(&self) -> ApiResult<ExecRequest> {
+        let mut req = self.base.to_request()?;
+        if let Some(limit) = self.output_limit {
+            req.output_limit = limit;
+        }
+        Ok(req)
+    }
+}
+
+async fn exec(
+    State(state): S,
+    Extension(tenant): T,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<V1ExecBody>,
+) -> ApiResult<Response> {
+    let req = body.request()?;
+    let agent = state.agent(&tenant, &id).await?;
+    if !body.stream {
+        return Ok(Json(agent.exec(&req).await?).into_response());
+    }
+    let frames = agent.exec_stream(&req).await?;
+    let lines = frames.map(|frame| {
+        let frame =
+            frame.unwrap_or_else(|e| orchard_protocol::ExecFrame::Error { kind: e.kind(), message: e.to_string() });
+        let mut line = serde_json::to_vec(&frame).expect("frames serialise");
+        line.push(b'\n');
+        Ok::<_, std::io::Error>(bytes::Bytes::from(line))
+    });
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
+}
+
+#[derive(Deserialize)]
+struct BatchExecBody {
+    sandbox_ids: Vec<String>,
+    #[serde(flatten)]
+    base: ExecBody,
+}
+
+/// Runs one command in many sandboxes; each gets its own result or error.
+async fn exec_batch(
+    State(state): S,
+    Extension(tenant): T,
+    JsonBody(body): JsonBody<BatchExecBody>,
+) -> ApiResult<Json<Value>> {
+    if body.sandbox_ids.is_empty() || body.sandbox_ids.len() > MAX_BATCH {
+        return Err(ApiError::unprocessable(format!("sandbox_ids: give between 1 and {MAX_BATCH} ids")));
+    }
+    let req = body.base.to_request()?;
+    let runs = body.sandbox_ids.into_iter().map(|id| {
+        let (state, tenant, req) = (state.clone(), tenant.clone(), req.clone());
+        async move {
+            let outcome = match state.agent(&tenant, &id).await {
+                Ok(agent) => agent.exec(&req).await.map_err(ApiError::from),
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(result) => json!({"sandbox_id": id, "result": result}),
+                Err(e) => json!({"sandbox_id": id, "error": {"detail": e.message, "kind": e.kind, "status": e.status.as_u16()}}),
+            }
+        }
+    });
+    let results: Vec<Value> = futures::stream::iter(runs).buffered(BATCH_CONCURRENCY).collect().await;
+    Ok(Json(json!({ "results": results })))
+}
+
+async fn session_start(
+    State(state): S,
+    Extension(tenant): T,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let req: SessionStart = if body.is_empty() { SessionStart::default() } else { parse_json(&body)? };
+    let agent = state.agent(&tenant, &id).await?;
+    Ok(Json(json!(agent.start_session(&req).await?)))
+}
+
+async fn session_list(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({"sessions": state.agent(&tenant, &id).await?.list_sessions().await?})))
+}
+
+#[derive(Deserialize)]
+struct SessionExecBody {
+    command: Value,
+    #[serde(default)]
+    timeout_seconds: Option<f64>,
+    #[serde(default)]
+    output_limit: Option<OutputLimit>,
+}
+
+async fn session_exec(
+    State(state): S,
+    Extension(tenant): T,
+    Path((id, sid)): Path<(String, String)>,
+    JsonBody(body): JsonBody<SessionExecBody>,
+) -> ApiResult<Json<Value>> {
+    let mut req = ExecRequest::new(parse_command(&body.command)?);
+    req.timeout_ms = Some(timeout_ms(body.timeout_seconds)?);
+    if let Some(limit) = body.output_limit {
+        req.output_limit = limit;
+    }
+    let agent = state.agent(&tenant, &id).await?;
+    Ok(Json(json!(agent.session_exec(&sid, &req).await?)))
+}
+
+async fn session_close(
+    State(state): S,
+    Extension(tenant): T,
+    Path((id, sid)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    state.agent(&tenant, &id).await?.close_session(&sid).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct ProcessBody {
+    command: Value,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
+}
+
+async fn process_start(
+    State(state): S,
+    Extension(tenant): T,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<ProcessBody>,
+) -> ApiResult<Json<Value>> {
+    let req = ProcessStart { command: parse_command(&body.command)?, cwd: body.cwd, env: body.env };
+    Ok(Json(json!(state.agent(&tenant, &id).await?.start_process(&req).await?)))
+}
+
+async fn process_list(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({"processes": state.agent(&tenant, &id).await?.list_processes().await?})))
+}
+
+async fn process_get(
+    State(state): S,
+    Extension(tenant): T,
+    Path((id, pid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(json!(state.agent(&tenant, &id).await?.process(&pid).await?)))
+}
+
+async fn process_signal(
+    State(state): S,
+    Extension(tenant): T,
+    Path((id, pid)): Path<(String, String)>,
+    JsonBody(body): JsonBody<SignalRequest>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(json!(state.agent(&tenant, &id).await?.signal_process(&pid, &body.signal).await?)))
+}
+
+#[derive(Deserialize)]
+struct LogQuery {
+    #[serde(default)]
+    offset: u64,
+    #[serde(default)]
+    limit: Option<u64>,
+}
+
+async fn process_log(
+    State(state): S,
+    Extension(tenant): T,
+    Path((id, pid)): Path<(String, String)>,
+    crate::extract::Query(q): crate::extract::Query<LogQuery>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(json!(state.agent(&tenant, &id).await?.process_log(&pid, q.offset, q.limit).await?)))
+}
+
+/// Forwards a request to the agent as it is, streaming the body both ways.
+async fn forward(
+    agent: &AgentClient,
+    method: Method,
+    path: &str,
+    query: Option<String>,
+    body: Option<Body>,
+) -> ApiResult<Response> {
+    let target = match query {
+        Some(q) if !q.is_empty() => format!("{path}?{q}"),
+        _ => path.to_string(),
+    };
+    let upload = match body {
+        Some(b) => streaming(b.into_data_stream().map_err(std::io::Error::other)),
+        None => full(bytes::Bytes::new()),
+    };
+    let response = agent.send(method, &target, upload).await?;
+    let (parts, incoming) = response.into_parts();
+    let mut out = Response::new(Body::new(incoming));
+    for name in [axum::http::header::CONTENT_TYPE, axum::http::header::CONTENT_LENGTH] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    *out.status_mut() = parts.status;
+    Ok(out)
+}
+
+fn require_path(query: &Option<String>) -> ApiResult<()> {
+    let has = query.as_deref().unwrap_or("").split('&').any(|kv| kv.starts_with("path="));
+    if has { Ok(()) } else { Err(ApiError::unprocessable("query: missing parameter `path`")) }
+}
+
+macro_rules! forwarding {
+    ($name:ident, $method:expr, $agent_path:literal, $with_body:literal) => {
+        async fn $name(
+            State(state): S,
+            Extension(tenant): T,
+            Path(id): Path<String>,
+            RawQuery(query): RawQuery,
+            body: Body,
+        ) -> ApiResult<Response> {
+            require_path(&query)?;
+            let agent = state.agent(&tenant, &id).await?;
+            forward(&agent, $method, $agent_path, query, $with_body.then_some(body)).await
+        }
+    };
+}
+
+forwarding!(file_read, Method::GET, "/files", false);
+forwarding!(file_write, Method::PUT, "/files", true);
+forwarding!(file_remove, Method::DELETE, "/files", false);
+forwarding!(file_list, Method::GET, "/files/list", false);
+forwarding!(file_stat, Method::GET, "/files/stat", false);
+forwarding!(tar_download, Method::GET, "/tar", false);
+forwarding!(tar_upload, Method::PUT, "/tar", true);
