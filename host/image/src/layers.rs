@@ -104,7 +104,7 @@ fn extract(reader: impl Read, dest: &Path) -> std::result::Result<(), String> {
         {
             remove_any(&target);
         }
-        let inside = entry.unpack_in(dest).map_err(|e| format!("entry {}: {e}", path.display()))?;
+        let inside = entry.unpack_in(dest).map_err(|e| format!("entry {}: {}", path.display(), chain(&e)))?;
         if !inside {
             return Err(format!("entry {} escapes the root", path.display()));
         }
@@ -140,4 +140,15 @@ fn normalize(path: &Path) -> Option<PathBuf> {
 fn nix_is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// An error with its causes, for messages that say what really went wrong.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text += &format!(": {cause}");
+        source = cause.source();
+    }
+    text
 }

@@ -1,7 +1,7 @@
 //! Resource limits through cgroups, v2 (unified) or v1 (one hierarchy per controller).
 //!
-//! Each sandbox gets a cgroup named after it, nested under the host's own cgroup so that whatever
-//! limits the host runs under also bound its sandboxes. The sandbox's processes join it before
+//! Each sandbox gets a cgroup named after it, in a group of this host instance's nested under the
+//! host's own cgroup, so that whatever limits the host runs under also bound its sandboxes. The sandbox's processes join it before
 //! bubblewrap even starts (see `launch`), so nothing escapes the limits by forking early.
 
 use std::fs::File;
@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-const GROUP_NAME: &str = "orchard-sandboxes";
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Limits {
@@ -30,11 +29,14 @@ pub enum Layout {
 }
 
 impl Layout {
-    pub fn detect() -> Layout {
+    /// `instance` names this host's group (`orchard-<instance>`), so that two hosts with
+    /// different state directories on one machine never touch each other's sandboxes.
+    pub fn detect(instance: &str) -> Layout {
+        let group = format!("orchard-{instance}");
         let own = own_cgroups();
         if Path::new(CGROUP_ROOT).join("cgroup.controllers").exists() {
             let base = Path::new(CGROUP_ROOT).join(own.get("").map(|p| p.trim_start_matches('/')).unwrap_or(""));
-            let parent = base.join(GROUP_NAME);
+            let parent = base.join(&group);
             if std::fs::create_dir_all(&parent).is_ok() {
                 // Controllers must be enabled for the children of every level we create.
                 let _ = std::fs::write(base.join("cgroup.subtree_control"), "+memory +cpu +pids");
@@ -46,7 +48,7 @@ impl Layout {
         let v1 = |controller: &str| {
             let mount = Path::new(CGROUP_ROOT).join(controller);
             let rel = own.get(controller).map(|p| p.trim_start_matches('/').to_string()).unwrap_or_default();
-            let parent = mount.join(rel).join(GROUP_NAME);
+            let parent = mount.join(rel).join(&group);
             (mount.is_dir() && std::fs::create_dir_all(&parent).is_ok()).then_some(parent)
         };
         let (memory, cpu, pids) = (v1("memory"), v1("cpu"), v1("pids"));

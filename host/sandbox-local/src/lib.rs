@@ -57,12 +57,15 @@ impl LocalConfig {
 
 pub struct LocalBackend {
     config: LocalConfig,
+    /// Short hash of the state directory: names this host's cgroup group and namespaces.
+    instance: String,
     images: ImageStore,
     cgroups: cgroup::Layout,
     sandboxes: RwLock<HashMap<String, Arc<LocalSandbox>>>,
     /// Ids being created (not yet in `sandboxes`), and network slots in use.
     reserved: Mutex<Reserved>,
     network_ready: tokio::sync::OnceCell<std::result::Result<(), String>>,
+    network_lock: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -151,12 +154,19 @@ impl LocalBackend {
         let _ = std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700));
         let images = ImageStore::new(config.state_dir.join("images"), config.registry.clone())
             .map_err(|e| SandboxError::backend("image cache", e))?;
+        let canonical = std::fs::canonicalize(&config.state_dir).unwrap_or_else(|_| config.state_dir.clone());
+        let instance = {
+            use sha2::Digest;
+            hex::encode(&sha2::Sha256::digest(canonical.as_os_str().as_encoded_bytes())[..4])
+        };
         let backend = Arc::new(LocalBackend {
+            cgroups: cgroup::Layout::detect(&instance),
+            instance,
             images,
-            cgroups: cgroup::Layout::detect(),
             sandboxes: RwLock::new(HashMap::new()),
             reserved: Mutex::new(Reserved::default()),
             network_ready: tokio::sync::OnceCell::new(),
+            network_lock: tokio::sync::Mutex::new(()),
             config,
         });
         let report = reconcile::run(&backend).await;
@@ -236,15 +246,6 @@ impl LocalBackend {
 
     fn release(&self, id: &str) {
         self.reserved.lock().unwrap_or_else(|p| p.into_inner()).ids.remove(id);
-    }
-
-    fn take_slot(&self) -> Result<u32> {
-        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = (1..=16_383u32)
-            .find(|s| !reserved.slots.contains(s))
-            .ok_or_else(|| SandboxError::Capacity("no free network slots".into()))?;
-        reserved.slots.insert(slot);
-        Ok(slot)
     }
 
     fn free_slot(&self, slot: u32) {
@@ -364,18 +365,16 @@ impl LocalBackend {
                 .await;
             prepared.clone().map_err(|e| SandboxError::Backend(format!("network setup: {e}")))?;
             let allow = network::resolve_allow(&spec.network_allow).await.map_err(SandboxError::InvalidSpec)?;
-            let slot = self.take_slot()?;
-            let id = record.id.clone();
-            let attached = tokio::task::spawn_blocking(move || network::attach(&id, slot, allow))
-                .await
-                .map_err(|e| SandboxError::backend("network setup", e))?;
-            let attachment = match attached {
-                Ok(a) => a,
-                Err(e) => {
-                    self.free_slot(slot);
-                    return Err(SandboxError::Backend(format!("network setup: {e}")));
-                }
-            };
+            // One attach at a time within this host, so that two never race for a slot.
+            let _one_at_a_time = self.network_lock.lock().await;
+            let taken = self.reserved.lock().unwrap_or_else(|p| p.into_inner()).slots.clone();
+            let (instance, id) = (self.instance.clone(), record.id.clone());
+            let attachment =
+                tokio::task::spawn_blocking(move || network::attach(&instance, &id, &|s| taken.contains(&s), allow))
+                    .await
+                    .map_err(|e| SandboxError::backend("network setup", e))?
+                    .map_err(|e| SandboxError::Backend(format!("network setup: {e}")))?;
+            self.reserved.lock().unwrap_or_else(|p| p.into_inner()).slots.insert(attachment.slot);
             let file = network::netns_file(&attachment).map_err(SandboxError::Backend);
             record.network = Some(attachment);
             record.save(dir).map_err(SandboxError::Backend)?;

@@ -118,22 +118,35 @@ pub async fn resolve_allow(entries: &[String]) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// Creates the sandbox's namespace, wires it, and installs its rules.
-pub fn attach(id: &str, slot: u32, allow: Vec<String>) -> Result<Attachment, String> {
-    if slot == 0 || slot > MAX_SLOTS {
-        return Err(format!("network slot {slot} out of range"));
+/// Creates the sandbox's namespace, wires it, and installs its rules. `taken` says which slots
+/// this host already uses; other hosts on the machine may hold more, which shows when creating
+/// the slot's interface fails because it exists.
+pub fn attach(instance: &str, id: &str, taken: &dyn Fn(u32) -> bool, allow: Vec<String>) -> Result<Attachment, String> {
+    let netns = format!("orchard-{instance}-{id}");
+    run("ip", &["netns", "add", &netns], None)?;
+    let mut claimed = None;
+    for slot in (1..=MAX_SLOTS).filter(|s| !taken(*s)) {
+        let host_if = format!("orv{slot}");
+        match run("ip", &["link", "add", &host_if, "type", "veth", "peer", "name", "eth0", "netns", &netns], None) {
+            Ok(()) => {
+                claimed = Some((slot, host_if));
+                break;
+            }
+            Err(e) if e.contains("File exists") => continue,
+            Err(e) => {
+                let _ = run("ip", &["netns", "delete", &netns], None);
+                return Err(e);
+            }
+        }
     }
+    let Some((slot, host_if)) = claimed else {
+        let _ = run("ip", &["netns", "delete", &netns], None);
+        return Err("no free network slot on this machine".into());
+    };
     let (host_ip, sandbox_ip) = slot_addrs(slot);
-    let a =
-        Attachment { slot, netns: format!("orchard-{id}"), host_if: format!("orv{slot}"), host_ip, sandbox_ip, allow };
+    let a = Attachment { slot, netns, host_if, host_ip, sandbox_ip, allow };
     let result = (|| {
-        run("ip", &["netns", "add", &a.netns], None)?;
-        let host_batch = format!(
-            "link add {hi} type veth peer name eth0 netns {ns}\naddr add {hip}/30 dev {hi}\nlink set {hi} up\n",
-            hi = a.host_if,
-            ns = a.netns,
-            hip = a.host_ip
-        );
+        let host_batch = format!("addr add {hip}/30 dev {hi}\nlink set {hi} up\n", hi = a.host_if, hip = a.host_ip);
         run("ip", &["-batch", "-"], Some(&host_batch))?;
         let ns_batch = format!(
             "link set lo up\naddr add {sip}/30 dev eth0\nlink set eth0 up\nroute add default via {hip}\n",
@@ -179,14 +192,15 @@ pub fn detach(a: &Attachment) {
     }
 }
 
-/// Namespaces named like ours that no known sandbox owns (left by a crash).
-pub fn stray_namespaces(known: &std::collections::HashSet<String>) -> Vec<String> {
+/// Namespaces of this host instance that no known sandbox owns (left by a crash).
+pub fn stray_namespaces(instance: &str, known: &std::collections::HashSet<String>) -> Vec<String> {
+    let prefix = format!("orchard-{instance}-");
     std::fs::read_dir("/run/netns")
         .map(|entries| {
             entries
                 .flatten()
                 .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| n.starts_with("orchard-") && !known.contains(n))
+                .filter(|n| n.starts_with(&prefix) && !known.contains(n))
                 .collect()
         })
         .unwrap_or_default()

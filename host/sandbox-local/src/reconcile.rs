@@ -64,7 +64,7 @@ pub async fn run(backend: &Arc<LocalBackend>) -> Report {
             }
         }
     }
-    for name in network::stray_namespaces(&known_netns) {
+    for name in network::stray_namespaces(&backend.instance, &known_netns) {
         let _ = tokio::task::spawn_blocking(move || network::delete_namespace(&name)).await;
     }
     report

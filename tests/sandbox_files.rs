@@ -1,0 +1,212 @@
+//! Files: the compatible base64 API, /v1 raw streams, confinement, tar in/out, patches.
+
+use base64::Engine;
+use orchard_tests::Server;
+use serde_json::json;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+#[tokio::test]
+async fn files_round_trip_through_both_apis() {
+    let server = Server::start().await;
+    let id = server.create_host().await;
+    let content = b"line one\nline two\n\x00\xffbinary";
+    let (status, v) = server
+        .call(
+            reqwest::Method::POST,
+            &format!("/sandboxes/{id}/files"),
+            Some(json!({"path": "/workspace/a/b/c.txt", "content": B64.encode(content)})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v, json!({"success": true, "path": "/workspace/a/b/c.txt", "size": content.len()}));
+    let (_, v) =
+        server.call(reqwest::Method::GET, &format!("/sandboxes/{id}/files?path=/workspace/a/b/c.txt"), None).await;
+    assert_eq!(B64.decode(v["content"].as_str().unwrap()).unwrap(), content);
+    assert_eq!(v["size"], content.len());
+    let (_, v) =
+        server.call(reqwest::Method::GET, &format!("/sandboxes/{id}/files/list?path=/workspace/a"), None).await;
+    assert_eq!(v["files"][0]["name"], "b");
+    assert_eq!(v["files"][0]["type"], "directory");
+
+    // /v1: raw bytes, a mode, no base64.
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let resp = server
+        .request(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/workspace/run.sh&mode=755"))
+        .body(big.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let back = server
+        .request(reqwest::Method::GET, &format!("/v1/sandboxes/{id}/files?path=/workspace/run.sh"))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(back.as_ref(), big.as_slice());
+    let (_, stat) =
+        server.call(reqwest::Method::GET, &format!("/v1/sandboxes/{id}/files/stat?path=/workspace/run.sh"), None).await;
+    assert_eq!(stat["mode"], 0o755);
+    assert_eq!(stat["size"], big.len());
+    // No temporary files are left beside the target.
+    let (_, listing) =
+        server.call(reqwest::Method::GET, &format!("/v1/sandboxes/{id}/files/list?path=/workspace"), None).await;
+    let names: Vec<&str> = listing["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "run.sh"]);
+    let (status, _) = server
+        .call(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}/files?path=/workspace/a&recursive=true"), None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, v) =
+        server.call(reqwest::Method::GET, &format!("/sandboxes/{id}/files?path=/workspace/a/b/c.txt"), None).await;
+    assert_eq!(status, 404, "{v}");
+    // Writing without create_parents into a missing directory names the problem.
+    let resp = server
+        .request(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/workspace/x/y&create_parents=false"))
+        .body("z")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    assert!(resp.text().await.unwrap().contains("create_parents"));
+}
+
+#[tokio::test]
+async fn path_traversal_and_symlink_escapes_are_refused() {
+    let server = Server::start().await;
+    let id = server.create(json!({"image": "host", "file_roots": ["/workspace", "/tmp"]})).await;
+    server.sh(&id, "ln -s /etc /workspace/etc-link; ln -s ../tmp /workspace/tmp-link; echo x > /tmp/ok").await;
+    let read = |path: &str| {
+        let url = format!("/sandboxes/{id}/files?path={path}");
+        let server = &server;
+        async move { server.call(reqwest::Method::GET, &url, None).await }
+    };
+    let (status, v) = read("/workspace/../etc/passwd").await;
+    assert_eq!(status, 403, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("'..' is not allowed"), "{v}");
+    let (status, v) = read("/workspace/etc-link/passwd").await;
+    assert_eq!(status, 403, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("outside the allowed roots"), "{v}");
+    let (status, _) = read("/etc/passwd").await;
+    assert_eq!(status, 403);
+    let (status, v) = read("workspace/relative").await;
+    assert_eq!(status, 400, "{v}");
+    // A link that stays inside the roots is fine.
+    let (status, v) = read("/workspace/tmp-link/ok").await;
+    assert_eq!(status, 200, "{v}");
+    // Writes through an escaping link are refused and write nothing.
+    let (status, _) = server
+        .call(
+            reqwest::Method::POST,
+            &format!("/sandboxes/{id}/files"),
+            Some(json!({"path": "/workspace/etc-link/evil", "content": B64.encode("x")})),
+        )
+        .await;
+    assert_eq!(status, 403);
+    assert_ne!(server.sh(&id, "test -e /etc/evil").await.exit_code, 0);
+    // A tar whose entries climb out is refused.
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(4);
+    h.set_mode(0o644);
+    let name = b"../escape";
+    h.as_old_mut().name[..name.len()].copy_from_slice(name);
+    h.set_cksum();
+    tar.append(&h, &b"evil"[..]).unwrap();
+    let resp = server
+        .request(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/tar?path=/workspace/up"))
+        .body(tar.into_inner().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_client_error(), "{}", resp.status());
+    assert_ne!(server.sh(&id, "test -e /workspace/escape").await.exit_code, 0);
+}
+
+#[tokio::test]
+async fn directories_travel_as_tar_streams() {
+    let server = Server::start().await;
+    let id = server.create_host().await;
+    let mut tar = tar::Builder::new(Vec::new());
+    for (name, body) in [("proj/README.md", "hello\n"), ("proj/src/main.py", "print('hi')\n")] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        tar.append_data(&mut h, name, body.as_bytes()).unwrap();
+    }
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_size(0);
+    tar.append_link(&mut h, "proj/link", "README.md").unwrap();
+    let archive = tar.into_inner().unwrap();
+    let resp = server
+        .request(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/tar?path=/workspace"))
+        .body(archive)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["entries"], 3);
+    let r = server.sh(&id, "cat /workspace/proj/src/main.py; readlink /workspace/proj/link; mkdir -p /workspace/proj/out && seq 1 50000 > /workspace/proj/out/big.txt").await;
+    assert_eq!(r.stdout.text, "print('hi')\nREADME.md\n");
+    let bytes = server
+        .request(reqwest::Method::GET, &format!("/v1/sandboxes/{id}/tar?path=/workspace/proj"))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let mut names = Vec::new();
+    let mut archive = tar::Archive::new(bytes.as_ref());
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().display().to_string();
+        if name.ends_with("big.txt") {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+            assert_eq!(text.lines().count(), 50000);
+        }
+        if name.ends_with("link") {
+            assert_eq!(entry.header().entry_type(), tar::EntryType::Symlink);
+        }
+        names.push(name);
+    }
+    names.sort();
+    for expected in ["README.md", "link", "src/main.py", "out/big.txt"] {
+        assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
+    }
+}
+
+#[tokio::test]
+async fn apply_patch_applies_a_unified_diff() {
+    let server = Server::start().await;
+    let id = server.create_host().await;
+    server.sh(&id, "mkdir -p /workspace/repo && cd /workspace/repo && printf 'a\\nb\\nc\\n' > f.txt && git init -q && git add . && git -c user.email=t@t -c user.name=t commit -qm init").await;
+    let patch = "--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n";
+    let (status, v) = server
+        .call(
+            reqwest::Method::POST,
+            &format!("/sandboxes/{id}/apply_patch"),
+            Some(json!({"patch": patch, "cwd": "/workspace/repo"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["success"], true, "{v}");
+    assert_eq!(server.sh(&id, "cat /workspace/repo/f.txt").await.stdout.text, "a\nB\nc\n");
+    // Applying it again fails cleanly with the tool's explanation.
+    let (_, v) = server
+        .call(
+            reqwest::Method::POST,
+            &format!("/sandboxes/{id}/apply_patch"),
+            Some(json!({"patch": patch, "cwd": "/workspace/repo"})),
+        )
+        .await;
+    assert_eq!(v["success"], false, "{v}");
+    assert!(v["stderr"].as_str().unwrap().contains("patch does not apply"), "{v}");
+    assert!(v["error"].as_str().unwrap().contains("did not apply"), "{v}");
+}

@@ -1,0 +1,227 @@
+//! Test support: a real `orchard serve` process with its own state directory, and a client.
+
+pub mod images;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// The `orchard` binary, built by `cargo xtask test` (or `cargo build -p orchard-cli`).
+pub fn orchard_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("ORCHARD_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test exe");
+    // target/debug/deps/<test> -> target/debug/orchard
+    let candidate = exe.parent().and_then(Path::parent).map(|d| d.join("orchard")).expect("target dir");
+    assert!(candidate.is_file(), "{} missing: run the tests with `cargo xtask test`", candidate.display());
+    candidate
+}
+
+pub fn agent_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("ORCHARD_AGENT_BIN") {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace");
+    let p = root.join("target/x86_64-unknown-linux-musl/agent/orchard-agent");
+    assert!(p.is_file(), "{} missing: run the tests with `cargo xtask test`", p.display());
+    p
+}
+
+pub struct Server {
+    child: Option<Child>,
+    pub url: String,
+    pub state_dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    pub http: reqwest::Client,
+    /// Sent as X-API-Key when set.
+    pub key: Option<String>,
+    log: PathBuf,
+}
+
+pub struct ServerOptions {
+    pub api_keys: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions { api_keys: None, state_dir: None, extra_args: vec![] }
+    }
+}
+
+impl Server {
+    pub async fn start() -> Server {
+        Self::start_with(ServerOptions::default()).await
+    }
+
+    pub async fn start_with(opts: ServerOptions) -> Server {
+        let (tmp, state_dir) = match opts.state_dir {
+            Some(dir) => (None, dir),
+            None => {
+                let tmp = tempfile::Builder::new().prefix("orchard-test-").tempdir().expect("tempdir");
+                let dir = tmp.path().join("state");
+                (Some(tmp), dir)
+            }
+        };
+        std::fs::create_dir_all(&state_dir).expect("state dir");
+        let log = state_dir.with_extension("log");
+        let mut cmd = Command::new(orchard_bin());
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+            .arg(&state_dir)
+            .args(&opts.extra_args)
+            .env("ORCHARD_AGENT_BIN", agent_bin())
+            .env("RUST_LOG", "info,orchard_sandbox_local=debug")
+            .env_remove("ORCHARD_API_KEYS")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(keys) = &opts.api_keys {
+            cmd.env("ORCHARD_API_KEYS", keys);
+        }
+        let mut child = cmd.spawn().expect("start orchard serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log_path = log.clone();
+        std::thread::spawn(move || {
+            let mut file = std::fs::File::create(&log_path).ok();
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(f) = &mut file {
+                    use std::io::Write;
+                    let _ = writeln!(f, "{line}");
+                }
+                if !sent && let Some(rest) = line.split("serving on http://").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                    let _ = tx.send(Ok(addr));
+                    sent = true;
+                }
+            }
+            if !sent {
+                let _ = tx.send(Err(()));
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(addr)) => addr,
+            _ => {
+                let _ = child.kill();
+                panic!("orchard serve did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+        };
+        Server {
+            child: Some(child),
+            url: format!("http://{addr}"),
+            state_dir,
+            _tmp: tmp,
+            http: reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client"),
+            key: None,
+            log,
+        }
+    }
+
+    /// Another handle on a server that is already running (dropping it leaves the server be).
+    pub fn attach(url: &str, state_dir: &Path) -> Server {
+        Server {
+            child: None,
+            url: url.to_string(),
+            state_dir: state_dir.to_path_buf(),
+            _tmp: None,
+            http: reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client"),
+            key: None,
+            log: state_dir.with_extension("log"),
+        }
+    }
+
+    pub fn with_key(mut self, key: &str) -> Self {
+        self.key = Some(key.to_string());
+        self
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, format!("{}{path}", self.url));
+        if let Some(k) = &self.key {
+            r = r.header("X-API-Key", k);
+        }
+        r
+    }
+
+    /// Sends and returns (status, JSON body).
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut r = self.request(method, path);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        let value =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        (status, value)
+    }
+
+    pub async fn create(&self, body: Value) -> String {
+        let (status, v) = self.call(reqwest::Method::POST, "/sandboxes", Some(body)).await;
+        assert_eq!(status, 200, "create failed: {v}\n{}", self.log());
+        assert_eq!(v["status"], "ready", "{v}");
+        v["sandbox_id"].as_str().expect("id").to_string()
+    }
+
+    pub async fn create_host(&self) -> String {
+        self.create(json!({"image": "host"})).await
+    }
+
+    /// `/v1` exec: the full result.
+    pub async fn exec(&self, id: &str, body: Value) -> orchard_protocol::ExecResult {
+        let (status, v) = self.call(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(body)).await;
+        assert_eq!(status, 200, "exec failed: {v}");
+        serde_json::from_value(v).expect("exec result")
+    }
+
+    pub async fn sh(&self, id: &str, command: &str) -> orchard_protocol::ExecResult {
+        self.exec(id, json!({"command": command, "timeout_seconds": 60})).await
+    }
+
+    /// The on-disk record of a sandbox.
+    pub fn record(&self, id: &str) -> Value {
+        let path = self.state_dir.join("sandboxes").join(id).join("sandbox.json");
+        serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+            .expect("record")
+    }
+
+    /// Stops the server like an operator would (SIGTERM), waiting for it to finish.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server without letting it clean up (a crash).
+    pub fn crash(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn pid_alive(pid: i64) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
+}

@@ -1,0 +1,123 @@
+//! `cargo xtask <task>`: the project's chores, so that one command does all set-up.
+//!
+//! - `setup`: installs what sandboxes and tests need (bubblewrap, iproute2, iptables, busybox
+//!   for test images, perl for limit tests) and the Rust targets.
+//! - `agent`: builds the static `orchard-agent` (musl, size-optimised).
+//! - `build`: agent + the `orchard` binary.
+//! - `test`: setup, build, then the whole workspace's tests.
+//! - `demo`: setup, build, then the main job on the embedded default (local sandboxes).
+//! - `bench`: setup, build, then the benchmark binary (release).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+const MUSL: &str = "x86_64-unknown-linux-musl";
+const APT_PACKAGES: &[(&str, &str)] = &[
+    ("bwrap", "bubblewrap"),
+    ("ip", "iproute2"),
+    ("iptables", "iptables"),
+    ("busybox", "busybox-static"),
+    ("perl", "perl"),
+    ("git", "git"),
+    ("patch", "patch"),
+];
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)?;
+    match args.first().map(String::as_str) {
+        Some("setup") => setup(),
+        Some("agent") => agent(),
+        Some("build") => build(),
+        Some("test") => {
+            setup()?;
+            build()?;
+            let mut cmd = cargo();
+            cmd.args(["test", "--workspace"]).args(&args[1..]);
+            run(cmd.env("ORCHARD_BIN", root.join("target/debug/orchard")).env("ORCHARD_AGENT_BIN", agent_path()))
+        }
+        Some("demo") => {
+            setup()?;
+            build()?;
+            let mut cmd = Command::new(root.join("target/debug/orchard"));
+            cmd.args(&args[1..]);
+            run(cmd.env("ORCHARD_AGENT_BIN", agent_path()))
+        }
+        Some("bench") => {
+            setup()?;
+            agent()?;
+            let mut cmd = cargo();
+            cmd.args(["run", "--release", "-p", "orchard-bench", "--"]).args(&args[1..]);
+            run(cmd.env("ORCHARD_AGENT_BIN", agent_path()))
+        }
+        _ => bail!("usage: cargo xtask setup|agent|build|test|demo|bench [args...]"),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success())
+}
+
+fn setup() -> anyhow::Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
+    if !missing.is_empty() {
+        if !have("apt-get") {
+            bail!("missing programs; install the packages {} with your package manager", missing.join(" "));
+        }
+        eprintln!("xtask: installing {}", missing.join(" "));
+        let sudo = if is_root() { vec![] } else { vec!["sudo"] };
+        let prefix = |args: &[&str]| {
+            let mut all: Vec<&str> = sudo.clone();
+            all.extend_from_slice(args);
+            let mut c = Command::new(all[0]);
+            c.args(&all[1..]).env("DEBIAN_FRONTEND", "noninteractive");
+            c
+        };
+        run(&mut prefix(&["apt-get", "update", "-qq"]))?;
+        let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
+        install.extend(missing.iter().copied());
+        run(&mut prefix(&install))?;
+    }
+    let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    let installed = targets.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    if !installed.lines().any(|l| l.trim() == MUSL) {
+        run(Command::new("rustup").args(["target", "add", MUSL]))?;
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn agent_path() -> PathBuf {
+    workspace_root().join("target").join(MUSL).join("agent").join("orchard-agent")
+}
+
+fn agent() -> anyhow::Result<()> {
+    run(cargo().args(["build", "--quiet", "-p", "orchard-agent", "--profile", "agent", "--target", MUSL]))
+}
+
+fn build() -> anyhow::Result<()> {
+    agent()?;
+    run(cargo().args(["build", "--quiet", "-p", "orchard-cli"]))
+}
