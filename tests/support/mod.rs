@@ -42,17 +42,13 @@ pub struct Server {
     log: PathBuf,
 }
 
+#[derive(Default)]
 pub struct ServerOptions {
     pub api_keys: Option<String>,
     pub state_dir: Option<PathBuf>,
     pub extra_args: Vec<String>,
 }
 
-impl Default for ServerOptions {
-    fn default() -> Self {
-        ServerOptions { api_keys: None, state_dir: None, extra_args: vec![] }
-    }
-}
 
 impl Server {
     pub async fn start() -> Server {

@@ -110,6 +110,47 @@ impl BoundedOutput {
     }
 }
 
+/// The bounded view of a whole stream that already sits in a file (a session command's output):
+/// the file itself is the spill; it is removed when nothing was truncated.
+pub fn bounded_from_file(path: &std::path::Path, limit: OutputLimit) -> Output {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = File::open(path) else {
+        return Output::default();
+    };
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut read_at = |offset: u64, len: u64| {
+        let mut buf = Vec::new();
+        if file.seek(SeekFrom::Start(offset)).is_ok() {
+            let _ = (&mut file).take(len).read_to_end(&mut buf);
+        }
+        buf
+    };
+    if total <= limit.head_bytes + limit.tail_bytes {
+        let all = read_at(0, total);
+        let _ = std::fs::remove_file(path);
+        return Output {
+            text: String::from_utf8_lossy(&all).into_owned(),
+            total_bytes: total,
+            truncated: false,
+            full_output_path: None,
+        };
+    }
+    let head = read_at(0, limit.head_bytes);
+    let tail = read_at(total - limit.tail_bytes, limit.tail_bytes);
+    let omitted = total - limit.head_bytes - limit.tail_bytes;
+    Output {
+        text: format!(
+            "{}\n[... orchard: {omitted} bytes omitted; full output in {} ...]\n{}",
+            String::from_utf8_lossy(&head),
+            path.display(),
+            String::from_utf8_lossy(&tail)
+        ),
+        total_bytes: total,
+        truncated: true,
+        full_output_path: Some(path.display().to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,46 +190,5 @@ mod tests {
         assert_eq!(std::fs::read(&spill).unwrap(), data);
         assert_eq!(o.full_output_path.as_deref(), Some(spill.to_str().unwrap()));
         std::fs::remove_dir_all(dir).unwrap();
-    }
-}
-
-/// The bounded view of a whole stream that already sits in a file (a session command's output):
-/// the file itself is the spill; it is removed when nothing was truncated.
-pub fn bounded_from_file(path: &std::path::Path, limit: OutputLimit) -> Output {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = File::open(path) else {
-        return Output::default();
-    };
-    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut read_at = |offset: u64, len: u64| {
-        let mut buf = Vec::new();
-        if file.seek(SeekFrom::Start(offset)).is_ok() {
-            let _ = (&mut file).take(len).read_to_end(&mut buf);
-        }
-        buf
-    };
-    if total <= limit.head_bytes + limit.tail_bytes {
-        let all = read_at(0, total);
-        let _ = std::fs::remove_file(path);
-        return Output {
-            text: String::from_utf8_lossy(&all).into_owned(),
-            total_bytes: total,
-            truncated: false,
-            full_output_path: None,
-        };
-    }
-    let head = read_at(0, limit.head_bytes);
-    let tail = read_at(total - limit.tail_bytes, limit.tail_bytes);
-    let omitted = total - limit.head_bytes - limit.tail_bytes;
-    Output {
-        text: format!(
-            "{}\n[... orchard: {omitted} bytes omitted; full output in {} ...]\n{}",
-            String::from_utf8_lossy(&head),
-            path.display(),
-            String::from_utf8_lossy(&tail)
-        ),
-        total_bytes: total,
-        truncated: true,
-        full_output_path: Some(path.display().to_string()),
     }
 }

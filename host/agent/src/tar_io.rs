@@ -79,7 +79,6 @@ pub fn extract(conf: &Confinement, path: &str, reader: impl Read) -> AgentResult
         }
         entries += 1;
     }
-    drop(archive);
     Ok((counting.count, entries))
 }
 

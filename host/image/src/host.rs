@@ -38,12 +38,11 @@ pub(crate) fn host_image(cache: &Path) -> Result<Image> {
         let host = Path::new("/").join(name);
         match std::fs::symlink_metadata(&host) {
             // Merged /usr: /bin -> usr/bin and so on; mirror the link.
-            Ok(m) if m.file_type().is_symlink() => {
-                if build {
-                    let target = std::fs::read_link(&host).map_err(|e| ImageError::io(&host, e))?;
-                    std::os::unix::fs::symlink(&target, staging.join(name)).map_err(|e| ImageError::io(&staging, e))?;
-                }
+            Ok(m) if m.file_type().is_symlink() && build => {
+                let target = std::fs::read_link(&host).map_err(|e| ImageError::io(&host, e))?;
+                std::os::unix::fs::symlink(&target, staging.join(name)).map_err(|e| ImageError::io(&staging, e))?;
             }
+            Ok(m) if m.file_type().is_symlink() => {}
             Ok(m) if m.is_dir() => ro_binds.push((host.clone(), host)),
             _ => {}
         }

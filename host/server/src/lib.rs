@@ -103,7 +103,7 @@ pub fn spawn_housekeeping(state: Arc<AppState>, every: Duration) -> tokio::task:
             tick.tick().await;
             state.backend.reap_expired().await;
             rounds += 1;
-            if rounds % 60 == 0 {
+            if rounds.is_multiple_of(60) {
                 state.jobs.collect_garbage();
             }
         }
