@@ -49,7 +49,6 @@ pub struct ServerOptions {
     pub extra_args: Vec<String>,
 }
 
-
 impl Server {
     pub async fn start() -> Server {
         Self::start_with(ServerOptions::default()).await
