@@ -21,6 +21,13 @@ pub fn orchard_bin() -> PathBuf {
     candidate
 }
 
+/// reqwest is built with `rustls-no-provider` in this workspace (oci-client asks for it): the
+/// process picks its provider before any client exists.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client")
+}
+
 pub fn agent_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("ORCHARD_AGENT_BIN") {
         return PathBuf::from(p);
@@ -111,7 +118,7 @@ impl Server {
             url: format!("http://{addr}"),
             state_dir,
             _tmp: tmp,
-            http: reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client"),
+            http: http_client(),
             key: None,
             log,
         }
@@ -124,7 +131,7 @@ impl Server {
             url: url.to_string(),
             state_dir: state_dir.to_path_buf(),
             _tmp: None,
-            http: reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client"),
+            http: http_client(),
             key: None,
             log: state_dir.with_extension("log"),
         }

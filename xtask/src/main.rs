@@ -21,6 +21,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("busybox", "busybox-static"),
     ("perl", "perl"),
     ("git", "git"),
+    ("runc", "runc"),
     ("patch", "patch"),
 ];
 
@@ -49,8 +50,9 @@ fn main() -> anyhow::Result<()> {
         Some("bench") => {
             setup()?;
             agent()?;
-            let mut cmd = cargo();
-            cmd.args(["run", "--release", "-p", "orchard-bench", "--"]).args(&args[1..]);
+            run(cargo().args(["build", "--quiet", "--release", "-p", "orchard-cli", "-p", "orchard-bench"]))?;
+            let mut cmd = Command::new(root.join("target/release/orchard-bench"));
+            cmd.args(&args[1..]);
             run(cmd.env("ORCHARD_AGENT_BIN", agent_path()))
         }
         _ => bail!("usage: cargo xtask setup|agent|build|test|demo|bench [args...]"),

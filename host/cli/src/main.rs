@@ -29,10 +29,15 @@ fn main() -> anyhow::Result<()> {
         .init();
     raise_fd_limit();
     let cli = Cli::parse();
+    // The sandbox launcher must be forked while this process still has a single thread.
+    let launcher = match &cli.command {
+        // SAFETY: no runtime and no other thread has started yet.
+        Command::Serve(_) => Some(std::sync::Arc::new(unsafe { orchard_sandbox_local::Launcher::start() }?)),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(args, launcher.expect("started above")).await,
         }
     })
 }

@@ -49,7 +49,7 @@ pub struct ServeArgs {
     keep_sandboxes: bool,
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>) -> anyhow::Result<()> {
     let keys = match &args.api_keys {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -62,7 +62,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Local => {
             let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
-            let mut config = LocalConfig::new(&state_dir, crate::agent_bin::find(args.agent_bin.clone())?);
+            let mut config = LocalConfig::new(&state_dir, crate::agent_bin::find(args.agent_bin.clone())?, launcher);
             config.max_sandboxes = args.max_sandboxes;
             config.default_ttl = Duration::from_secs(args.default_timeout);
             config.registry.insecure = args.insecure_registry.clone();

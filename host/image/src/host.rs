@@ -22,11 +22,14 @@ const ETC_FILES: &[&str] = &[
     "localtime",
     "mime.types",
 ];
-/// /etc directories bound read-only (certificates, alternatives symlinks, the loader's config).
-const ETC_DIRS: &[&str] = &["ssl", "ca-certificates", "alternatives", "ld.so.conf.d", "bash.bashrc.d", "profile.d"];
+/// /etc directories copied too (certificates, alternatives symlinks, the loader's config). A
+/// copy, not a bind: they are small, and every bind mount costs each sandbox start a mount, a
+/// read-only remount and a parse of its mount table.
+const ETC_DIRS: &[&str] = &["ssl", "ca-certificates", "alternatives", "ld.so.conf.d", "profile.d"];
 
 pub(crate) fn host_image(cache: &Path) -> Result<Image> {
-    let skeleton = cache.join("host-skeleton");
+    // Versioned: a skeleton from an older layout is rebuilt, not reused.
+    let skeleton = cache.join("host-skeleton-v3");
     let mut ro_binds = Vec::new();
     let staging = cache.join("tmp").join(format!("host-skeleton.{}", std::process::id()));
     let build = !skeleton.exists();
@@ -47,13 +50,20 @@ pub(crate) fn host_image(cache: &Path) -> Result<Image> {
             _ => {}
         }
     }
-    for name in ETC_DIRS {
-        let host = Path::new("/etc").join(name);
-        if host.is_dir() {
-            ro_binds.push((host.clone(), host));
-        }
-    }
     if build {
+        // Mount points exist in the (shared, read-only) lower layer, so that starting a sandbox
+        // creates no directory in its own writable layer.
+        for (_, dst) in &ro_binds {
+            let point = staging.join(dst.strip_prefix("/").unwrap_or(dst));
+            std::fs::create_dir_all(&point).map_err(|e| ImageError::io(&point, e))?;
+        }
+        crate::add_mount_points(&staging)?;
+        for name in ETC_DIRS {
+            let host = Path::new("/etc").join(name);
+            if host.is_dir() {
+                copy_tree(&host, &staging.join("etc").join(name))?;
+            }
+        }
         for name in ETC_FILES {
             let host = Path::new("/etc").join(name);
             if host.is_file() {
@@ -100,6 +110,24 @@ fn make_dirs(root: &Path) -> Result<()> {
         std::fs::create_dir_all(&path).map_err(|e| ImageError::io(&path, e))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
             .map_err(|e| ImageError::io(&path, e))?;
+    }
+    Ok(())
+}
+
+/// Copies a directory tree, keeping symlinks as symlinks.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| ImageError::io(to, e))?;
+    for entry in std::fs::read_dir(from).map_err(|e| ImageError::io(from, e))?.flatten() {
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type().map_err(|e| ImageError::io(&src, e))?;
+        if kind.is_symlink() {
+            let target = std::fs::read_link(&src).map_err(|e| ImageError::io(&src, e))?;
+            std::os::unix::fs::symlink(target, &dst).map_err(|e| ImageError::io(&dst, e))?;
+        } else if kind.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if kind.is_file() {
+            std::fs::copy(&src, &dst).map_err(|e| ImageError::io(&src, e))?;
+        }
     }
     Ok(())
 }

@@ -178,9 +178,12 @@ impl ImageStore {
             let layers = parsed.layers.clone();
             let staging2 = staging.clone();
             let reference2 = reference.to_string();
-            tokio::task::spawn_blocking(move || layers::unpack_all(&reference2, &layers, &staging2))
-                .await
-                .map_err(|e| ImageError::invalid(reference, format!("unpack task failed: {e}")))??;
+            tokio::task::spawn_blocking(move || {
+                layers::unpack_all(&reference2, &layers, &staging2)?;
+                add_mount_points(&staging2)
+            })
+            .await
+            .map_err(|e| ImageError::invalid(reference, format!("unpack task failed: {e}")))??;
             std::fs::rename(&staging, &root).map_err(|e| ImageError::io(&root, e))?;
             tracing::info!(image = reference, digest = %parsed.manifest_digest, "unpacked image");
         }
@@ -192,4 +195,20 @@ impl ImageStore {
             config: parsed.config,
         })
     }
+}
+
+/// Creates the points every sandbox mounts on (/proc, /dev, the agent's file) in an image's
+/// root, so that a sandbox start does not have to create them in its writable layer.
+pub(crate) fn add_mount_points(root: &Path) -> Result<()> {
+    for dir in ["proc", "dev", ".orchard", "tmp"] {
+        let path = root.join(dir);
+        if std::fs::symlink_metadata(&path).is_err() {
+            std::fs::create_dir_all(&path).map_err(|e| ImageError::io(&path, e))?;
+        }
+    }
+    let agent = root.join(".orchard/agent");
+    if std::fs::symlink_metadata(&agent).is_err() {
+        std::fs::write(&agent, b"").map_err(|e| ImageError::io(&agent, e))?;
+    }
+    Ok(())
 }

@@ -4,7 +4,6 @@
 //! host's own cgroup, so that whatever limits the host runs under also bound its sandboxes. The sandbox's processes join it before
 //! bubblewrap even starts (see `launch`), so nothing escapes the limits by forking early.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -168,18 +167,6 @@ fn own_cgroups() -> std::collections::HashMap<String, String> {
         }
     }
     map
-}
-
-/// Opens each cgroup's `cgroup.procs` for the child to join before it execs.
-pub fn open_procs(dirs: &[PathBuf]) -> Result<Vec<File>, String> {
-    dirs.iter()
-        .map(|d| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(d.join("cgroup.procs"))
-                .map_err(|e| format!("cgroup {}: {e}", d.display()))
-        })
-        .collect()
 }
 
 /// Pids still in the cgroup.

@@ -7,6 +7,7 @@
 
 mod cgroup;
 mod launch;
+mod launcher;
 mod network;
 mod reconcile;
 mod record;
@@ -24,6 +25,7 @@ use orchard_sandbox::{Backend, Result, SandboxError, SandboxInfo, SandboxSpec, S
 use tokio::sync::watch;
 
 pub use cgroup::Limits;
+pub use launcher::Launcher;
 use record::{Record, now};
 
 #[derive(Debug, Clone)]
@@ -39,11 +41,14 @@ pub struct LocalConfig {
     /// Process limit when a create does not give one (fork bombs stop here).
     pub default_pids: u64,
     pub registry: RegistryOptions,
+    /// Forks bubblewrap for every sandbox; start it with [`Launcher::start`] before any thread.
+    pub launcher: Arc<Launcher>,
 }
 
 impl LocalConfig {
-    pub fn new(state_dir: impl Into<PathBuf>, agent_binary: impl Into<PathBuf>) -> Self {
+    pub fn new(state_dir: impl Into<PathBuf>, agent_binary: impl Into<PathBuf>, launcher: Arc<Launcher>) -> Self {
         LocalConfig {
+            launcher,
             state_dir: state_dir.into(),
             agent_binary: agent_binary.into(),
             bwrap: PathBuf::from("bwrap"),
@@ -87,11 +92,9 @@ struct LocalSandbox {
 impl LocalSandbox {
     fn info(&self) -> SandboxInfo {
         let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut status, mut message) = self.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if status == SandboxStatus::Ready && !record::is_alive(r.init_pid, r.init_start) {
-            status = SandboxStatus::Failed;
-            message = Some("the sandbox's processes are gone".into());
-        }
+        // Kept current by the task that watches the sandbox's processes: no /proc reads here,
+        // on the path of every request.
+        let (status, message) = self.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
         SandboxInfo {
             id: r.id.clone(),
             tenant: r.tenant.clone(),
@@ -253,6 +256,7 @@ impl LocalBackend {
     }
 
     async fn create_inner(&self, id: &str, spec: &SandboxSpec) -> Result<Arc<LocalSandbox>> {
+        let t0 = std::time::Instant::now();
         let image = self.images.resolve(&spec.image).await.map_err(|e| SandboxError::Image {
             image: spec.image.clone(),
             reason: match e {
@@ -289,9 +293,11 @@ impl LocalBackend {
         };
         // Saved before anything is made, so that a crash mid-create is cleaned up at next start.
         record.save(&dir).map_err(SandboxError::Backend)?;
+        let t1 = t0.elapsed();
         let result = self.start(&dir, &mut record, &image, spec, &limits).await;
+        let t2 = t0.elapsed();
         match result {
-            Ok((child, init_pid)) => {
+            Ok((monitor, init_pid)) => {
                 record.init_pid = init_pid;
                 record.init_start = record::process_start(init_pid).unwrap_or(0);
                 record.save(&dir).map_err(SandboxError::Backend)?;
@@ -307,20 +313,18 @@ impl LocalBackend {
                 });
                 let watched = sandbox.clone();
                 tokio::spawn(async move {
-                    let mut child = child;
-                    let status = child.wait().await;
+                    let status = monitor.exited().await;
                     if !watched.deleting.load(Ordering::Relaxed) {
-                        let message = format!(
-                            "the sandbox exited unexpectedly ({})",
-                            status.map(|s| s.to_string()).unwrap_or_default()
-                        );
+                        let message = format!("the sandbox exited unexpectedly ({status})");
                         tracing::warn!(sandbox = %watched.record.lock().unwrap_or_else(|p| p.into_inner()).id, "{message}");
                         *watched.status.lock().unwrap_or_else(|p| p.into_inner()) =
                             (SandboxStatus::Failed, Some(message));
                     }
                     let _ = exited_tx.send(true);
                 });
-                match agent.wait_healthy(Duration::from_secs(10)).await {
+                let health = agent.wait_healthy(Duration::from_secs(10)).await;
+                tracing::debug!(sandbox = id, prepare = ?t1, launch = ?(t2 - t1), ready = ?(t0.elapsed() - t2), "created");
+                match health {
                     Ok(_) => {
                         *sandbox.status.lock().unwrap_or_else(|p| p.into_inner()) = (SandboxStatus::Ready, None);
                         Ok(sandbox)
@@ -350,10 +354,11 @@ impl LocalBackend {
         image: &orchard_image::Image,
         spec: &SandboxSpec,
         limits: &Limits,
-    ) -> Result<(tokio::process::Child, i32)> {
+    ) -> Result<(launch::Monitor, i32)> {
+        let t0 = std::time::Instant::now();
+        // Cgroups and namespaces are named after the sandbox: a crash before the record is saved
+        // again leaves nothing that reconciliation cannot find by name.
         record.cgroups = self.cgroups.create(&record.id, limits).map_err(SandboxError::InvalidSpec)?;
-        record.save(dir).map_err(SandboxError::Backend)?;
-        let cgroup_files = cgroup::open_procs(&record.cgroups).map_err(SandboxError::Backend)?;
         let netns = if spec.block_network {
             None
         } else {
@@ -375,11 +380,13 @@ impl LocalBackend {
                     .map_err(|e| SandboxError::backend("network setup", e))?
                     .map_err(|e| SandboxError::Backend(format!("network setup: {e}")))?;
             self.reserved.lock().unwrap_or_else(|p| p.into_inner()).slots.insert(attachment.slot);
-            let file = network::netns_file(&attachment).map_err(SandboxError::Backend);
+            let path = network::netns_path(&attachment);
             record.network = Some(attachment);
+            // Firewall rules carry no name: record them before anything can crash.
             record.save(dir).map_err(SandboxError::Backend)?;
-            Some(file?)
+            Some(path)
         };
+        tracing::debug!(sandbox = %record.id, cgroups_and_network = ?t0.elapsed(), "prepared");
         let socket = dir.join(record::SOCKET_FILE);
         let _ = std::fs::remove_file(&socket);
         let listener = std::os::unix::net::UnixListener::bind(&socket)
@@ -403,6 +410,7 @@ impl LocalBackend {
         }
         let launched = launch::launch(
             launch::LaunchSpec {
+                launcher: self.config.launcher.clone(),
                 bwrap: &self.config.bwrap,
                 agent_binary: &self.config.agent_binary,
                 dir,
@@ -411,7 +419,7 @@ impl LocalBackend {
                 env,
                 workdir: image.config.working_dir.clone().unwrap_or_else(|| "/".into()),
                 listener: listener.into(),
-                cgroups: cgroup_files,
+                cgroups: &record.cgroups,
                 netns,
                 file_roots: &spec.file_roots,
             },
@@ -419,7 +427,7 @@ impl LocalBackend {
         )
         .await
         .map_err(|e| SandboxError::Backend(format!("starting the sandbox: {e}")))?;
-        Ok((launched.child, launched.init_pid))
+        Ok((launched.monitor, launched.init_pid))
     }
 
     /// Tears a sandbox down completely: processes, cgroups, network, files.
@@ -449,7 +457,9 @@ impl LocalBackend {
         let network = record.network.clone();
         let dir = dir.to_path_buf();
         let outcome = tokio::task::spawn_blocking(move || {
+            let t = std::time::Instant::now();
             let cg = cgroup::kill_and_remove(&cgroups);
+            tracing::debug!(cgroups = ?t.elapsed(), "cgroups removed");
             if let Some(a) = &network {
                 network::detach(a);
             }

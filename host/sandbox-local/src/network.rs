@@ -175,9 +175,8 @@ pub fn attach(instance: &str, id: &str, taken: &dyn Fn(u32) -> bool, allow: Vec<
 }
 
 /// The namespace file to `setns` into.
-pub fn netns_file(a: &Attachment) -> Result<std::fs::File, String> {
-    let path = format!("/run/netns/{}", a.netns);
-    std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))
+pub fn netns_path(a: &Attachment) -> std::path::PathBuf {
+    std::path::Path::new("/run/netns").join(&a.netns)
 }
 
 /// Removes the namespace (which removes the veth pair) and the sandbox's rules. Idempotent.

@@ -95,8 +95,13 @@ async fn adopt(backend: &Arc<LocalBackend>, dir: &std::path::Path, record: &Reco
     if !record::is_alive(record.init_pid, record.init_start) {
         return false;
     }
+    let watched = sandbox.clone();
     tokio::spawn(async move {
         let _ = pidfd.readable().await;
+        if !watched.deleting.load(std::sync::atomic::Ordering::Relaxed) {
+            *watched.status.lock().unwrap_or_else(|p| p.into_inner()) =
+                (SandboxStatus::Failed, Some("the sandbox's processes ended".into()));
+        }
         let _ = exited_tx.send(true);
     });
     if let Some(a) = &record.network {

@@ -1,0 +1,326 @@
+//! `orchard-bench`: the sandbox layer's numbers, each beside a reference measured in the same run.
+//!
+//! Starts a real `orchard serve` (release build) with its own state directory and drives it over
+//! HTTP like any client would. Run it with `cargo xtask bench`.
+
+mod refs;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use serde_json::{Value, json};
+use stats::Samples;
+
+#[derive(Parser)]
+#[command(about = "Benchmarks of Orchard's sandbox layer")]
+struct Args {
+    /// Exec round trips to time.
+    #[arg(long, default_value_t = 2000)]
+    execs: usize,
+    /// Create -> first exec cycles to time.
+    #[arg(long, default_value_t = 100)]
+    creates: usize,
+    /// Sandboxes in the parallel run.
+    #[arg(long, default_value_t = 1000)]
+    parallel: usize,
+    /// Commands per sandbox in the parallel run.
+    #[arg(long, default_value_t = 4)]
+    commands: usize,
+    /// The orchard binary [default: beside this one].
+    #[arg(long)]
+    orchard: Option<PathBuf>,
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    http: reqwest::Client,
+    state: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(bin: &PathBuf, max: usize) -> anyhow::Result<Server> {
+        let state = tempfile::Builder::new().prefix("orchard-bench-").tempdir()?;
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            l.local_addr()?.port()
+        };
+        // reqwest is built with `rustls-no-provider` in this workspace (oci-client asks for it):
+        // pick the provider before any client exists.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder().pool_max_idle_per_host(512).timeout(Duration::from_secs(300)).build()?;
+        let child = Command::new(bin)
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--max-sandboxes",
+                &max.to_string(),
+                "--state-dir",
+            ])
+            .arg(state.path())
+            .env("RUST_LOG", std::env::var("ORCHARD_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::null())
+            .stderr(match std::env::var_os("ORCHARD_BENCH_SERVER_LOG") {
+                Some(path) => Stdio::from(std::fs::File::create(path)?),
+                None => Stdio::inherit(),
+            })
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let server = Server { child, url: format!("http://127.0.0.1:{port}"), http, state };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                bail!("orchard serve did not come up");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        let resp = self.http.post(format!("{}{path}", self.url)).json(&body).send().await?;
+        let status = resp.status();
+        let v: Value = resp.json().await?;
+        if !status.is_success() {
+            bail!("POST {path}: {status} {v}");
+        }
+        Ok(v)
+    }
+
+    async fn delete(&self, id: &str) -> anyhow::Result<()> {
+        let resp = self.http.delete(format!("{}/sandboxes/{id}", self.url)).send().await?;
+        if !resp.status().is_success() {
+            bail!("DELETE {id}: {}", resp.status());
+        }
+        Ok(())
+    }
+
+    async fn create(&self) -> anyhow::Result<String> {
+        let v = self.post("/sandboxes", json!({"image": "host"})).await?;
+        Ok(v["sandbox_id"].as_str().context("no id")?.to_string())
+    }
+
+    async fn exec_true(&self, id: &str) -> anyhow::Result<()> {
+        let v = self.post(&format!("/v1/sandboxes/{id}/exec"), json!({"command": ["true"]})).await?;
+        if v["exit_code"] != 0 {
+            bail!("exec failed: {v}");
+        }
+        Ok(())
+    }
+
+    fn peak_rss_kb(&self) -> u64 {
+        refs::status_kb(self.child.id() as i32, "VmHWM").unwrap_or(0)
+    }
+}
+
+struct Row {
+    what: String,
+    ours: String,
+    reference: String,
+    target: String,
+    met: Option<bool>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let bin = match &args.orchard {
+        Some(b) => b.clone(),
+        None => std::env::current_exe()?.with_file_name("orchard"),
+    };
+    anyhow::ensure!(bin.is_file(), "{} not found: build it with `cargo build --release -p orchard-cli`", bin.display());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rows = runtime.block_on(run(&args, &bin))?;
+    print_table(&rows);
+    Ok(())
+}
+
+async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let server = Arc::new(Server::start(bin, args.parallel + 16)?);
+    eprintln!("orchard-bench: server at {} (state {})", server.url, server.state.path().display());
+
+    // 1. Exec round trip.
+    let id = server.create().await?;
+    for _ in 0..50 {
+        server.exec_true(&id).await?;
+    }
+    let mut ours = Samples::default();
+    for _ in 0..args.execs {
+        let t = Instant::now();
+        server.exec_true(&id).await?;
+        ours.push(t.elapsed());
+    }
+    let floor = refs::fork_exec_true(args.execs);
+    rows.push(Row {
+        what: "exec `true` via REST, p50".into(),
+        ours: ours.fmt_ms(50.0),
+        reference: format!("{} bare fork+exec on the host", floor.fmt_ms(50.0)),
+        target: "≤ 2 ms".into(),
+        met: Some(ours.pct(50.0) <= Duration::from_millis(2)),
+    });
+    rows.push(Row {
+        what: "exec `true` via REST, p99".into(),
+        ours: ours.fmt_ms(99.0),
+        reference: format!("{} bare fork+exec", floor.fmt_ms(99.0)),
+        target: "—".into(),
+        met: None,
+    });
+    rows.push(Row {
+        what: "exec overhead over the fork+exec floor, p50".into(),
+        ours: format!("{:.2}×", ours.pct(50.0).as_secs_f64() / floor.pct(50.0).as_secs_f64()),
+        reference: "Orchard Env: 0.28 s avg (K8s); E2B 0.75 s".into(),
+        target: "—".into(),
+        met: None,
+    });
+
+    // 2. Agent idle RSS (the sandbox above has been idle since its last exec).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(server.state.path().join("sandboxes").join(&id).join("sandbox.json"))?)?;
+    let agent_rss = refs::status_kb(record["init_pid"].as_i64().unwrap_or(0) as i32, "VmRSS").unwrap_or(0);
+    let python_rss = refs::python_http_server_rss_kb();
+    rows.push(Row {
+        what: "agent idle RSS".into(),
+        ours: format!("{:.1} MB", agent_rss as f64 / 1024.0),
+        reference: match python_rss {
+            Some(kb) => format!("{:.1} MB idle `python3 -m http.server`", kb as f64 / 1024.0),
+            None => "python3 not available".into(),
+        },
+        target: "≤ 5 MB".into(),
+        met: Some(agent_rss > 0 && agent_rss <= 5 * 1024),
+    });
+    server.delete(&id).await?;
+
+    // 3. Create -> first exec completed.
+    for _ in 0..5 {
+        let id = server.create().await?;
+        server.delete(&id).await?;
+    }
+    let mut create = Samples::default();
+    for _ in 0..args.creates {
+        let t = Instant::now();
+        let id = server.create().await?;
+        server.exec_true(&id).await?;
+        create.push(t.elapsed());
+        server.delete(&id).await?;
+    }
+    let bwrap = refs::bwrap_start(args.creates.min(50));
+    let runc = refs::runc_start(20);
+    rows.push(Row {
+        what: "create → first exec, cached image, p50".into(),
+        ours: create.fmt_ms(50.0),
+        reference: format!(
+            "bare `bwrap … true` {}; `runc run` {}",
+            bwrap.map(|s| s.fmt_ms(50.0)).unwrap_or_else(|e| e),
+            runc.map(|s| s.fmt_ms(50.0)).unwrap_or_else(|e| e)
+        ),
+        target: "≤ 50 ms".into(),
+        met: Some(create.pct(50.0) <= Duration::from_millis(50)),
+    });
+    rows.push(Row {
+        what: "create → first exec, p99".into(),
+        ours: create.fmt_ms(99.0),
+        reference: "Daytona ~0.1 s, E2B 0.44 s (published)".into(),
+        target: "—".into(),
+        met: None,
+    });
+
+    // 4. Many sandboxes in parallel.
+    let n = args.parallel;
+    let bar = indicatif::ProgressBar::new(n as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {wide_bar} {pos}/{len} sandboxes done ({elapsed})")
+            .expect("template"),
+    );
+    let started = Instant::now();
+    let results = futures::future::join_all((0..n).map(|_| {
+        let (server, bar, commands) = (server.clone(), bar.clone(), args.commands);
+        tokio::spawn(async move {
+            let outcome = async {
+                let id = server.create().await?;
+                for _ in 0..commands {
+                    server.post(&format!("/v1/sandboxes/{id}/exec"), json!({"command": "echo $HOSTNAME"})).await?;
+                }
+                server.delete(&id).await?;
+                anyhow::Ok(())
+            }
+            .await;
+            bar.inc(1);
+            outcome
+        })
+    }))
+    .await;
+    let total = started.elapsed();
+    bar.finish_and_clear();
+    let ok = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
+    if let Some(Ok(Err(e))) = results.iter().find(|r| !matches!(r, Ok(Ok(())))) {
+        eprintln!("orchard-bench: first failure: {e:#}");
+    }
+    let cmds = (ok * args.commands) as f64 / total.as_secs_f64();
+    rows.push(Row {
+        what: format!("{n} sandboxes × {} commands, in parallel", args.commands),
+        ours: format!("{:.1} % ok in {:.1} s", 100.0 * ok as f64 / n as f64, total.as_secs_f64()),
+        reference: "Orchard Env: 100 % ok, 26 s (cluster)".into(),
+        target: "100 %, < 26 s".into(),
+        met: Some(ok == n && total < Duration::from_secs(26)),
+    });
+    rows.push(Row {
+        what: "  commands per second".into(),
+        ours: format!("{cmds:.0} cmd/s"),
+        reference: "Orchard Env: ~154 cmd/s".into(),
+        target: "≥ 500 cmd/s".into(),
+        met: Some(cmds >= 500.0),
+    });
+    rows.push(Row {
+        what: "  host peak RSS (orchard serve)".into(),
+        ours: format!("{:.0} MB", server.peak_rss_kb() as f64 / 1024.0),
+        reference: "—".into(),
+        target: "—".into(),
+        met: None,
+    });
+    Ok(rows)
+}
+
+fn print_table(rows: &[Row]) {
+    let w0 = rows.iter().map(|r| r.what.chars().count()).max().unwrap_or(0);
+    let w1 = rows.iter().map(|r| r.ours.chars().count()).max().unwrap_or(0).max(4);
+    let w2 = rows.iter().map(|r| r.reference.chars().count()).max().unwrap_or(0).max(9);
+    let w3 = rows.iter().map(|r| r.target.chars().count()).max().unwrap_or(0).max(6);
+    let pad = |s: &str, w: usize| format!("{s}{}", " ".repeat(w.saturating_sub(s.chars().count())));
+    println!(
+        "| {} | {} | {} | {} | met |",
+        pad("what", w0),
+        pad("ours", w1),
+        pad("reference (same run)", w2),
+        pad("target", w3)
+    );
+    println!("|{}|{}|{}|{}|-----|", "-".repeat(w0 + 2), "-".repeat(w1 + 2), "-".repeat(w2 + 2), "-".repeat(w3 + 2));
+    for r in rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "",
+        };
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            pad(&r.what, w0),
+            pad(&r.ours, w1),
+            pad(&r.reference, w2),
+            pad(&r.target, w3),
+            pad(met, 3)
+        );
+    }
+}

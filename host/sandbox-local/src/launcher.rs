@@ -1,0 +1,263 @@
+//! The launcher: a small helper process that forks bubblewrap for every sandbox.
+//!
+//! It is forked from the host before the host starts any thread, so it is a tiny copy of a tiny
+//! process. Forking the host itself for each sandbox would copy its page tables and its
+//! descriptor table (thousands of agent connections with a thousand sandboxes) and close every
+//! one of those descriptors again at exec: work that grows with the number of sandboxes, which
+//! made creating the thousandth sandbox much dearer than the first. A launcher fork costs the same
+//! every time.
+//!
+//! Requests travel over a `SOCK_SEQPACKET` socket pair: a JSON message plus the descriptors the
+//! sandbox needs (stdin with the token, the log, the agent's listening socket, bwrap's info pipe).
+//! The launcher dies with the host (`PR_SET_PDEATHSIG`); the sandboxes it started do not.
+
+use std::ffi::CString;
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use nix::sys::socket::{AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType};
+use serde::{Deserialize, Serialize};
+
+/// What to start, and how to set it up between fork and exec.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Request {
+    pub argv: Vec<String>,
+    /// Mount point and options of the sandbox's overlay root.
+    pub overlay_target: String,
+    pub overlay_options: String,
+    /// `cgroup.procs` files to join.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// A network namespace to enter (`/run/netns/...`).
+    pub netns: Option<PathBuf>,
+    /// Not root: make a user namespace first so that the overlay can be mounted.
+    pub rootless: bool,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Reply {
+    Started { pid: i32 },
+    Failed { error: String },
+}
+
+/// Descriptors sent with a request, in this order.
+pub struct Fds<'a> {
+    pub stdin: &'a OwnedFd,
+    pub log: &'a OwnedFd,
+    /// Becomes fd 3 in the sandbox: the agent's listening socket.
+    pub listener: &'a OwnedFd,
+    /// Becomes fd 4: bwrap's `--info-fd`.
+    pub info: &'a OwnedFd,
+}
+
+pub struct Launcher {
+    sock: Mutex<OwnedFd>,
+    pid: i32,
+}
+
+impl std::fmt::Debug for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Launcher(pid {})", self.pid)
+    }
+}
+
+const MAX_MESSAGE: usize = 256 * 1024;
+
+impl Launcher {
+    /// Forks the launcher.
+    ///
+    /// # Safety
+    /// The calling process must have a single thread (call it before starting an async runtime or
+    /// any thread): the child keeps running Rust code after the fork.
+    pub unsafe fn start() -> std::io::Result<Launcher> {
+        let (ours, theirs) =
+            nix::sys::socket::socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
+        // SAFETY: the caller guarantees a single-threaded process.
+        match unsafe { nix::unistd::fork() }? {
+            nix::unistd::ForkResult::Child => {
+                drop(ours);
+                serve(theirs)
+            }
+            nix::unistd::ForkResult::Parent { child } => Ok(Launcher { sock: Mutex::new(ours), pid: child.as_raw() }),
+        }
+    }
+
+    /// Starts a sandbox's bubblewrap; returns its pid. Blocking (about a millisecond).
+    pub fn launch(&self, request: &Request, fds: Fds<'_>) -> Result<i32, String> {
+        let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        if body.len() > MAX_MESSAGE {
+            return Err("launch request too large".into());
+        }
+        let raw = [fds.stdin.as_raw_fd(), fds.log.as_raw_fd(), fds.listener.as_raw_fd(), fds.info.as_raw_fd()];
+        let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        let iov = [std::io::IoSlice::new(&body)];
+        nix::sys::socket::sendmsg::<()>(
+            sock.as_raw_fd(),
+            &iov,
+            &[ControlMessage::ScmRights(&raw)],
+            MsgFlags::empty(),
+            None,
+        )
+        .map_err(|e| format!("launcher unreachable: {e}"))?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())
+            .map_err(|e| format!("launcher unreachable: {e}"))?;
+        if n == 0 {
+            return Err("the launcher exited".into());
+        }
+        match serde_json::from_slice(&buf[..n]).map_err(|e| format!("launcher answer: {e}"))? {
+            Reply::Started { pid } => Ok(pid),
+            Reply::Failed { error } => Err(error),
+        }
+    }
+}
+
+/// The launcher's main loop. Never returns.
+fn serve(sock: OwnedFd) -> ! {
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    close_all_but(sock.as_raw_fd());
+    // Children are reaped by the kernel: the host watches them through pidfds.
+    // SAFETY: ignoring SIGCHLD installs no handler.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    loop {
+        let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+        let (n, fds) = {
+            let mut iov = [IoSliceMut::new(&mut buf)];
+            let msg =
+                match nix::sys::socket::recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty()) {
+                    Ok(m) => m,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(_) => std::process::exit(0),
+                };
+            let mut fds: Vec<OwnedFd> = Vec::new();
+            if let Ok(cmsgs) = msg.cmsgs() {
+                for c in cmsgs {
+                    if let ControlMessageOwned::ScmRights(received) = c {
+                        // SAFETY: descriptors received with SCM_RIGHTS are new and ours.
+                        fds.extend(received.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+                    }
+                }
+            }
+            (msg.bytes, fds)
+        };
+        if n == 0 {
+            std::process::exit(0);
+        }
+        let reply = match (serde_json::from_slice::<Request>(&buf[..n]), fds.len()) {
+            (Ok(request), 4) => match spawn(&request, &fds) {
+                Ok(pid) => Reply::Started { pid },
+                Err(error) => Reply::Failed { error },
+            },
+            (Ok(_), got) => Reply::Failed { error: format!("expected 4 descriptors, got {got}") },
+            (Err(e), _) => Reply::Failed { error: format!("bad request: {e}") },
+        };
+        drop(fds);
+        let body = serde_json::to_vec(&reply).unwrap_or_default();
+        let _ = nix::sys::socket::send(sock.as_raw_fd(), &body, MsgFlags::empty());
+    }
+}
+
+fn close_all_but(keep: RawFd) {
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    for fd in fds.into_iter().filter(|fd| *fd != keep) {
+        // SAFETY: closing descriptors this fresh process inherited and does not use.
+        unsafe { libc::close(fd) };
+    }
+    // 0, 1 and 2 on /dev/null, so that nothing we open lands there by accident.
+    for _ in 0..3 {
+        // SAFETY: plain open of a constant path.
+        unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+    }
+}
+
+/// Forks and execs one bubblewrap. The launcher is single-threaded, so the child may allocate.
+fn spawn(request: &Request, fds: &[OwnedFd]) -> Result<i32, String> {
+    let cstr = |s: &str| CString::new(s).map_err(|_| format!("{s:?} contains a NUL byte"));
+    let argv: Vec<CString> = request.argv.iter().map(|a| cstr(a)).collect::<Result<_, _>>()?;
+    if argv.is_empty() {
+        return Err("empty argv".into());
+    }
+    let target = cstr(&request.overlay_target)?;
+    let options = cstr(&request.overlay_options)?;
+    let (err_read, err_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: the launcher is single-threaded; the child only sets itself up and execs.
+    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+        nix::unistd::ForkResult::Child => {
+            drop(err_read);
+            let error = child(request, fds, &target, &options, &argv);
+            let code = error.raw_os_error().unwrap_or(libc::EINVAL);
+            let _ = nix::unistd::write(&err_write, &code.to_ne_bytes());
+            // SAFETY: leaving the forked child without running any destructor.
+            unsafe { libc::_exit(127) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(err_write);
+            let mut code = [0u8; 4];
+            // The write end closes at exec: nothing to read means bwrap is running.
+            match nix::unistd::read(&err_read, &mut code) {
+                Ok(4) => Err(format!(
+                    "cannot start {}: {}",
+                    request.argv[0],
+                    std::io::Error::from_raw_os_error(i32::from_ne_bytes(code))
+                )),
+                _ => Ok(child.as_raw()),
+            }
+        }
+    }
+}
+
+/// Sets the child up (cgroups, network, mounts, descriptors) and execs; returns only on failure.
+fn child(request: &Request, fds: &[OwnedFd], target: &CString, options: &CString, argv: &[CString]) -> std::io::Error {
+    let result = (|| -> std::io::Result<()> {
+        for procs in &request.cgroup_procs {
+            std::fs::write(procs, "0")?;
+        }
+        if let Some(netns) = &request.netns {
+            let ns = std::fs::File::open(netns)?;
+            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+        }
+        if request.rootless {
+            // Root in a user namespace of our own, so that the overlay can be mounted.
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS)?;
+            std::fs::write("/proc/self/setgroups", "deny")?;
+            std::fs::write("/proc/self/uid_map", format!("0 {} 1", request.uid))?;
+            std::fs::write("/proc/self/gid_map", format!("0 {} 1", request.gid))?;
+        } else {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
+        }
+        // The overlay lives in this private mount namespace, and dies with the sandbox.
+        use nix::mount::{MsFlags, mount};
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)?;
+        mount(Some("overlay"), target.as_c_str(), Some("overlay"), MsFlags::empty(), Some(options.as_c_str()))?;
+        // Received descriptors may sit on 0..4: move them out of the way, then into place.
+        let high: Vec<RawFd> = fds
+            .iter()
+            .map(|fd| nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10)))
+            .collect::<Result<_, _>>()?;
+        for (target_fd, source) in [(0, high[0]), (1, high[1]), (2, high[1]), (3, high[2]), (4, high[3])] {
+            // SAFETY: dup2 on descriptors we hold; the result clears CLOEXEC on the target.
+            if unsafe { libc::dup2(source, target_fd) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        // Terminal signals aimed at the host must not reach its sandboxes.
+        nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0))?;
+        // SIGCHLD was ignored in the launcher; bwrap must get the default back.
+        // SAFETY: restoring the default disposition.
+        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+        Ok(())
+    })();
+    if let Err(e) = result {
+        return e;
+    }
+    match nix::unistd::execvp(&argv[0], argv) {
+        Err(e) => e.into(),
+    }
+}
