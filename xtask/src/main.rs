@@ -14,6 +14,13 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 const MUSL: &str = "x86_64-unknown-linux-musl";
+/// What `cargo xtask demo` runs in a fresh sandbox: who it is, what it sees, what it can reach.
+const DEMO: &str = r#"echo "hello from sandbox $(hostname), uid $(id -u)"
+echo "--- its root:"; ls /
+echo "--- its processes:"; ps -eo pid,args
+echo "--- its network interfaces:"; tail -n +3 /proc/net/dev | cut -d: -f1
+echo "--- its memory limit:"; cat /sys/fs/cgroup/memory.max 2>/dev/null || echo "256Mi (cgroup v1, set by the host)"
+echo "--- the host's loopback:"; (echo > /dev/tcp/127.0.0.1/22) 2>&1 | tail -1"#;
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bwrap", "bubblewrap"),
     ("ip", "iproute2"),
@@ -44,7 +51,11 @@ fn main() -> anyhow::Result<()> {
             setup()?;
             build()?;
             let mut cmd = Command::new(root.join("target/debug/orchard"));
-            cmd.args(&args[1..]);
+            if args.len() > 1 {
+                cmd.args(&args[1..]);
+            } else {
+                cmd.args(["run", "--memory", "256Mi", "--cpu", "1", "--", DEMO]);
+            }
             run(cmd.env("ORCHARD_AGENT_BIN", agent_path()))
         }
         Some("bench") => {

@@ -1,6 +1,7 @@
 //! `orchard`: one binary for the environment layer.
 
 mod agent_bin;
+mod run;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -16,28 +17,44 @@ struct Cli {
 enum Command {
     /// Serve the sandbox API (Orchard-Env compatible, plus /v1).
     Serve(serve::ServeArgs),
+    /// Run one command in a fresh local sandbox (no server needed), then delete it.
+    Run(run::RunArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    let cli = Cli::parse();
+    // `run` is a tool in a pipeline: only warnings by default. `serve` reports what it does.
+    let default_level = match cli.command {
+        Command::Run(_) => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     raise_fd_limit();
-    let cli = Cli::parse();
+    match run_command(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("orchard: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run_command(cli: Cli) -> anyhow::Result<i32> {
     // The sandbox launcher must be forked while this process still has a single thread.
-    let launcher = match &cli.command {
-        // SAFETY: no runtime and no other thread has started yet.
-        Command::Serve(_) => Some(std::sync::Arc::new(unsafe { orchard_sandbox_local::Launcher::start() }?)),
-    };
+    // SAFETY: no runtime and no other thread has started yet.
+    let launcher = std::sync::Arc::new(unsafe { orchard_sandbox_local::Launcher::start() }?);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => serve::run(args, launcher.expect("started above")).await,
+            Command::Serve(args) => serve::run(args, launcher).await.map(|()| 0),
+            Command::Run(args) => run::run(args, launcher).await,
         }
     })
 }
