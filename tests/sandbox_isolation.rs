@@ -120,3 +120,43 @@ async fn memory_cpu_and_process_limits_are_enforced() {
         assert_eq!(limit.trim(), (64u64 << 20).to_string());
     }
 }
+
+/// Without root, sandboxes get a user namespace (root inside maps to the user outside), overlay
+/// roots still work, and nothing is left behind. Needs the `orchard-test` account that
+/// `cargo xtask setup` creates.
+#[tokio::test]
+async fn an_unprivileged_host_runs_sandboxes_in_a_user_namespace() {
+    let user = "orchard-test";
+    let uid = std::process::Command::new("id").args(["-u", user]).output().unwrap();
+    assert!(uid.status.success(), "user {user} missing: run `cargo xtask setup`");
+    let uid = String::from_utf8(uid.stdout).unwrap().trim().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::copy(orchard_tests::orchard_bin(), bin.join("orchard")).unwrap();
+    std::fs::copy(orchard_tests::agent_bin(), bin.join("agent")).unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::process::Command::new("chown").args(["-R", user]).arg(dir.path()).status().unwrap();
+    std::process::Command::new("chmod").args(["755"]).arg(dir.path()).status().unwrap();
+    let script = "echo uid=$(id -u); cat /proc/self/uid_map; echo data > /root/file && cat /root/file";
+    let out = std::process::Command::new("runuser")
+        .args(["-u", user, "--"])
+        .arg(bin.join("orchard"))
+        .args(["run", "--state-dir"])
+        .arg(&state)
+        .args(["--agent-bin"])
+        .arg(bin.join("agent"))
+        .args(["--", script])
+        .env_remove("ORCHARD_STATE_DIR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("uid=0"), "{stdout}");
+    let map: Vec<&str> = stdout.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(map, ["0", uid.as_str(), "1"], "{stdout}");
+    assert!(stdout.ends_with("data\n"), "{stdout}");
+    let left: Vec<_> = std::fs::read_dir(state.join("sandboxes")).unwrap().collect();
+    assert!(left.is_empty(), "sandbox directories left: {left:?}");
+}

@@ -52,41 +52,120 @@ pub fn busybox_layer(files: &[(&str, &[u8])]) -> Vec<u8> {
     tar.into_inner().expect("tar").finish().expect("gzip")
 }
 
+/// An image's blobs: gzip layers, its config and its OCI manifest.
+pub struct TestImage {
+    pub layers: Vec<Vec<u8>>,
+    pub config: Vec<u8>,
+    pub manifest: Vec<u8>,
+}
+
+impl TestImage {
+    pub fn new(layers: Vec<Vec<u8>>, env: &[&str], workdir: &str) -> TestImage {
+        let config = json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Env": env, "WorkingDir": workdir, "Cmd": ["sh"]},
+            "rootfs": {"type": "layers", "diff_ids": []},
+        });
+        let config = serde_json::to_vec(&config).expect("config");
+        let layer_descs: Vec<_> = layers
+            .iter()
+            .map(|l| json!({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": format!("sha256:{}", sha(l)), "size": l.len()}))
+            .collect();
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": format!("sha256:{}", sha(&config)), "size": config.len()},
+            "layers": layer_descs,
+        });
+        TestImage { layers, config, manifest: serde_json::to_vec(&manifest).expect("manifest") }
+    }
+
+    /// Writes an OCI image layout at `dir`, the image tagged `tag`.
+    pub fn write_layout(&self, dir: &Path, tag: &str) {
+        std::fs::create_dir_all(dir.join("blobs/sha256")).expect("layout dir");
+        std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).expect("oci-layout");
+        for layer in &self.layers {
+            write_blob(dir, layer);
+        }
+        write_blob(dir, &self.config);
+        let manifest_digest = write_blob(dir, &self.manifest);
+        let index = json!({
+            "schemaVersion": 2,
+            "manifests": [{
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": manifest_digest,
+                "size": self.manifest.len(),
+                "annotations": {"org.opencontainers.image.ref.name": tag},
+            }],
+        });
+        let mut f = std::fs::File::create(dir.join("index.json")).expect("index");
+        f.write_all(&serde_json::to_vec(&index).expect("index json")).expect("index write");
+    }
+
+    /// Writes what `docker save` writes: manifest.json, the config and uncompressed layer tars.
+    pub fn write_docker_save(&self, archive: &Path) {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut add = |name: &str, bytes: &[u8]| {
+            let mut h = header();
+            h.set_mode(0o644);
+            h.set_size(bytes.len() as u64);
+            tar.append_data(&mut h, name, bytes).expect("entry");
+        };
+        let config_name = format!("{}.json", sha(&self.config));
+        add(&config_name, &self.config);
+        let mut layer_names = Vec::new();
+        for layer in &self.layers {
+            let mut plain = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(layer.as_slice()), &mut plain)
+                .expect("gunzip");
+            let name = format!("{}/layer.tar", sha(&plain));
+            add(&name, &plain);
+            layer_names.push(name);
+        }
+        let manifest = json!([{"Config": config_name, "RepoTags": ["test/busybox:latest"], "Layers": layer_names}]);
+        add("manifest.json", &serde_json::to_vec(&manifest).expect("manifest"));
+        std::fs::write(archive, tar.into_inner().expect("tar")).expect("archive");
+    }
+
+    /// Pushes the image to a registry over its HTTP API.
+    pub async fn push(&self, client: &reqwest::Client, registry: &str, name: &str, tag: &str) {
+        for blob in self.layers.iter().chain(std::iter::once(&self.config)) {
+            let start =
+                client.post(format!("http://{registry}/v2/{name}/blobs/uploads/")).send().await.expect("upload start");
+            assert_eq!(start.status(), 202, "{:?}", start.text().await);
+            let location = start.headers()["location"].to_str().expect("location").to_string();
+            let url = if location.starts_with("http") { location } else { format!("http://{registry}{location}") };
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let put = client
+                .put(format!("{url}{sep}digest=sha256:{}", sha(blob)))
+                .body(blob.clone())
+                .send()
+                .await
+                .expect("upload");
+            assert_eq!(put.status(), 201, "{:?}", put.text().await);
+        }
+        let put = client
+            .put(format!("http://{registry}/v2/{name}/manifests/{tag}"))
+            .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+            .body(self.manifest.clone())
+            .send()
+            .await
+            .expect("manifest");
+        assert_eq!(put.status(), 201, "{:?}", put.text().await);
+    }
+}
+
+/// Tars a directory (an OCI layout becomes an OCI archive).
+pub fn tar_dir(dir: &Path) -> Vec<u8> {
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.append_dir_all(".", dir).expect("tar dir");
+    tar.into_inner().expect("tar")
+}
+
 /// An OCI image layout at `dir` with the given layers (applied in order) and config.
 pub fn oci_layout(dir: &Path, layers: &[Vec<u8>], env: &[&str], workdir: &str, tag: &str) {
-    std::fs::create_dir_all(dir.join("blobs/sha256")).expect("layout dir");
-    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).expect("oci-layout");
-    let layer_descs: Vec<_> = layers
-        .iter()
-        .map(|l| json!({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": write_blob(dir, l), "size": l.len()}))
-        .collect();
-    let config = json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Env": env, "WorkingDir": workdir, "Cmd": ["sh"]},
-        "rootfs": {"type": "layers", "diff_ids": []},
-    });
-    let config_bytes = serde_json::to_vec(&config).expect("config");
-    let config_digest = write_blob(dir, &config_bytes);
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config_bytes.len()},
-        "layers": layer_descs,
-    });
-    let manifest_bytes = serde_json::to_vec(&manifest).expect("manifest");
-    let manifest_digest = write_blob(dir, &manifest_bytes);
-    let index = json!({
-        "schemaVersion": 2,
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": manifest_digest,
-            "size": manifest_bytes.len(),
-            "annotations": {"org.opencontainers.image.ref.name": tag},
-        }],
-    });
-    let mut f = std::fs::File::create(dir.join("index.json")).expect("index");
-    f.write_all(&serde_json::to_vec(&index).expect("index json")).expect("index write");
+    TestImage::new(layers.to_vec(), env, workdir).write_layout(dir, tag);
 }
 
 /// A layer that deletes `path` from lower layers (an OCI whiteout).

@@ -14,6 +14,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 const MUSL: &str = "x86_64-unknown-linux-musl";
+const ROOTLESS_USER: &str = "orchard-test";
 /// What `cargo xtask demo` runs in a fresh sandbox: who it is, what it sees, what it can reach.
 const DEMO: &str = r#"echo "hello from sandbox $(hostname), uid $(id -u)"
 echo "--- its root:"; ls /
@@ -29,6 +30,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("perl", "perl"),
     ("git", "git"),
     ("runc", "runc"),
+    ("docker-registry", "docker-registry"),
     ("patch", "patch"),
 ];
 
@@ -109,6 +111,10 @@ fn setup() -> anyhow::Result<()> {
         let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
         install.extend(missing.iter().copied());
         run(&mut prefix(&install))?;
+    }
+    // An unprivileged account, for the tests of the local backend's rootless mode.
+    if is_root() && !Command::new("id").arg(ROOTLESS_USER).output().is_ok_and(|o| o.status.success()) {
+        run(Command::new("useradd").args(["--create-home", "--shell", "/bin/sh", ROOTLESS_USER]))?;
     }
     let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
     let installed = targets.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();

@@ -114,10 +114,16 @@ fn make_dirs(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Copies a directory tree, keeping symlinks as symlinks.
+/// Copies a directory tree, keeping symlinks as symlinks. What this user may not read (such as
+/// /etc/ssl/private without root) is left out: a sandbox has no business with it anyway.
 fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     std::fs::create_dir_all(to).map_err(|e| ImageError::io(to, e))?;
-    for entry in std::fs::read_dir(from).map_err(|e| ImageError::io(from, e))?.flatten() {
+    let entries = match std::fs::read_dir(from) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(()),
+        Err(e) => return Err(ImageError::io(from, e)),
+    };
+    for entry in entries.flatten() {
         let (src, dst) = (entry.path(), to.join(entry.file_name()));
         let kind = entry.file_type().map_err(|e| ImageError::io(&src, e))?;
         if kind.is_symlink() {
@@ -126,7 +132,10 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
         } else if kind.is_dir() {
             copy_tree(&src, &dst)?;
         } else if kind.is_file() {
-            std::fs::copy(&src, &dst).map_err(|e| ImageError::io(&src, e))?;
+            match std::fs::copy(&src, &dst) {
+                Err(e) if e.kind() != std::io::ErrorKind::PermissionDenied => return Err(ImageError::io(&src, e)),
+                _ => {}
+            }
         }
     }
     Ok(())

@@ -267,11 +267,10 @@ impl LocalBackend {
         let dir = self.sandbox_dir(id);
         std::fs::create_dir(&dir).map_err(|e| SandboxError::backend(&format!("{}", dir.display()), e))?;
         let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
-        let limits = Limits {
-            memory_bytes: spec.memory_bytes,
-            cpu: spec.cpu,
-            pids: Some(spec.pids.unwrap_or(self.config.default_pids)),
-        };
+        // The default pids limit applies where cgroups can enforce it; asked-for limits always
+        // do (and fail the create when they cannot be enforced).
+        let default_pids = (!matches!(self.cgroups, cgroup::Layout::None)).then_some(self.config.default_pids);
+        let limits = Limits { memory_bytes: spec.memory_bytes, cpu: spec.cpu, pids: spec.pids.or(default_pids) };
         let mut record = Record {
             id: id.to_string(),
             tenant: spec.tenant.clone(),
@@ -464,8 +463,7 @@ impl LocalBackend {
                 network::detach(a);
             }
             // The overlay lived in the sandbox's own mount namespace; it is gone with its processes.
-            let fs = std::fs::remove_dir_all(&dir)
-                .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) });
+            let fs = remove_tree(&dir);
             (cg, fs)
         })
         .await;
@@ -580,5 +578,30 @@ impl Backend for LocalBackend {
     async fn shutdown(&self) {
         let ids: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
         futures::future::join_all(ids.iter().map(|id| self.delete(id))).await;
+    }
+}
+
+/// Removes a sandbox directory. Overlayfs leaves its work directory without permissions
+/// (`d---------`); as root that does not matter, without root those directories are opened up
+/// first.
+pub(crate) fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            open_up(dir);
+            std::fs::remove_dir_all(dir)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+fn open_up(dir: &Path) {
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                open_up(&entry.path());
+            }
+        }
     }
 }

@@ -35,7 +35,7 @@ pub async fn run(backend: &Arc<LocalBackend>) -> Report {
                 let cgroups: Vec<_> = backend.cgroups.parents().iter().map(|p| p.join(&id)).collect();
                 let _ = tokio::task::spawn_blocking(move || {
                     let _ = cgroup::kill_and_remove(&cgroups);
-                    let _ = std::fs::remove_dir_all(&dir);
+                    let _ = crate::remove_tree(&dir);
                 })
                 .await;
                 report.cleaned += 1;
