@@ -157,6 +157,6 @@ async fn an_unprivileged_host_runs_sandboxes_in_a_user_namespace() {
     let map: Vec<&str> = stdout.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(map, ["0", uid.as_str(), "1"], "{stdout}");
     assert!(stdout.ends_with("data\n"), "{stdout}");
-    let left: Vec<_> = std::fs::read_dir(state.join("sandboxes")).unwrap().collect();
+    let left: Vec<_> = std::fs::read_dir(state.join("run/sandboxes")).unwrap().collect();
     assert!(left.is_empty(), "sandbox directories left: {left:?}");
 }

@@ -18,7 +18,7 @@ async fn delete_leaves_no_process_mount_cgroup_or_directory() {
     let init = record["init_pid"].as_i64().unwrap();
     let cgroups: Vec<String> =
         record["cgroups"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
-    let dir = server.state_dir.join("sandboxes").join(&id);
+    let dir = server.state_dir.join("run/sandboxes").join(&id);
     assert!(pid_alive(init) && dir.is_dir() && !cgroups.is_empty());
     let procs_in_cgroup = std::fs::read_to_string(format!("{}/cgroup.procs", cgroups[0])).unwrap();
     assert!(procs_in_cgroup.lines().count() >= 3, "sandbox processes are not in its cgroup: {procs_in_cgroup}");
@@ -30,6 +30,7 @@ async fn delete_leaves_no_process_mount_cgroup_or_directory() {
         assert!(!std::path::Path::new(c).exists(), "cgroup {c} left behind");
     }
     assert!(!dir.exists(), "directory left behind");
+    assert!(!server.state_dir.join("layers").join(&id).exists(), "writable layer left behind");
     assert!(mounts_mentioning(&id).is_empty(), "{:?}", mounts_mentioning(&id));
     let leftover = std::process::Command::new("pgrep").args(["-f", "sleep 1000"]).output().unwrap();
     assert!(leftover.stdout.is_empty(), "processes left: {}", String::from_utf8_lossy(&leftover.stdout));
@@ -64,7 +65,7 @@ async fn a_restarted_host_adopts_live_sandboxes_and_cleans_up_the_rest() {
     assert_eq!(r.stdout.text, "persisted\n", "the live sandbox was not adopted");
     let (status, _) = second.call(reqwest::Method::GET, &format!("/sandboxes/{doomed}"), None).await;
     assert_eq!(status, 404);
-    assert!(!state.join("sandboxes").join(&doomed).exists(), "dead sandbox's directory left");
+    assert!(!state.join("run/sandboxes").join(&doomed).exists(), "dead sandbox's directory left");
     for c in doomed_record["cgroups"].as_array().unwrap() {
         assert!(!std::path::Path::new(c.as_str().unwrap()).exists(), "dead sandbox's cgroup {c} left");
     }

@@ -192,7 +192,7 @@ impl Server {
 
     /// The on-disk record of a sandbox.
     pub fn record(&self, id: &str) -> Value {
-        let path = self.state_dir.join("sandboxes").join(id).join("sandbox.json");
+        let path = self.state_dir.join("run/sandboxes").join(id).join("sandbox.json");
         serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
             .expect("record")
     }

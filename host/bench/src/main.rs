@@ -188,8 +188,9 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
 
     // 2. Agent idle RSS (the sandbox above has been idle since its last exec).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let record: Value =
-        serde_json::from_slice(&std::fs::read(server.state.path().join("sandboxes").join(&id).join("sandbox.json"))?)?;
+    let record: Value = serde_json::from_slice(&std::fs::read(
+        server.state.path().join("run/sandboxes").join(&id).join("sandbox.json"),
+    )?)?;
     let agent_rss = refs::status_kb(record["init_pid"].as_i64().unwrap_or(0) as i32, "VmRSS").unwrap_or(0);
     let python_rss = refs::python_http_server_rss_kb();
     rows.push(Row {
@@ -238,38 +239,64 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         met: None,
     });
 
-    // 4. Many sandboxes in parallel.
+    // 4. Many sandboxes in parallel: all created, then all run their commands, then all deleted
+    //    (each phase with every sandbox at once), so that each phase's cost shows on its own.
     let n = args.parallel;
-    let bar = indicatif::ProgressBar::new(n as u64);
+    let bar = indicatif::ProgressBar::new((n * 3) as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {wide_bar} {pos}/{len} sandboxes done ({elapsed})")
+        indicatif::ProgressStyle::with_template("{spinner} {wide_bar} {pos}/{len} steps ({elapsed}) {msg}")
             .expect("template"),
     );
     let started = Instant::now();
-    let results = futures::future::join_all((0..n).map(|_| {
-        let (server, bar, commands) = (server.clone(), bar.clone(), args.commands);
-        tokio::spawn(async move {
-            let outcome = async {
-                let id = server.create().await?;
+    bar.set_message("creating");
+    let created = join_all_counted(
+        &bar,
+        (0..n).map(|_| {
+            let server = server.clone();
+            async move { server.create().await }
+        }),
+    )
+    .await;
+    let t_create = started.elapsed();
+    let ids: Vec<String> = created.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+    bar.set_message("running commands");
+    let commands = args.commands;
+    let ran = join_all_counted(
+        &bar,
+        ids.iter().cloned().map(|id| {
+            let server = server.clone();
+            async move {
                 for _ in 0..commands {
                     server.post(&format!("/v1/sandboxes/{id}/exec"), json!({"command": "echo $HOSTNAME"})).await?;
                 }
-                server.delete(&id).await?;
                 anyhow::Ok(())
             }
-            .await;
-            bar.inc(1);
-            outcome
-        })
-    }))
+        }),
+    )
+    .await;
+    let t_exec = started.elapsed() - t_create;
+    bar.set_message("deleting");
+    let deleted = join_all_counted(
+        &bar,
+        ids.iter().cloned().map(|id| {
+            let server = server.clone();
+            async move { server.delete(&id).await }
+        }),
+    )
     .await;
     let total = started.elapsed();
     bar.finish_and_clear();
-    let ok = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
-    if let Some(Ok(Err(e))) = results.iter().find(|r| !matches!(r, Ok(Ok(())))) {
-        eprintln!("orchard-bench: first failure: {e:#}");
+    let failures: Vec<String> = created
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| format!("create: {e:#}")))
+        .chain(ran.iter().filter_map(|r| r.as_ref().err().map(|e| format!("exec: {e:#}"))))
+        .chain(deleted.iter().filter_map(|r| r.as_ref().err().map(|e| format!("delete: {e:#}"))))
+        .collect();
+    if let Some(first) = failures.first() {
+        eprintln!("orchard-bench: {} failures; first: {first}", failures.len());
     }
-    let cmds = (ok * args.commands) as f64 / total.as_secs_f64();
+    let ok = ids.len() - ran.iter().filter(|r| r.is_err()).count() - deleted.iter().filter(|r| r.is_err()).count();
+    let total_cmds = (ok * args.commands) as f64;
     rows.push(Row {
         what: format!("{n} sandboxes × {} commands, in parallel", args.commands),
         ours: format!("{:.1} % ok in {:.1} s", 100.0 * ok as f64 / n as f64, total.as_secs_f64()),
@@ -278,11 +305,30 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         met: Some(ok == n && total < Duration::from_secs(26)),
     });
     rows.push(Row {
-        what: "  commands per second".into(),
-        ours: format!("{cmds:.0} cmd/s"),
-        reference: "Orchard Env: ~154 cmd/s".into(),
+        what: "  phases: create / commands / delete".into(),
+        ours: format!(
+            "{:.1} / {:.1} / {:.1} s",
+            t_create.as_secs_f64(),
+            t_exec.as_secs_f64(),
+            (total - t_create - t_exec).as_secs_f64()
+        ),
+        reference: "—".into(),
+        target: "—".into(),
+        met: None,
+    });
+    rows.push(Row {
+        what: "  commands/s, end to end (all commands / total)".into(),
+        ours: format!("{:.0} cmd/s", total_cmds / total.as_secs_f64()),
+        reference: "Orchard Env: ~154 cmd/s (4000 / 26 s)".into(),
         target: "≥ 500 cmd/s".into(),
-        met: Some(cmds >= 500.0),
+        met: Some(total_cmds / total.as_secs_f64() >= 500.0),
+    });
+    rows.push(Row {
+        what: format!("  commands/s with {n} sandboxes live"),
+        ours: format!("{:.0} cmd/s", total_cmds / t_exec.as_secs_f64()),
+        reference: "—".into(),
+        target: "—".into(),
+        met: None,
     });
     rows.push(Row {
         what: "  host peak RSS (orchard serve)".into(),
@@ -292,6 +338,28 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         met: None,
     });
     Ok(rows)
+}
+
+/// Runs futures as tasks, all at once, ticking the bar as each finishes.
+async fn join_all_counted<T: Send + 'static>(
+    bar: &indicatif::ProgressBar,
+    futures: impl Iterator<Item = impl std::future::Future<Output = anyhow::Result<T>> + Send + 'static>,
+) -> Vec<anyhow::Result<T>> {
+    let tasks: Vec<_> = futures
+        .map(|f| {
+            let bar = bar.clone();
+            tokio::spawn(async move {
+                let r = f.await;
+                bar.inc(1);
+                r
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.unwrap_or_else(|e| Err(anyhow::anyhow!("task: {e}"))));
+    }
+    out
 }
 
 fn print_table(rows: &[Row]) {

@@ -184,7 +184,13 @@ impl ImageStore {
             })
             .await
             .map_err(|e| ImageError::invalid(reference, format!("unpack task failed: {e}")))??;
-            std::fs::rename(&staging, &root).map_err(|e| ImageError::io(&root, e))?;
+            if let Err(e) = std::fs::rename(&staging, &root) {
+                // Another host process sharing the cache finished the same image first.
+                let _ = std::fs::remove_dir_all(&staging);
+                if !root.is_dir() {
+                    return Err(ImageError::io(&root, e));
+                }
+            }
             tracing::info!(image = reference, digest = %parsed.manifest_digest, "unpacked image");
         }
         Ok(Image {

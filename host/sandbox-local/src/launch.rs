@@ -45,6 +45,8 @@ pub const AGENT_PATH: &str = "/.orchard/agent";
 pub const SCRATCH_DIR: &str = "/tmp/.orchard";
 
 pub struct LaunchSpec<'a> {
+    /// Holds the overlay's upper and work directories.
+    pub layer_dir: &'a Path,
     pub launcher: std::sync::Arc<Launcher>,
     pub bwrap: &'a Path,
     pub agent_binary: &'a Path,
@@ -107,8 +109,8 @@ fn bwrap_argv(spec: &LaunchSpec<'_>, root: &Path) -> Vec<String> {
 
 pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, String> {
     let root = root_dir(spec.dir);
-    let upper = spec.dir.join("upper");
-    let work = spec.dir.join("work");
+    let upper = spec.layer_dir.join("upper");
+    let work = spec.layer_dir.join("work");
     for d in [&root, &upper, &work] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
@@ -146,13 +148,8 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
     nix::unistd::write(&stdin_write, format!("{token}\n").as_bytes()).map_err(|e| format!("token pipe: {e}"))?;
     drop(stdin_write);
     let log: OwnedFd = log.into();
-    let launcher = spec.launcher.clone();
-    let listener = spec.listener;
-    let pid = tokio::task::spawn_blocking(move || {
-        launcher.launch(&request, Fds { stdin: &stdin_read, log: &log, listener: &listener, info: &info_write })
-    })
-    .await
-    .map_err(|e| format!("launch task: {e}"))??;
+    let fds = Fds { stdin: stdin_read, log, listener: spec.listener, info: info_write };
+    let pid = spec.launcher.launch(&request, fds).await?;
     let monitor = Monitor::new(pid);
     match read_child_pid(info_read).await {
         Ok(init_pid) => Ok(Launched { monitor, init_pid }),

@@ -43,19 +43,27 @@ enum Reply {
     Failed { error: String },
 }
 
-/// Descriptors sent with a request, in this order.
-pub struct Fds<'a> {
-    pub stdin: &'a OwnedFd,
-    pub log: &'a OwnedFd,
+/// Descriptors sent with a request, in this order (ours are closed once they are sent).
+pub struct Fds {
+    pub stdin: OwnedFd,
+    pub log: OwnedFd,
     /// Becomes fd 3 in the sandbox: the agent's listening socket.
-    pub listener: &'a OwnedFd,
+    pub listener: OwnedFd,
     /// Becomes fd 4: bwrap's `--info-fd`.
-    pub info: &'a OwnedFd,
+    pub info: OwnedFd,
 }
 
 pub struct Launcher {
-    sock: Mutex<OwnedFd>,
+    /// Requests go to one thread that owns the socket and talks to the launcher in turn: no
+    /// pile of blocked threads contending for a lock when a thousand sandboxes start at once.
+    jobs: Mutex<std::sync::mpsc::Sender<Job>>,
     pid: i32,
+}
+
+struct Job {
+    body: Vec<u8>,
+    fds: [OwnedFd; 4],
+    reply: tokio::sync::oneshot::Sender<Result<i32, String>>,
 }
 
 impl std::fmt::Debug for Launcher {
@@ -81,37 +89,56 @@ impl Launcher {
                 drop(ours);
                 serve(theirs)
             }
-            nix::unistd::ForkResult::Parent { child } => Ok(Launcher { sock: Mutex::new(ours), pid: child.as_raw() }),
+            nix::unistd::ForkResult::Parent { child } => {
+                let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+                std::thread::Builder::new().name("launcher-client".into()).spawn(move || {
+                    for job in queue {
+                        let _ = job.reply.send(exchange(&ours, &job.body, &job.fds));
+                    }
+                })?;
+                Ok(Launcher { jobs: Mutex::new(jobs), pid: child.as_raw() })
+            }
         }
     }
 
-    /// Starts a sandbox's bubblewrap; returns its pid. Blocking (about a millisecond).
-    pub fn launch(&self, request: &Request, fds: Fds<'_>) -> Result<i32, String> {
+    /// Starts a sandbox's bubblewrap; returns its pid (about a millisecond of the launcher's time).
+    pub async fn launch(&self, request: &Request, fds: Fds) -> Result<i32, String> {
         let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
         if body.len() > MAX_MESSAGE {
             return Err("launch request too large".into());
         }
-        let raw = [fds.stdin.as_raw_fd(), fds.log.as_raw_fd(), fds.listener.as_raw_fd(), fds.info.as_raw_fd()];
-        let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
-        let iov = [std::io::IoSlice::new(&body)];
-        nix::sys::socket::sendmsg::<()>(
-            sock.as_raw_fd(),
-            &iov,
-            &[ControlMessage::ScmRights(&raw)],
-            MsgFlags::empty(),
-            None,
-        )
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job { body, fds: [fds.stdin, fds.log, fds.listener, fds.info], reply };
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job)
+            .map_err(|_| "the launcher is gone".to_string())?;
+        answer.await.map_err(|_| "the launcher is gone".to_string())?
+    }
+}
+
+/// One request and its reply over the launcher's socket.
+fn exchange(sock: &OwnedFd, body: &[u8], fds: &[OwnedFd; 4]) -> Result<i32, String> {
+    let raw = fds.each_ref().map(|fd| fd.as_raw_fd());
+    let iov = [std::io::IoSlice::new(body)];
+    nix::sys::socket::sendmsg::<()>(
+        sock.as_raw_fd(),
+        &iov,
+        &[ControlMessage::ScmRights(&raw)],
+        MsgFlags::empty(),
+        None,
+    )
+    .map_err(|e| format!("launcher unreachable: {e}"))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())
         .map_err(|e| format!("launcher unreachable: {e}"))?;
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())
-            .map_err(|e| format!("launcher unreachable: {e}"))?;
-        if n == 0 {
-            return Err("the launcher exited".into());
-        }
-        match serde_json::from_slice(&buf[..n]).map_err(|e| format!("launcher answer: {e}"))? {
-            Reply::Started { pid } => Ok(pid),
-            Reply::Failed { error } => Err(error),
-        }
+    if n == 0 {
+        return Err("the launcher exited".into());
+    }
+    match serde_json::from_slice(&buf[..n]).map_err(|e| format!("launcher answer: {e}"))? {
+        Reply::Started { pid } => Ok(pid),
+        Reply::Failed { error } => Err(error),
     }
 }
 

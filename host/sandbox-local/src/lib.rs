@@ -61,6 +61,8 @@ impl LocalConfig {
 }
 
 pub struct LocalBackend {
+    /// Held for the backend's life: one host process per state directory.
+    _lock: nix::fcntl::Flock<std::fs::File>,
     config: LocalConfig,
     /// Short hash of the state directory: names this host's cgroup group and namespaces.
     instance: String,
@@ -152,9 +154,13 @@ impl LocalBackend {
                 config.bwrap.display()
             )));
         }
-        let sandboxes_dir = config.state_dir.join("sandboxes");
-        std::fs::create_dir_all(&sandboxes_dir).map_err(|e| SandboxError::backend("state dir", e))?;
+        std::fs::create_dir_all(&config.state_dir).map_err(|e| SandboxError::backend("state dir", e))?;
         let _ = std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700));
+        let lock = lock_state_dir(&config.state_dir)?;
+        mount_run_dir(&config.state_dir.join("run"));
+        for dir in [config.state_dir.join("run/sandboxes"), config.state_dir.join("layers")] {
+            std::fs::create_dir_all(&dir).map_err(|e| SandboxError::backend("state dir", e))?;
+        }
         let images = ImageStore::new(config.state_dir.join("images"), config.registry.clone())
             .map_err(|e| SandboxError::backend("image cache", e))?;
         let canonical = std::fs::canonicalize(&config.state_dir).unwrap_or_else(|_| config.state_dir.clone());
@@ -163,6 +169,7 @@ impl LocalBackend {
             hex::encode(&sha2::Sha256::digest(canonical.as_os_str().as_encoded_bytes())[..4])
         };
         let backend = Arc::new(LocalBackend {
+            _lock: lock,
             cgroups: cgroup::Layout::detect(&instance),
             instance,
             images,
@@ -177,8 +184,14 @@ impl LocalBackend {
         Ok(backend)
     }
 
+    /// Records, sockets and logs: small files that come and go with sandboxes.
     fn sandboxes_dir(&self) -> PathBuf {
-        self.config.state_dir.join("sandboxes")
+        self.config.state_dir.join("run/sandboxes")
+    }
+
+    /// Writable layers (overlay upper and work directories), on disk.
+    fn layers_dir(&self) -> PathBuf {
+        self.config.state_dir.join("layers")
     }
 
     fn find(&self, id: &str) -> Result<Arc<LocalSandbox>> {
@@ -191,7 +204,7 @@ impl LocalBackend {
             .ok_or_else(|| SandboxError::NotFound(id.to_string()))
     }
 
-    /// Where the sandbox with this id keeps its record, socket and writable layer.
+    /// Where the sandbox with this id keeps its record, socket and log.
     pub fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.sandboxes_dir().join(id)
     }
@@ -409,6 +422,7 @@ impl LocalBackend {
         }
         let launched = launch::launch(
             launch::LaunchSpec {
+                layer_dir: &self.layers_dir().join(&record.id),
                 launcher: self.config.launcher.clone(),
                 bwrap: &self.config.bwrap,
                 agent_binary: &self.config.agent_binary,
@@ -454,10 +468,12 @@ impl LocalBackend {
         }
         let cgroups = record.cgroups.clone();
         let network = record.network.clone();
+        let layer = self.layers_dir().join(&record.id);
         let dir = dir.to_path_buf();
         let outcome = tokio::task::spawn_blocking(move || {
             let t = std::time::Instant::now();
             let cg = cgroup::kill_and_remove(&cgroups);
+            let _ = remove_tree(&layer);
             tracing::debug!(cgroups = ?t.elapsed(), "cgroups removed");
             if let Some(a) = &network {
                 network::detach(a);
@@ -578,6 +594,11 @@ impl Backend for LocalBackend {
     async fn shutdown(&self) {
         let ids: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
         futures::future::join_all(ids.iter().map(|id| self.delete(id))).await;
+        // Nothing left to record: the run directory's tmpfs can go too.
+        let run = self.config.state_dir.join("run");
+        if self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).is_empty() && is_mount_point(&run) {
+            let _ = nix::mount::umount2(&run, nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
 
@@ -604,4 +625,51 @@ fn open_up(dir: &Path) {
             }
         }
     }
+}
+
+/// Mounts a tmpfs for the run directory, as /run is on most systems: the records, sockets and
+/// logs of sandboxes are small files created and deleted at a high rate, which costs a journaled
+/// disk filesystem dearly (ext4 scans its inode tables past recently deleted inodes), and none of
+/// them needs to outlive a reboot (the sandboxes do not). Without root, a plain directory.
+fn mount_run_dir(dir: &Path) {
+    let _ = std::fs::create_dir_all(dir);
+    if !nix::unistd::geteuid().is_root() || is_mount_point(dir) {
+        return;
+    }
+    let mounted = nix::mount::mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV | nix::mount::MsFlags::MS_NOEXEC,
+        Some("mode=0700,size=256m"),
+    );
+    if let Err(e) = mounted {
+        tracing::warn!("cannot mount a tmpfs on {}: {e}; using the disk", dir.display());
+    }
+}
+
+fn is_mount_point(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(dir), dir.parent().map(std::fs::metadata)) {
+        (Ok(d), Some(Ok(p))) => d.dev() != p.dev(),
+        _ => false,
+    }
+}
+
+/// Takes the state directory for this process. Two hosts on one state directory would each take
+/// the other's sandboxes for leftovers of a crash.
+fn lock_state_dir(state_dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let path = state_dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| SandboxError::backend(&path.display().to_string(), e))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
+        SandboxError::Backend(format!(
+            "the state directory {} is in use by another orchard process; give this one its own with --state-dir",
+            state_dir.display()
+        ))
+    })
 }

@@ -181,6 +181,8 @@ pub fn netns_path(a: &Attachment) -> std::path::PathBuf {
 
 /// Removes the namespace (which removes the veth pair) and the sandbox's rules. Idempotent.
 pub fn detach(a: &Attachment) {
+    // Deleting the host end removes the pair now; a namespace's own teardown is asynchronous.
+    let _ = run("ip", &["link", "delete", &a.host_if], None);
     let _ = run("ip", &["netns", "delete", &a.netns], None);
     let src = format!("{}/32", a.sandbox_ip);
     for cidr in &a.allow {

@@ -54,7 +54,14 @@ pub async fn run(backend: &Arc<LocalBackend>) -> Report {
             report.cleaned += 1;
         }
     }
-    // Cgroups and namespaces that no record accounts for.
+    // Writable layers, cgroups and namespaces that no record accounts for.
+    for entry in std::fs::read_dir(backend.layers_dir()).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !known_ids.contains(&name) {
+            let path = entry.path();
+            let _ = tokio::task::spawn_blocking(move || crate::remove_tree(&path)).await;
+        }
+    }
     for parent in backend.cgroups.parents() {
         for entry in std::fs::read_dir(&parent).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default() {
             let name = entry.file_name().to_string_lossy().into_owned();
