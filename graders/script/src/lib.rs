@@ -1,0 +1,80 @@
+//! The `script` grader, Harbor's contract: run the task's `/tests/test.sh` in the sandbox, then
+//! read the reward it wrote: `/logs/verifier/reward.txt` (one number) or
+//! `/logs/verifier/reward.json` (name → number; `reward` is the reward, or else their mean).
+//!
+//! A missing or malformed reward file is `unknown`, with the reason: never a silent zero.
+//! Task metadata read: `verifier_timeout_sec` (default 600), `pass_threshold` (default 1.0),
+//! `workdir` (where the tests run from).
+
+wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "grader" });
+
+use exports::orchard::plugin::grading::{Guest, Score, SubScore, Trajectory, Verdict};
+use orchard::plugin::sandbox::{self, Command, ExecRequest};
+use orchard::plugin::types::{Error, Outcome, Task};
+use serde_json::Value;
+
+struct Script;
+
+fn tail(text: &str, chars: usize) -> String {
+    let count = text.chars().count();
+    text.chars().skip(count.saturating_sub(chars)).collect()
+}
+
+impl Guest for Script {
+    fn grade(task: Task, _trajectory: Trajectory, _outcome: Outcome) -> Result<Verdict, Error> {
+        let meta: Value = serde_json::from_str(&task.metadata).unwrap_or(Value::Null);
+        let timeout = meta.get("verifier_timeout_sec").and_then(Value::as_f64).unwrap_or(600.0);
+        let threshold = meta.get("pass_threshold").and_then(Value::as_f64).unwrap_or(1.0);
+        let run = sandbox::exec(&ExecRequest {
+            command: Command::Argv(vec!["bash".into(), "/tests/test.sh".into()]),
+            cwd: meta.get("workdir").and_then(Value::as_str).map(str::to_string),
+            env: vec![],
+            timeout_ms: Some((timeout * 1000.0) as u64),
+            stdin: None,
+        })?;
+        let context = format!(
+            "test.sh exited {}{}; its last output: {}",
+            run.exit_code,
+            if run.timed_out { " (timed out)" } else { "" },
+            tail(&format!("{}{}", run.stdout, run.stderr), 500)
+        );
+        let read = |path: &str| match sandbox::read_file(path) {
+            Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+            Err(Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        };
+        let (reward, sub_scores) = if let Some(text) = read("/logs/verifier/reward.txt")? {
+            match text.trim().parse::<f64>() {
+                Ok(r) if r.is_finite() => (r, vec![]),
+                _ => return Ok(Verdict::Unknown(format!("reward.txt holds {:?}, not a number; {context}", tail(text.trim(), 100)))),
+            }
+        } else if let Some(text) = read("/logs/verifier/reward.json")? {
+            let parsed: Result<serde_json::Map<String, Value>, _> = serde_json::from_str(&text);
+            let Ok(map) = parsed else {
+                return Ok(Verdict::Unknown(format!("reward.json is not a JSON object of numbers; {context}")));
+            };
+            let mut subs = Vec::new();
+            for (name, value) in &map {
+                match value.as_f64() {
+                    Some(v) => subs.push(SubScore { name: name.clone(), value: v }),
+                    None => return Ok(Verdict::Unknown(format!("reward.json: {name:?} is not a number; {context}"))),
+                }
+            }
+            if subs.is_empty() {
+                return Ok(Verdict::Unknown(format!("reward.json is empty; {context}")));
+            }
+            let reward = map.get("reward").and_then(Value::as_f64).unwrap_or_else(|| subs.iter().map(|s| s.value).sum::<f64>() / subs.len() as f64);
+            (reward, subs)
+        } else {
+            return Ok(Verdict::Unknown(format!("the tests wrote no /logs/verifier/reward.txt or reward.json; {context}")));
+        };
+        Ok(Verdict::Graded(Score {
+            reward,
+            passed: reward >= threshold,
+            sub_scores,
+            explanation: format!("reward {reward} (pass at ≥ {threshold}); {context}"),
+        }))
+    }
+}
+
+export!(Script);
