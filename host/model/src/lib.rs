@@ -1,1 +1,241 @@
+//! An OpenAI-compatible `/v1/chat/completions` client.
+//!
+//! Tools (function calling), reasoning content (`reasoning_content`), images as data URLs,
+//! retries with exponential backoff on 429, 5xx and connection errors (honouring
+//! `Retry-After`), a timeout per request, a cap on concurrent requests per client (per job),
+//! token usage, and the endpoint's token ids and logprobs when it returns them.
 
+mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    Text { text: String },
+    Image { media_type: String, data_base64: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// JSON text.
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<Part>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+}
+
+impl Message {
+    pub fn text(role: Role, text: impl Into<String>) -> Self {
+        Message { role, content: vec![Part::Text { text: text.into() }], tool_calls: vec![], tool_call_id: None, reasoning: None }
+    }
+
+    /// The text parts joined.
+    pub fn text_content(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                Part::Image { .. } => None,
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema text.
+    pub parameters: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub stop: Vec<String>,
+    pub seed: Option<u64>,
+    /// A JSON object merged into the request body.
+    pub extra: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub total_tokens: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub message: Message,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+    pub model: String,
+    /// `choices[0].logprobs` as the endpoint returned it (token strings, ids, logprobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<serde_json::Value>,
+    /// Token ids of the completion, when the endpoint returns them (vLLM, SGLang).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
+    /// How many attempts the request took (retries + 1).
+    pub attempts: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The endpoint is down, rate limiting past our retries, or not configured.
+    #[error("model unavailable: {0}")]
+    Unavailable(String),
+    /// The endpoint refused the request (4xx other than 429).
+    #[error("model refused the request: {0}")]
+    Rejected(String),
+    #[error("model request timed out after {0:?}")]
+    Timeout(Duration),
+    /// The endpoint answered something that is not a chat completion.
+    #[error("model answered nonsense: {0}")]
+    Protocol(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// e.g. `http://localhost:8000/v1` (the client appends `/chat/completions`).
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    pub timeout: Duration,
+    pub max_retries: u32,
+    /// Most requests in flight at once through this client.
+    pub concurrency: usize,
+    /// Ask for logprobs (kept in the trajectory).
+    pub logprobs: bool,
+}
+
+impl ModelConfig {
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        ModelConfig {
+            base_url: base_url.into(),
+            api_key: None,
+            model: model.into(),
+            timeout: Duration::from_secs(600),
+            max_retries: 6,
+            concurrency: 64,
+            logprobs: false,
+        }
+    }
+}
+
+pub struct ModelClient {
+    config: ModelConfig,
+    http: reqwest::Client,
+    slots: Arc<Semaphore>,
+    /// First backoff; doubled on each retry.
+    backoff: Duration,
+}
+
+impl ModelClient {
+    pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
+        // reqwest is built without a default TLS provider in this workspace: pick ring.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .build()
+            .map_err(|e| ModelError::Unavailable(format!("HTTP client: {e}")))?;
+        let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
+        Ok(ModelClient { config, http, slots, backoff: Duration::from_millis(500) })
+    }
+
+    /// Shortens the first retry pause (tests).
+    pub fn with_backoff(mut self, first: Duration) -> Self {
+        self.backoff = first;
+        self
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub async fn complete(&self, messages: &[Message], tools: &[ToolSpec], sampling: &Sampling) -> Result<Completion, ModelError> {
+        let body = wire::request_body(&self.config, messages, tools, sampling);
+        let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
+        let _slot = self.slots.acquire().await.map_err(|_| ModelError::Unavailable("client closed".into()))?;
+        let mut pause = self.backoff;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut request = self.http.post(&url).json(&body);
+            if let Some(key) = &self.config.api_key {
+                request = request.bearer_auth(key);
+            }
+            let failure = match request.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    let retry_after = response
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .map(Duration::from_secs_f64);
+                    let text = response.text().await.unwrap_or_default();
+                    if status.is_success() {
+                        let mut completion = wire::parse_response(&text)?;
+                        completion.attempts = attempt;
+                        return Ok(completion);
+                    }
+                    let message = format!("HTTP {status}: {}", text.chars().take(500).collect::<String>());
+                    if status.as_u16() == 429 || status.is_server_error() {
+                        (ModelError::Unavailable(message), retry_after)
+                    } else {
+                        return Err(ModelError::Rejected(message));
+                    }
+                }
+                Err(e) if e.is_timeout() => (ModelError::Timeout(self.config.timeout), None),
+                Err(e) => (ModelError::Unavailable(format!("{url}: {e}")), None),
+            };
+            if attempt > self.config.max_retries {
+                return Err(failure.0);
+            }
+            let wait = failure.1.unwrap_or(pause).min(Duration::from_secs(60));
+            tracing::debug!(attempt, ?wait, "model request failed, retrying: {}", failure.0);
+            tokio::time::sleep(wait).await;
+            pause = (pause * 2).min(Duration::from_secs(30));
+        }
+    }
+}
