@@ -3,7 +3,9 @@
 //! - `setup`: installs what sandboxes and tests need (bubblewrap, iproute2, iptables, busybox
 //!   for test images, perl for limit tests) and the Rust targets.
 //! - `agent`: builds the static `orchard-agent` (musl, size-optimised).
-//! - `build`: agent + the `orchard` binary.
+//! - `plugins`: builds the wasm plugins into `target/plugins` (and test fixtures into
+//!   `target/test-plugins`), each with its manifest.
+//! - `build`: agent, plugins and the `orchard` binary.
 //! - `test`: setup, build, then the whole workspace's tests.
 //! - `demo`: setup, build, then the main job on the embedded default (local sandboxes).
 //! - `bench`: setup, build, then the benchmark binary (release).
@@ -41,13 +43,18 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("setup") => setup(),
         Some("agent") => agent(),
+        Some("plugins") => plugins(),
         Some("build") => build(),
         Some("test") => {
             setup()?;
             build()?;
             let mut cmd = cargo();
             cmd.args(["test", "--workspace"]).args(&args[1..]);
-            run(cmd.env("ORCHARD_BIN", root.join("target/debug/orchard")).env("ORCHARD_AGENT_BIN", agent_path()))
+            run(cmd
+                .env("ORCHARD_BIN", root.join("target/debug/orchard"))
+                .env("ORCHARD_AGENT_BIN", agent_path())
+                .env("ORCHARD_PLUGIN_DIR", root.join("target/plugins"))
+                .env("ORCHARD_TEST_PLUGIN_DIR", root.join("target/test-plugins")))
         }
         Some("demo") => {
             setup()?;
@@ -118,8 +125,10 @@ fn setup() -> anyhow::Result<()> {
     }
     let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
     let installed = targets.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    if !installed.lines().any(|l| l.trim() == MUSL) {
-        run(Command::new("rustup").args(["target", "add", MUSL]))?;
+    for target in [MUSL, "wasm32-wasip2"] {
+        if !installed.lines().any(|l| l.trim() == target) {
+            run(Command::new("rustup").args(["target", "add", target]))?;
+        }
     }
     Ok(())
 }
@@ -138,5 +147,68 @@ fn agent() -> anyhow::Result<()> {
 
 fn build() -> anyhow::Result<()> {
     agent()?;
+    plugins()?;
     run(cargo().args(["build", "--quiet", "-p", "orchard-cli"]))
+}
+
+/// Builds every wasm crate of the workspace (plugins/, graders/, tests/fixtures/) for
+/// wasm32-wasip2 and lays the components out with their manifests: shipped plugins in
+/// `target/plugins/`, test fixtures in `target/test-plugins/`. A crate's manifest comes from its
+/// `[package.metadata.orchard]`; fixtures without one stay manifest-less on purpose.
+fn plugins() -> anyhow::Result<()> {
+    let out = cargo().args(["metadata", "--no-deps", "--format-version", "1"]).output()?;
+    anyhow::ensure!(out.status.success(), "cargo metadata failed");
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let root = workspace_root();
+    let mut crates = Vec::new();
+    for package in meta["packages"].as_array().into_iter().flatten() {
+        let manifest_path = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
+        let rel = manifest_path.strip_prefix(&root).unwrap_or(&manifest_path).to_path_buf();
+        let dir = rel.components().next().map(|c| c.as_os_str().to_string_lossy().into_owned()).unwrap_or_default();
+        let fixture = rel.starts_with("tests/fixtures");
+        if !(dir == "plugins" || dir == "graders" || fixture) {
+            continue;
+        }
+        crates.push((package.clone(), fixture));
+    }
+    let mut build = cargo();
+    build.args(["build", "--quiet", "--target", "wasm32-wasip2", "--profile", "plugin"]);
+    for (p, _) in &crates {
+        build.args(["-p", p["name"].as_str().unwrap_or_default()]);
+    }
+    run(&mut build)?;
+    for (p, fixture) in &crates {
+        let crate_name = p["name"].as_str().unwrap_or_default();
+        let built = root.join("target/wasm32-wasip2/plugin").join(format!("{}.wasm", crate_name.replace('-', "_")));
+        let orchard = &p["metadata"]["orchard"];
+        let name = orchard["name"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| crate_name.trim_start_matches("orchard-").to_string());
+        let dest_dir = root.join("target").join(if *fixture { "test-plugins" } else { "plugins" });
+        std::fs::create_dir_all(&dest_dir)?;
+        std::fs::copy(&built, dest_dir.join(format!("{name}.wasm")))?;
+        let manifest_path = dest_dir.join(format!("{name}.toml"));
+        if orchard.is_object() {
+            let caps: Vec<String> = orchard["capabilities"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.as_str())
+                .map(|c| format!("{c:?}"))
+                .collect();
+            let manifest = format!(
+                "name = {:?}\nversion = {:?}\nkind = {:?}\ncapabilities = [{}]\ndescription = {:?}\n",
+                name,
+                p["version"].as_str().unwrap_or("0.0.0"),
+                orchard["kind"].as_str().unwrap_or_default(),
+                caps.join(", "),
+                orchard["description"].as_str().unwrap_or_default()
+            );
+            std::fs::write(&manifest_path, manifest)?;
+        } else {
+            let _ = std::fs::remove_file(&manifest_path);
+        }
+    }
+    Ok(())
 }

@@ -46,7 +46,12 @@ impl Guest for Script {
         let (reward, sub_scores) = if let Some(text) = read("/logs/verifier/reward.txt")? {
             match text.trim().parse::<f64>() {
                 Ok(r) if r.is_finite() => (r, vec![]),
-                _ => return Ok(Verdict::Unknown(format!("reward.txt holds {:?}, not a number; {context}", tail(text.trim(), 100)))),
+                _ => {
+                    return Ok(Verdict::Unknown(format!(
+                        "reward.txt holds {:?}, not a number; {context}",
+                        tail(text.trim(), 100)
+                    )));
+                }
             }
         } else if let Some(text) = read("/logs/verifier/reward.json")? {
             let parsed: Result<serde_json::Map<String, Value>, _> = serde_json::from_str(&text);
@@ -63,10 +68,15 @@ impl Guest for Script {
             if subs.is_empty() {
                 return Ok(Verdict::Unknown(format!("reward.json is empty; {context}")));
             }
-            let reward = map.get("reward").and_then(Value::as_f64).unwrap_or_else(|| subs.iter().map(|s| s.value).sum::<f64>() / subs.len() as f64);
+            let reward = map
+                .get("reward")
+                .and_then(Value::as_f64)
+                .unwrap_or_else(|| subs.iter().map(|s| s.value).sum::<f64>() / subs.len() as f64);
             (reward, subs)
         } else {
-            return Ok(Verdict::Unknown(format!("the tests wrote no /logs/verifier/reward.txt or reward.json; {context}")));
+            return Ok(Verdict::Unknown(format!(
+                "the tests wrote no /logs/verifier/reward.txt or reward.json; {context}"
+            )));
         };
         Ok(Verdict::Graded(Score {
             reward,

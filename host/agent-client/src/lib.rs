@@ -206,6 +206,11 @@ impl AgentClient {
         self.call(Method::PUT, &format!("/tar?path={}", encode(path)), body).await
     }
 
+    /// Sends an HTTP request to a service on the sandbox's loopback.
+    pub async fn http(&self, req: &orchard_protocol::HttpRequest) -> Result<orchard_protocol::HttpResponse> {
+        self.call_json(Method::POST, "/http", req).await
+    }
+
     /// Opens the PTY WebSocket (`/pty`); frames are relayed as they are.
     pub async fn connect_pty(&self) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
         let io = self.pool.connect().await?;

@@ -84,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/files/stat", get(file_stat))
         .route("/tar", get(tar_download).put(tar_upload))
         .route("/pty", get(pty_handler))
+        .route("/http", post(http_forward))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
 }
@@ -340,6 +341,12 @@ async fn tar_upload(State(state): State<AppState>, Q(q): Q<PathQuery>, body: Bod
         .await
         .map_err(|e| AgentError::other(format!("tar: {e}")))??;
     Ok(Json(WriteResult { path: q.path, size, entries }))
+}
+
+async fn http_forward(
+    JsonBody(req): JsonBody<orchard_protocol::HttpRequest>,
+) -> AgentResult<Json<orchard_protocol::HttpResponse>> {
+    Ok(Json(crate::http_proxy::forward(req).await?))
 }
 
 async fn pty_handler(State(state): State<AppState>, ws: WebSocketUpgrade) -> Response {

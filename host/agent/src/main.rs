@@ -10,6 +10,7 @@ mod error;
 mod exec;
 mod files;
 mod http;
+mod http_proxy;
 mod ids;
 mod output;
 mod process;

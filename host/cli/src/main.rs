@@ -1,6 +1,8 @@
 //! `orchard`: one binary for the environment layer.
 
 mod agent_bin;
+mod eval;
+mod plugins;
 mod run;
 mod serve;
 
@@ -19,6 +21,11 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run one command in a fresh local sandbox (no server needed), then delete it.
     Run(run::RunArgs),
+    /// Evaluate a harness on tasks, graded by a grader, on local sandboxes.
+    Eval(eval::EvalArgs),
+    /// Inspect plugins.
+    #[command(subcommand)]
+    Plugin(plugins::PluginCommand),
 }
 
 fn main() {
@@ -55,6 +62,8 @@ fn run_command(cli: Cli) -> anyhow::Result<i32> {
         match cli.command {
             Command::Serve(args) => serve::run(args, launcher).await.map(|()| 0),
             Command::Run(args) => run::run(args, launcher).await,
+            Command::Eval(args) => eval::run(args, launcher).await,
+            Command::Plugin(command) => plugins::run(command),
         }
     })
 }

@@ -51,7 +51,13 @@ pub struct Message {
 
 impl Message {
     pub fn text(role: Role, text: impl Into<String>) -> Self {
-        Message { role, content: vec![Part::Text { text: text.into() }], tool_calls: vec![], tool_call_id: None, reasoning: None }
+        Message {
+            role,
+            content: vec![Part::Text { text: text.into() }],
+            tool_calls: vec![],
+            tool_call_id: None,
+            reasoning: None,
+        }
     }
 
     /// The text parts joined.
@@ -192,7 +198,12 @@ impl ModelClient {
         &self.config
     }
 
-    pub async fn complete(&self, messages: &[Message], tools: &[ToolSpec], sampling: &Sampling) -> Result<Completion, ModelError> {
+    pub async fn complete(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        sampling: &Sampling,
+    ) -> Result<Completion, ModelError> {
         let body = wire::request_body(&self.config, messages, tools, sampling);
         let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
         let _slot = self.slots.acquire().await.map_err(|_| ModelError::Unavailable("client closed".into()))?;

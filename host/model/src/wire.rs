@@ -2,7 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::{Completion, FinishReason, Message, ModelConfig, ModelError, Part, Role, Sampling, ToolCall, ToolSpec, Usage};
+use crate::{
+    Completion, FinishReason, Message, ModelConfig, ModelError, Part, Role, Sampling, ToolCall, ToolSpec, Usage,
+};
 
 fn role_name(role: Role) -> &'static str {
     match role {
@@ -39,7 +41,9 @@ fn message_json(m: &Message) -> Value {
             "tool_calls".into(),
             m.tool_calls
                 .iter()
-                .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                .map(
+                    |c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}),
+                )
                 .collect(),
         );
     }
@@ -93,8 +97,12 @@ pub fn request_body(config: &ModelConfig, messages: &[Message], tools: &[ToolSpe
 }
 
 pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| ModelError::Protocol(format!("not JSON ({e}): {}", text.chars().take(200).collect::<String>())))?;
-    let choice = v.get("choices").and_then(|c| c.get(0)).ok_or_else(|| ModelError::Protocol(format!("no choices in {}", text.chars().take(200).collect::<String>())))?;
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| ModelError::Protocol(format!("not JSON ({e}): {}", text.chars().take(200).collect::<String>())))?;
+    let choice = v
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| ModelError::Protocol(format!("no choices in {}", text.chars().take(200).collect::<String>())))?;
     let m = choice.get("message").ok_or_else(|| ModelError::Protocol("choices[0] has no message".into()))?;
     let content = match m.get("content") {
         Some(Value::String(s)) if !s.is_empty() => vec![Part::Text { text: s.clone() }],
@@ -119,7 +127,11 @@ pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
                         None => "{}".into(),
                     };
                     ToolCall {
-                        id: c.get("id").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| format!("call_{i}")),
+                        id: c
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                            .unwrap_or_else(|| format!("call_{i}")),
                         name: f.get("name").and_then(Value::as_str).unwrap_or_default().to_string(),
                         arguments,
                     }
@@ -142,7 +154,11 @@ pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
     };
     let u = v.get("usage").cloned().unwrap_or(Value::Null);
     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0) as u32;
-    let usage = Usage { prompt_tokens: n("prompt_tokens"), completion_tokens: n("completion_tokens"), total_tokens: n("total_tokens") };
+    let usage = Usage {
+        prompt_tokens: n("prompt_tokens"),
+        completion_tokens: n("completion_tokens"),
+        total_tokens: n("total_tokens"),
+    };
     let token_ids = choice
         .get("token_ids")
         .or_else(|| v.get("token_ids"))
@@ -186,7 +202,8 @@ mod tests {
         assistant.tool_calls = vec![ToolCall { id: "c1".into(), name: "bash".into(), arguments: "{}".into() }];
         let mut tool = Message::text(Role::Tool, "out");
         tool.tool_call_id = Some("c1".into());
-        let tools = [ToolSpec { name: "bash".into(), description: "d".into(), parameters: r#"{"type":"object"}"#.into() }];
+        let tools =
+            [ToolSpec { name: "bash".into(), description: "d".into(), parameters: r#"{"type":"object"}"#.into() }];
         let sampling = Sampling { temperature: Some(0.5), extra: Some(json!({"top_k": 5})), ..Default::default() };
         let body = request_body(&config, &[assistant, tool], &tools, &sampling);
         assert_eq!(body["messages"][0]["reasoning_content"], "r");

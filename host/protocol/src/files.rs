@@ -41,3 +41,26 @@ pub struct WriteResult {
     #[serde(default)]
     pub entries: u64,
 }
+
+/// Body of `POST /http`: an HTTP/1.1 request to a service on the sandbox's own loopback.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HttpRequest {
+    pub port: u16,
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    #[serde(default)]
+    pub body_base64: String,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Answer of `POST /http`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body_base64: String,
+}

@@ -1,1 +1,24 @@
+//! Orchard's plugin runtime.
+//!
+//! Plugins are WebAssembly components implementing one world of `orchard:plugin@0.1.0`
+//! (`wit/0.1.0`): `harness`, `tool-adapter`, `browser-driver` or `grader`. The runtime compiles
+//! each once (cached on disk, keyed by the engine's compatibility hash), checks it against its
+//! world, pre-instantiates it, and runs rollouts: a fresh store per plugin instance per rollout,
+//! with memory, CPU and wall-clock limits, WASI denied by default, every crossing recorded.
 
+pub mod bindings;
+mod convert;
+mod engine;
+pub mod host;
+mod manifest;
+mod plugin;
+mod registry;
+mod rollout;
+mod trajectory;
+
+pub use engine::{Runtime, RuntimeConfig};
+pub use manifest::{Capability, Manifest, PluginKind};
+pub use plugin::{Plugin, PluginError, PluginInfo};
+pub use registry::Registry;
+pub use rollout::{FailureKind, Grants, Limits, PluginFailure, RolloutContext, RunOutcome, Status, TaskInput, Verdict};
+pub use trajectory::{Step, Trajectory};

@@ -87,7 +87,8 @@ fn bwrap_argv(spec: &LaunchSpec<'_>, root: &Path) -> Vec<String> {
     }
     push(&["--proc", "/proc", "--dev", "/dev"]);
     push(&["--ro-bind", &spec.agent_binary.display().to_string(), AGENT_PATH]);
-    push(&["--chdir", &spec.workdir, "--clearenv"]);
+    // --dir: the working directory exists even when the image does not have it.
+    push(&["--dir", &spec.workdir, "--chdir", &spec.workdir, "--clearenv"]);
     for (k, v) in &spec.env {
         push(&["--setenv", k, v]);
     }

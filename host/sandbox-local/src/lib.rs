@@ -223,6 +223,11 @@ impl LocalBackend {
         if let Some(id) = &spec.id {
             valid_sandbox_id(id).map_err(SandboxError::InvalidSpec)?;
         }
+        if let Some(w) = &spec.workdir
+            && (!w.starts_with('/') || w.split('/').any(|c| c == ".."))
+        {
+            return Err(SandboxError::InvalidSpec(format!("workdir: {w:?} must be an absolute path without '..'")));
+        }
         for root in &spec.file_roots {
             if !root.starts_with('/') {
                 return Err(SandboxError::InvalidSpec(format!("file_roots: {root:?} is not an absolute path")));
@@ -430,7 +435,11 @@ impl LocalBackend {
                 image,
                 hostname: &record.id,
                 env,
-                workdir: image.config.working_dir.clone().unwrap_or_else(|| "/".into()),
+                workdir: spec
+                    .workdir
+                    .clone()
+                    .or_else(|| image.config.working_dir.clone())
+                    .unwrap_or_else(|| "/".into()),
                 listener: listener.into(),
                 cgroups: &record.cgroups,
                 netns,

@@ -26,6 +26,8 @@ pub struct SandboxSpec {
     pub env: BTreeMap<String, String>,
     /// Directories the agent's file API is confined to (default: the whole sandbox).
     pub file_roots: Vec<String>,
+    /// Working directory (created if missing); the image's when absent.
+    pub workdir: Option<String>,
 }
 
 impl SandboxSpec {
@@ -42,6 +44,7 @@ impl SandboxSpec {
             ttl_seconds: None,
             env: BTreeMap::new(),
             file_roots: Vec::new(),
+            workdir: None,
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct CreateBody {
     pub network_allow: Vec<String>,
     #[serde(default)]
     pub file_roots: Vec<String>,
+    #[serde(default)]
+    pub workdir: Option<String>,
 }
 
 fn yes() -> bool {
@@ -78,6 +80,7 @@ impl CreateBody {
         spec.env = self.env.clone();
         spec.network_allow = self.network_allow.clone();
         spec.file_roots = self.file_roots.clone();
+        spec.workdir = self.workdir.clone();
         if self.image.trim().is_empty() {
             return Err(ApiError::bad_request("image: must not be empty"));
         }

@@ -72,7 +72,10 @@ impl Guest for Shell {
                 Ok(ToolOutput { content: vec![ContentPart::Text(out)], is_error: r.exit_code != 0 })
             }
             "read_file" => match sandbox::read_file(&text("path")?) {
-                Ok(bytes) => Ok(ToolOutput { content: vec![ContentPart::Text(String::from_utf8_lossy(&bytes).into_owned())], is_error: false }),
+                Ok(bytes) => Ok(ToolOutput {
+                    content: vec![ContentPart::Text(String::from_utf8_lossy(&bytes).into_owned())],
+                    is_error: false,
+                }),
                 Err(Error::NotFound(m)) | Err(Error::Denied(m)) | Err(Error::InvalidInput(m)) => {
                     Ok(ToolOutput { content: vec![ContentPart::Text(m)], is_error: true })
                 }
@@ -81,14 +84,19 @@ impl Guest for Shell {
             "write_file" => {
                 let (path, content) = (text("path")?, text("content")?);
                 match sandbox::write_file(&path, content.as_bytes()) {
-                    Ok(()) => Ok(ToolOutput { content: vec![ContentPart::Text(format!("wrote {} bytes to {path}", content.len()))], is_error: false }),
+                    Ok(()) => Ok(ToolOutput {
+                        content: vec![ContentPart::Text(format!("wrote {} bytes to {path}", content.len()))],
+                        is_error: false,
+                    }),
                     Err(Error::Denied(m)) | Err(Error::InvalidInput(m)) | Err(Error::NotFound(m)) => {
                         Ok(ToolOutput { content: vec![ContentPart::Text(m)], is_error: true })
                     }
                     Err(e) => Err(e),
                 }
             }
-            other => Err(Error::NotFound(format!("no tool named {other:?} (this adapter has bash, read_file, write_file)"))),
+            other => {
+                Err(Error::NotFound(format!("no tool named {other:?} (this adapter has bash, read_file, write_file)")))
+            }
         }
     }
 }

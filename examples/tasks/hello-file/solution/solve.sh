@@ -1,0 +1,2 @@
+#!/bin/bash
+echo "Hello, Orchard!" > /workspace/hello.txt

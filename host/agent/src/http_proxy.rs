@@ -1,0 +1,59 @@
+//! `POST /http`: an HTTP/1.1 request to a service listening on the sandbox's loopback, made from
+//! inside the sandbox (the agent shares its network namespace), for plugins that test web apps.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use orchard_protocol::{HttpRequest, HttpResponse};
+
+use crate::error::{AgentError, AgentResult};
+
+/// Responses larger than this are refused rather than held in memory.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+pub async fn forward(req: HttpRequest) -> AgentResult<HttpResponse> {
+    let timeout = Duration::from_millis(req.timeout_ms.unwrap_or(30_000));
+    tokio::time::timeout(timeout, send(req)).await.map_err(|_| {
+        AgentError::new(orchard_protocol::ErrorKind::Timeout, format!("http: no answer within {timeout:?}"))
+    })?
+}
+
+async fn send(req: HttpRequest) -> AgentResult<HttpResponse> {
+    if !req.path.starts_with('/') {
+        return Err(AgentError::invalid(format!("http: path {:?} must start with '/'", req.path)));
+    }
+    let method = hyper::Method::from_bytes(req.method.as_bytes())
+        .map_err(|_| AgentError::invalid(format!("http: {:?} is not an HTTP method", req.method)))?;
+    let body = B64.decode(req.body_base64.as_bytes()).map_err(|e| AgentError::invalid(format!("http: body: {e}")))?;
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", req.port)).await.map_err(|e| {
+        AgentError::new(
+            orchard_protocol::ErrorKind::NotFound,
+            format!("http: nothing answers on port {}: {e}", req.port),
+        )
+    })?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| AgentError::other(format!("http: {e}")))?;
+    tokio::spawn(conn);
+    let mut builder =
+        hyper::Request::builder().method(method).uri(&req.path).header("host", format!("127.0.0.1:{}", req.port));
+    for (k, v) in &req.headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    let request =
+        builder.body(Full::new(bytes::Bytes::from(body))).map_err(|e| AgentError::invalid(format!("http: {e}")))?;
+    let response = sender.send_request(request).await.map_err(|e| AgentError::other(format!("http: {e}")))?;
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let limited = http_body_util::Limited::new(response.into_body(), MAX_BODY);
+    let body =
+        limited.collect().await.map_err(|e| AgentError::other(format!("http: reading the answer: {e}")))?.to_bytes();
+    Ok(HttpResponse { status, headers, body_base64: B64.encode(&body) })
+}

@@ -1,0 +1,295 @@
+//! Running an evaluation: every task × attempt as a rollout on a fresh sandbox.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use orchard_agent_client::AgentClient;
+use orchard_model::ModelClient;
+use orchard_runtime::{
+    Capability, Grants, Limits, Plugin, PluginFailure, RolloutContext, RunOutcome, Runtime, TaskInput, Trajectory,
+    Verdict,
+};
+use orchard_sandbox::{Backend, SandboxSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::task::Task;
+
+pub struct Job {
+    pub tasks: Vec<Task>,
+    pub harness: Arc<Plugin>,
+    pub tools: Vec<Arc<Plugin>>,
+    pub grader: Arc<Plugin>,
+    pub model: Option<Arc<ModelClient>>,
+    /// For tasks that name no prebuilt image.
+    pub default_image: String,
+    pub attempts: u32,
+    pub concurrency: usize,
+    pub harness_config: serde_json::Value,
+    /// Per plugin instance; the wall clock comes from each task's timeouts.
+    pub limits: Limits,
+    pub grants: Grants,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutStatus {
+    /// Graded: `reward` and `passed` hold.
+    Graded,
+    /// The grader could not decide.
+    Unknown,
+    /// The rollout failed before a grade (a plugin fault, a sandbox that would not start).
+    Error,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RolloutResult {
+    pub rollout_id: String,
+    pub task_id: String,
+    pub attempt: u32,
+    pub harness: String,
+    pub tools: Vec<String>,
+    pub grader: String,
+    pub model: Option<String>,
+    pub status: RolloutStatus,
+    pub reward: Option<f64>,
+    pub passed: bool,
+    pub verdict: Option<Verdict>,
+    pub outcome: Option<RunOutcome>,
+    pub error: Option<String>,
+    pub failure: Option<PluginFailure>,
+    pub sandbox_id: Option<String>,
+    pub agent_seconds: f64,
+    pub grade_seconds: f64,
+    pub total_seconds: f64,
+    #[serde(skip)]
+    pub trajectory: Trajectory,
+}
+
+/// Runs every task × attempt, `concurrency` at a time; `progress` sees each result as it lands.
+pub async fn run_job(
+    job: Arc<Job>,
+    backend: Arc<dyn Backend>,
+    runtime: Arc<Runtime>,
+    progress: impl Fn(&RolloutResult) + Send + Sync + 'static,
+) -> Vec<RolloutResult> {
+    let progress = Arc::new(progress);
+    let mut work = Vec::new();
+    for task_index in 0..job.tasks.len() {
+        for attempt in 1..=job.attempts.max(1) {
+            work.push((task_index, attempt));
+        }
+    }
+    let runs = work.into_iter().map(|(t, attempt)| {
+        let (job, backend, runtime, progress) = (job.clone(), backend.clone(), runtime.clone(), progress.clone());
+        async move {
+            let result = tokio::spawn(async move { rollout(&job, &job.tasks[t], attempt, &*backend, &runtime).await })
+                .await
+                .unwrap_or_else(|e| panic_result(&e.to_string()));
+            progress(&result);
+            result
+        }
+    });
+    futures::stream::iter(runs).buffer_unordered(job.concurrency.max(1)).collect().await
+}
+
+fn panic_result(e: &str) -> RolloutResult {
+    RolloutResult {
+        rollout_id: "?".into(),
+        task_id: "?".into(),
+        attempt: 0,
+        harness: String::new(),
+        tools: vec![],
+        grader: String::new(),
+        model: None,
+        status: RolloutStatus::Error,
+        reward: None,
+        passed: false,
+        verdict: None,
+        outcome: None,
+        error: Some(format!("rollout task failed: {e}")),
+        failure: None,
+        sandbox_id: None,
+        agent_seconds: 0.0,
+        grade_seconds: 0.0,
+        total_seconds: 0.0,
+        trajectory: Trajectory::default(),
+    }
+}
+
+async fn rollout(job: &Job, task: &Task, attempt: u32, backend: &dyn Backend, runtime: &Runtime) -> RolloutResult {
+    let started = Instant::now();
+    let mut result = RolloutResult {
+        rollout_id: format!("{}__{attempt}", task.id),
+        task_id: task.id.clone(),
+        attempt,
+        harness: job.harness.id(),
+        tools: job.tools.iter().map(|t| t.id()).collect(),
+        grader: job.grader.id(),
+        model: job.model.as_ref().map(|m| m.config().model.clone()),
+        status: RolloutStatus::Error,
+        reward: None,
+        passed: false,
+        verdict: None,
+        outcome: None,
+        error: None,
+        failure: None,
+        sandbox_id: None,
+        agent_seconds: 0.0,
+        grade_seconds: 0.0,
+        total_seconds: 0.0,
+        trajectory: Trajectory::default(),
+    };
+    let mut spec = SandboxSpec::new("eval", task.image.clone().unwrap_or_else(|| job.default_image.clone()));
+    spec.block_network = !task.allow_internet;
+    spec.cpu = task.cpus;
+    spec.memory_bytes = task.memory_bytes;
+    spec.env = task.env.clone();
+    spec.workdir = task.workdir.clone();
+    spec.ttl_seconds = Some((task.agent_timeout_sec + task.verifier_timeout_sec + 600.0) as u64);
+    let sandbox = match backend.create(spec).await {
+        Ok(info) => info,
+        Err(e) => {
+            result.error = Some(format!("sandbox: {e}"));
+            result.total_seconds = started.elapsed().as_secs_f64();
+            return result;
+        }
+    };
+    result.sandbox_id = Some(sandbox.id.clone());
+    let outcome = match backend.agent(&sandbox.id).await {
+        Ok(agent) => run_in_sandbox(job, task, &agent, runtime, &mut result).await,
+        Err(e) => Err(format!("sandbox: {e}")),
+    };
+    if let Err(e) = outcome {
+        result.error = Some(e);
+    }
+    if let Err(e) = backend.delete(&sandbox.id).await {
+        tracing::warn!(sandbox = %sandbox.id, "deleting the rollout's sandbox: {e}");
+    }
+    result.total_seconds = started.elapsed().as_secs_f64();
+    result
+}
+
+async fn run_in_sandbox(
+    job: &Job,
+    task: &Task,
+    agent: &Arc<AgentClient>,
+    runtime: &Runtime,
+    result: &mut RolloutResult,
+) -> Result<(), String> {
+    let input =
+        TaskInput { id: task.id.clone(), instruction: task.instruction.clone(), metadata: task.metadata.clone() };
+    let ctx = RolloutContext::new(&task.id, Some(agent.clone()), job.model.clone());
+    for (src, dest) in &task.copies {
+        copy_in(agent, src, dest).await?;
+    }
+    // The reference solution reaches the sandbox only for a harness granted it (the oracle).
+    let show_solution =
+        job.grants.allows(Capability::Solution) && job.harness.manifest.capabilities.contains(&Capability::Solution);
+    if show_solution && let Some(dir) = &task.solution_dir {
+        upload_dir(agent, dir, "/solution").await?;
+    }
+    let limits = Limits { wall: Duration::from_secs_f64(task.agent_timeout_sec), ..job.limits };
+    let agent_started = Instant::now();
+    let harness_run =
+        runtime.run_harness(&ctx, &job.harness, &job.tools, &input, &job.harness_config, &limits, &job.grants).await;
+    result.agent_seconds = agent_started.elapsed().as_secs_f64();
+    let outcome = match harness_run {
+        Ok(outcome) => outcome,
+        Err(failure) => {
+            result.trajectory = ctx.trajectory();
+            result.error = Some(failure.to_string());
+            result.failure = Some(failure);
+            return Ok(());
+        }
+    };
+    result.outcome = Some(outcome.clone());
+    // The verifier's turn: the solution goes, the tests come, /logs/verifier is fresh.
+    if show_solution {
+        agent
+            .remove("/solution", true)
+            .await
+            .or_else(ignore_missing)
+            .map_err(|e| format!("removing /solution: {e}"))?;
+    }
+    if let Some(dir) = &task.tests_dir {
+        upload_dir(agent, dir, "/tests").await?;
+    }
+    let prepare = orchard_protocol::ExecRequest::shell("rm -rf /logs/verifier && mkdir -p /logs/verifier");
+    agent.exec(&prepare).await.map_err(|e| format!("preparing /logs/verifier: {e}"))?;
+    let grade_limits = Limits { wall: Duration::from_secs_f64(task.verifier_timeout_sec + 60.0), ..job.limits };
+    let grade_started = Instant::now();
+    let verdict = runtime.run_grader(&ctx, &job.grader, &input, &outcome, &grade_limits, &job.grants).await;
+    result.grade_seconds = grade_started.elapsed().as_secs_f64();
+    result.trajectory = ctx.trajectory();
+    match verdict {
+        Ok(Verdict::Graded { reward, passed, sub_scores, explanation }) => {
+            result.status = RolloutStatus::Graded;
+            result.reward = Some(reward);
+            result.passed = passed;
+            result.verdict = Some(Verdict::Graded { reward, passed, sub_scores, explanation });
+        }
+        Ok(v @ Verdict::Unknown { .. }) => {
+            result.status = RolloutStatus::Unknown;
+            result.verdict = Some(v);
+        }
+        Err(failure) => {
+            result.error = Some(failure.to_string());
+            result.failure = Some(failure);
+        }
+    }
+    Ok(())
+}
+
+fn ignore_missing(e: orchard_agent_client::AgentClientError) -> Result<(), orchard_agent_client::AgentClientError> {
+    if e.kind() == orchard_protocol::ErrorKind::NotFound { Ok(()) } else { Err(e) }
+}
+
+/// A Dockerfile COPY: a directory lands at `dest`; a file lands at `dest`, or inside it when
+/// `dest` ends in '/' or is a directory already.
+async fn copy_in(agent: &AgentClient, src: &Path, dest: &str) -> Result<(), String> {
+    if src.is_dir() {
+        return upload_dir(agent, src, dest.trim_end_matches('/')).await;
+    }
+    let into_dir =
+        dest.ends_with('/') || agent.stat(dest).await.is_ok_and(|s| s.kind == orchard_protocol::FileKind::Directory);
+    let target = if into_dir {
+        format!(
+            "{}/{}",
+            dest.trim_end_matches('/'),
+            src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        )
+    } else {
+        dest.to_string()
+    };
+    let bytes = std::fs::read(src).map_err(|e| format!("COPY {}: {e}", src.display()))?;
+    let mode = {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(src).map(|m| m.permissions().mode() & 0o7777).ok()
+    };
+    agent
+        .write_file(&target, orchard_agent_client::full(bytes), mode, true)
+        .await
+        .map_err(|e| format!("COPY {} {target}: {e}", src.display()))?;
+    Ok(())
+}
+
+/// Copies a host directory into the sandbox (as a tar stream).
+async fn upload_dir(agent: &AgentClient, dir: &Path, to: &str) -> Result<(), String> {
+    let dir = dir.to_path_buf();
+    let archive = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+        let mut tar = tar::Builder::new(Vec::new());
+        tar.follow_symlinks(false);
+        tar.append_dir_all(".", &dir)?;
+        tar.into_inner()
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("packing {to}: {e}"))?;
+    agent
+        .tar_upload(to, orchard_agent_client::full(archive))
+        .await
+        .map_err(|e| format!("copying {to} into the sandbox: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! Summaries and the files an evaluation leaves behind.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::job::{RolloutResult, RolloutStatus};
+use crate::metrics::{pass_at_k, pass_hat_k};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskSummary {
+    pub task_id: String,
+    pub attempts: u32,
+    pub graded: u32,
+    pub passed: u32,
+    pub unknown: u32,
+    pub errors: u32,
+    /// Over graded rollouts; `None` when none was graded.
+    pub mean_reward: Option<f64>,
+    pub rewards: Vec<Option<f64>>,
+    /// pass@1 and pass@k (k = attempts), over attempts that were graded or failed (unknowns are
+    /// left out: they are neither passes nor failures).
+    pub pass_at_1: Option<f64>,
+    pub pass_at_k: Option<f64>,
+    pub pass_hat_k: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub rollouts: usize,
+    pub graded: usize,
+    pub passed: usize,
+    pub unknown: usize,
+    pub errors: usize,
+    pub k: u32,
+    pub mean_reward: Option<f64>,
+    pub pass_at_1: Option<f64>,
+    pub pass_at_k: Option<f64>,
+    pub pass_hat_k: Option<f64>,
+    pub tasks: Vec<TaskSummary>,
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let v: Vec<f64> = values.collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
+    let mut by_task: BTreeMap<&str, Vec<&RolloutResult>> = BTreeMap::new();
+    for r in results {
+        by_task.entry(&r.task_id).or_default().push(r);
+    }
+    let tasks: Vec<TaskSummary> = by_task
+        .into_iter()
+        .map(|(id, mut rs)| {
+            rs.sort_by_key(|r| r.attempt);
+            let count = |s: RolloutStatus| rs.iter().filter(|r| r.status == s).count() as u32;
+            let (graded, unknown, errors) =
+                (count(RolloutStatus::Graded), count(RolloutStatus::Unknown), count(RolloutStatus::Error));
+            let passed = rs.iter().filter(|r| r.passed).count() as u32;
+            // Errors count as failed attempts; unknowns are not attempts we can score.
+            let n = graded + errors;
+            let at = |kk: u32| (n >= kk && kk > 0).then(|| pass_at_k(n, passed, kk));
+            TaskSummary {
+                task_id: id.to_string(),
+                attempts: rs.len() as u32,
+                graded,
+                passed,
+                unknown,
+                errors,
+                mean_reward: mean(rs.iter().filter_map(|r| r.reward)),
+                rewards: rs.iter().map(|r| r.reward).collect(),
+                pass_at_1: at(1),
+                pass_at_k: at(k.min(n)),
+                pass_hat_k: (n >= k && k > 0).then(|| pass_hat_k(n, passed, k)),
+            }
+        })
+        .collect();
+    Summary {
+        rollouts: results.len(),
+        graded: results.iter().filter(|r| r.status == RolloutStatus::Graded).count(),
+        passed: results.iter().filter(|r| r.passed).count(),
+        unknown: results.iter().filter(|r| r.status == RolloutStatus::Unknown).count(),
+        errors: results.iter().filter(|r| r.status == RolloutStatus::Error).count(),
+        k,
+        mean_reward: mean(results.iter().filter_map(|r| r.reward)),
+        pass_at_1: mean(tasks.iter().filter_map(|t| t.pass_at_1)),
+        pass_at_k: mean(tasks.iter().filter_map(|t| t.pass_at_k)),
+        pass_hat_k: mean(tasks.iter().filter_map(|t| t.pass_hat_k)),
+        tasks,
+    }
+}
+
+/// `DIR/rollouts/<task>__<attempt>.json`, `DIR/trajectories.jsonl`, `DIR/summary.json`.
+pub fn write_outputs(dir: &Path, results: &[RolloutResult], summary: &Summary) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("rollouts"))?;
+    let mut trajectories = std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.jsonl"))?);
+    for r in results {
+        std::fs::write(dir.join("rollouts").join(format!("{}.json", r.rollout_id)), serde_json::to_vec_pretty(r)?)?;
+        let line = serde_json::json!({
+            "rollout_id": r.rollout_id,
+            "task_id": r.task_id,
+            "attempt": r.attempt,
+            "harness": r.harness,
+            "model": r.model,
+            "reward": r.reward,
+            "passed": r.passed,
+            "trajectory": r.trajectory,
+        });
+        serde_json::to_writer(&mut trajectories, &line)?;
+        trajectories.write_all(b"\n")?;
+    }
+    trajectories.flush()?;
+    std::fs::write(dir.join("summary.json"), serde_json::to_vec_pretty(summary)?)?;
+    Ok(())
+}

@@ -1,0 +1,316 @@
+//! Harbor-style task folders.
+//!
+//! ```text
+//! my-task/
+//!   task.toml          timeouts, resources, image, internet, env (all optional)
+//!   instruction.md     what the agent is asked (required)
+//!   tests/test.sh      the verifier; writes /logs/verifier/reward.txt or reward.json
+//!   solution/solve.sh  the reference solution (for the oracle harness)
+//!   environment/       Dockerfile: WORKDIR, ENV and COPY/ADD of local files are honoured;
+//!                      it is not built (RUN is ignored; FROM is replaced by the eval's image)
+//! ```
+//!
+//! `task.toml` keys read (others are kept as metadata):
+//! `[agent] timeout_sec`, `[verifier] timeout_sec`, `[environment] docker_image | image, cpus,
+//! memory ("2G") | memory_mb, allow_internet, workdir, env = { K = "v" }`, and `[metadata]`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+#[derive(Debug, thiserror::Error)]
+#[error("task {path}: {reason}")]
+pub struct TaskError {
+    pub path: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub id: String,
+    pub dir: PathBuf,
+    pub instruction: String,
+    pub agent_timeout_sec: f64,
+    pub verifier_timeout_sec: f64,
+    /// A prebuilt image the task names; `None` when it only has a Dockerfile (or nothing).
+    pub image: Option<String>,
+    pub cpus: Option<f64>,
+    pub memory_bytes: Option<u64>,
+    pub allow_internet: bool,
+    pub workdir: Option<String>,
+    pub env: BTreeMap<String, String>,
+    /// Files the Dockerfile copies in: (file or directory on the host, destination).
+    pub copies: Vec<(PathBuf, String)>,
+    pub tests_dir: Option<PathBuf>,
+    pub solution_dir: Option<PathBuf>,
+    /// task.toml as JSON (all of it), plus what the verifier needs.
+    pub metadata: Value,
+}
+
+/// A task folder, or a folder of task folders (sorted by name).
+pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
+    let err = |reason: String| TaskError { path: path.display().to_string(), reason };
+    if !path.is_dir() {
+        return Err(err("not a directory".into()));
+    }
+    if path.join("instruction.md").is_file() || path.join("task.toml").is_file() {
+        return Ok(vec![load_task(path)?]);
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| err(e.to_string()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && (p.join("instruction.md").is_file() || p.join("task.toml").is_file()))
+        .collect();
+    dirs.sort();
+    if dirs.is_empty() {
+        return Err(err("holds no task (a task folder has an instruction.md)".into()));
+    }
+    dirs.iter().map(|d| load_task(d)).collect()
+}
+
+pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
+    let err = |reason: String| TaskError { path: dir.display().to_string(), reason };
+    let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).ok_or_else(|| err("no folder name".into()))?;
+    let instruction =
+        std::fs::read_to_string(dir.join("instruction.md")).map_err(|e| err(format!("instruction.md: {e}")))?;
+    let config: toml::Table = match std::fs::read_to_string(dir.join("task.toml")) {
+        Ok(text) => toml::from_str(&text).map_err(|e| err(format!("task.toml: {e}")))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => toml::Table::new(),
+        Err(e) => return Err(err(format!("task.toml: {e}"))),
+    };
+    let section = |name: &str| config.get(name).and_then(|v| v.as_table()).cloned().unwrap_or_default();
+    let (agent, verifier, environment) = (section("agent"), section("verifier"), section("environment"));
+    let number =
+        |t: &toml::Table, key: &str| t.get(key).and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)));
+    let memory_bytes = match (environment.get("memory"), number(&environment, "memory_mb")) {
+        (Some(toml::Value::String(s)), _) => {
+            Some(parse_size(s).ok_or_else(|| err(format!("environment.memory: {s:?} is not a size like 2G or 512M")))?)
+        }
+        (_, Some(mb)) => Some((mb * 1024.0 * 1024.0) as u64),
+        _ => None,
+    };
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    let mut workdir = None;
+    let mut copies = Vec::new();
+    let dockerfile = dir.join("environment/Dockerfile");
+    if let Ok(text) = std::fs::read_to_string(&dockerfile) {
+        let parsed = parse_dockerfile(&text);
+        workdir = parsed.workdir;
+        env.extend(parsed.env);
+        let context = dir.join("environment");
+        for (src, dest) in parsed.copies {
+            let host = context.join(&src);
+            let inside = host.canonicalize().ok().filter(|p| p.starts_with(context.canonicalize().unwrap_or_default()));
+            let Some(host) = inside else {
+                return Err(err(format!("environment/Dockerfile: COPY {src}: no such file in environment/")));
+            };
+            copies.push((host, dest));
+        }
+    }
+    if let Some(toml::Value::Table(t)) = environment.get("env") {
+        for (k, v) in t {
+            env.insert(k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()));
+        }
+    }
+    if let Some(w) = environment.get("workdir").and_then(|v| v.as_str()) {
+        workdir = Some(w.to_string());
+    }
+    let image = environment
+        .get("docker_image")
+        .or_else(|| environment.get("image"))
+        .and_then(|v| v.as_str())
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
+    let agent_timeout_sec = number(&agent, "timeout_sec").unwrap_or(600.0);
+    let verifier_timeout_sec = number(&verifier, "timeout_sec").unwrap_or(600.0);
+    let mut metadata = serde_json::to_value(&config).unwrap_or(json!({}));
+    if let Value::Object(m) = &mut metadata {
+        m.insert("verifier_timeout_sec".into(), verifier_timeout_sec.into());
+        m.insert("agent_timeout_sec".into(), agent_timeout_sec.into());
+        if let Some(w) = &workdir {
+            m.insert("workdir".into(), w.clone().into());
+        }
+    }
+    let sub = |name: &str| Some(dir.join(name)).filter(|p| p.is_dir());
+    Ok(Task {
+        id,
+        dir: dir.to_path_buf(),
+        instruction,
+        agent_timeout_sec,
+        verifier_timeout_sec,
+        image,
+        cpus: number(&environment, "cpus"),
+        memory_bytes,
+        allow_internet: environment.get("allow_internet").and_then(|v| v.as_bool()).unwrap_or(false),
+        workdir,
+        env,
+        copies,
+        tests_dir: sub("tests"),
+        solution_dir: sub("solution"),
+        metadata,
+    })
+}
+
+/// `2G`, `512M`, `1024k`, `3000000`.
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    let factor = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "ki" | "kib" => 1024.0,
+        "m" | "mb" | "mi" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gi" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some((n * factor) as u64)
+}
+
+struct Dockerfile {
+    workdir: Option<String>,
+    env: Vec<(String, String)>,
+    /// (source in the build context, absolute destination).
+    copies: Vec<(String, String)>,
+}
+
+/// What we honour of a Dockerfile: WORKDIR, ENV (`K=V ...` and `K V`), and COPY/ADD of local
+/// files (not `--from`, not URLs). Destinations are resolved against the WORKDIR of their line.
+fn parse_dockerfile(text: &str) -> Dockerfile {
+    let mut d = Dockerfile { workdir: None, env: Vec::new(), copies: Vec::new() };
+    // Continuation lines joined first.
+    let joined = text.replace("\\\n", " ");
+    for line in joined.lines().map(str::trim) {
+        let mut parts = line.splitn(2, char::is_whitespace);
+        let (word, rest) = (parts.next().unwrap_or("").to_ascii_uppercase(), parts.next().unwrap_or("").trim());
+        match word.as_str() {
+            "WORKDIR" if !rest.is_empty() => {
+                let w = rest.trim_matches('"').to_string();
+                d.workdir = Some(resolve(d.workdir.as_deref(), &w));
+            }
+            "ENV" if rest.contains('=') => {
+                for pair in split_words(rest) {
+                    if let Some((k, v)) = pair.split_once('=') {
+                        d.env.push((k.to_string(), v.trim_matches('"').to_string()));
+                    }
+                }
+            }
+            "ENV" => {
+                let mut kv = rest.splitn(2, char::is_whitespace);
+                if let (Some(k), Some(v)) = (kv.next(), kv.next()) {
+                    d.env.push((k.to_string(), v.trim().trim_matches('"').to_string()));
+                }
+            }
+            "COPY" | "ADD" => {
+                let words: Vec<String> = split_words(rest).into_iter().filter(|w| !w.starts_with("--")).collect();
+                if rest.contains("--from") || words.len() < 2 {
+                    continue;
+                }
+                let (dest, sources) = words.split_last().expect("two words at least");
+                // A destination ending in '/' (or shared by several sources) is a directory; the
+                // upload also treats an existing directory as one.
+                let as_dir = dest.ends_with('/') || dest == "." || sources.len() > 1;
+                let mut target = resolve(d.workdir.as_deref(), dest.trim_matches('"'));
+                if as_dir && !target.ends_with('/') {
+                    target.push('/');
+                }
+                for src in sources.iter().filter(|s| !s.contains("://")) {
+                    d.copies.push((src.trim_matches('"').to_string(), target.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    d
+}
+
+/// A path against a working directory (`/` when none).
+fn resolve(workdir: Option<&str>, path: &str) -> String {
+    if path.starts_with('/') {
+        return path.to_string();
+    }
+    let base = workdir.unwrap_or("/").trim_end_matches('/');
+    let path = path.trim_start_matches("./");
+    if path.is_empty() || path == "." {
+        if base.is_empty() { "/".into() } else { base.to_string() }
+    } else {
+        format!("{base}/{path}")
+    }
+}
+
+/// Splits on spaces outside double quotes.
+fn split_words(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for c in s.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                cur.push(c);
+            }
+            c if c.is_whitespace() && !quoted => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dockerfile_workdir_and_env_are_read() {
+        let d = parse_dockerfile(
+            "FROM python:3.12\nWORKDIR /app\nCOPY data.txt .\nWORKDIR src\nENV A=1 B=\"two words\"\nENV C three\nRUN echo hi \\\n  there\nCOPY a.py b.py lib/\nCOPY --from=builder /x /y\nADD conf /etc/conf\n",
+        );
+        assert_eq!(d.workdir.as_deref(), Some("/app/src"));
+        assert_eq!(
+            d.env,
+            vec![("A".into(), "1".into()), ("B".into(), "two words".into()), ("C".into(), "three".into())]
+        );
+        let copies: Vec<(&str, &str)> = d.copies.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        assert_eq!(
+            copies,
+            [("data.txt", "/app/"), ("a.py", "/app/src/lib/"), ("b.py", "/app/src/lib/"), ("conf", "/etc/conf")]
+        );
+    }
+
+    #[test]
+    fn a_task_folder_is_read_with_its_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("hello");
+        std::fs::create_dir_all(t.join("tests")).unwrap();
+        std::fs::create_dir_all(t.join("environment")).unwrap();
+        std::fs::write(t.join("instruction.md"), "Say hi").unwrap();
+        std::fs::write(t.join("environment/Dockerfile"), "FROM x\nWORKDIR /w\nENV K=v\n").unwrap();
+        std::fs::write(
+            t.join("task.toml"),
+            "version = \"1.0\"\n[agent]\ntimeout_sec = 30\n[verifier]\ntimeout_sec = 12.5\n[environment]\nmemory = \"1G\"\ncpus = 2\nallow_internet = true\n[metadata]\ndifficulty = \"easy\"\n",
+        )
+        .unwrap();
+        let tasks = load_tasks(dir.path()).unwrap();
+        assert_eq!(tasks.len(), 1);
+        let task = &tasks[0];
+        assert_eq!(task.id, "hello");
+        assert_eq!(task.agent_timeout_sec, 30.0);
+        assert_eq!(task.memory_bytes, Some(1 << 30));
+        assert_eq!(task.workdir.as_deref(), Some("/w"));
+        assert_eq!(task.env.get("K").map(String::as_str), Some("v"));
+        assert!(task.allow_internet && task.tests_dir.is_some() && task.solution_dir.is_none());
+        assert_eq!(task.metadata["verifier_timeout_sec"], 12.5);
+        assert_eq!(task.metadata["metadata"]["difficulty"], "easy");
+        let bad = dir.path().join("bad");
+        std::fs::create_dir_all(&bad).unwrap();
+        std::fs::write(bad.join("task.toml"), "[agent\n").unwrap();
+        assert!(load_task(&bad).unwrap_err().to_string().contains("instruction.md"));
+    }
+}

@@ -1,0 +1,165 @@
+//! The runtime: one engine, a linker per world, an on-disk cache of compiled components, and the
+//! thread that ticks epochs for CPU limits.
+
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::bindings;
+use crate::host::HostState;
+use crate::manifest::PluginKind;
+
+/// How often the epoch advances: the granularity of CPU accounting and of cooperative yields.
+pub const TICK: Duration = Duration::from_millis(2);
+
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where compiled components are kept (`None`: compile every time).
+    pub cache_dir: Option<PathBuf>,
+    /// Try the pooling allocator (falls back to on-demand when the machine refuses it).
+    pub pooling: bool,
+    /// Pool size: plugin instances alive at once.
+    pub max_instances: u32,
+    /// Largest linear memory one plugin may grow to.
+    pub max_memory_bytes: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { cache_dir: None, pooling: true, max_instances: 1000, max_memory_bytes: 1 << 30 }
+    }
+}
+
+pub struct Runtime {
+    pub(crate) engine: Engine,
+    linkers: [Linker<HostState>; 4],
+    cache_dir: Option<PathBuf>,
+    compat: String,
+    pub(crate) ticks: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    pooling: bool,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn engine_config(pool: Option<&RuntimeConfig>) -> Config {
+    let mut c = Config::new();
+    c.wasm_component_model(true);
+    c.epoch_interruption(true);
+    if let Some(rc) = pool {
+        let n = rc.max_instances.max(1);
+        let mut p = PoolingAllocationConfig::default();
+        p.total_component_instances(n);
+        p.total_core_instances(n * 8);
+        p.total_memories(n * 2);
+        p.total_tables(n * 8);
+        p.total_stacks(n);
+        p.max_memory_size(rc.max_memory_bytes as usize);
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(p));
+    }
+    c
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Runtime, String> {
+        let (engine, pooling) = match config.pooling.then(|| Engine::new(&engine_config(Some(&config)))) {
+            Some(Ok(engine)) => (engine, true),
+            other => {
+                if let Some(Err(e)) = other {
+                    tracing::info!("pooling allocator unavailable ({e}); using on-demand allocation");
+                }
+                (Engine::new(&engine_config(None)).map_err(|e| format!("wasmtime engine: {e}"))?, false)
+            }
+        };
+        let mut built = Vec::new();
+        for kind in PluginKind::ALL {
+            built.push(linker_for(&engine, kind).map_err(|e| format!("linker for {kind}: {e}"))?);
+        }
+        let linkers: [Linker<HostState>; 4] = built.try_into().map_err(|_| "one linker per world".to_string())?;
+        let compat = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            engine.precompile_compatibility_hash().hash(&mut h);
+            format!("{:016x}", h.finish())
+        };
+        if let Some(dir) = &config.cache_dir {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cache {}: {e}", dir.display()))?;
+        }
+        let ticks = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let (engine, ticks, stop) = (engine.clone(), ticks.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("epoch-ticker".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(TICK);
+                        ticks.fetch_add(1, Ordering::Relaxed);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| format!("epoch thread: {e}"))?;
+        }
+        Ok(Runtime { engine, linkers, cache_dir: config.cache_dir, compat, ticks, stop, pooling })
+    }
+
+    pub fn pooling(&self) -> bool {
+        self.pooling
+    }
+
+    pub(crate) fn linker(&self, kind: PluginKind) -> &Linker<HostState> {
+        &self.linkers[PluginKind::ALL.iter().position(|k| *k == kind).expect("all kinds")]
+    }
+
+    /// Compiles a component, or loads it from the cache. The cache key is the component's hash
+    /// and the engine's compatibility hash, so a new wasmtime or new settings recompile.
+    pub fn compile(&self, bytes: &[u8]) -> Result<Component, String> {
+        let Some(dir) = &self.cache_dir else {
+            return Component::new(&self.engine, bytes).map_err(|e| format!("{e:?}"));
+        };
+        let path = dir.join(format!("{}-{}.cwasm", hex::encode(Sha256::digest(bytes)), self.compat));
+        if path.is_file() {
+            // SAFETY: the file was written by `serialize` of this same engine configuration
+            // (the compatibility hash is in its name) into a directory only we write to.
+            match unsafe { Component::deserialize_file(&self.engine, &path) } {
+                Ok(c) => return Ok(c),
+                Err(e) => tracing::warn!("cached component {} unusable ({e}); recompiling", path.display()),
+            }
+        }
+        let component = Component::new(&self.engine, bytes).map_err(|e| format!("{e:?}"))?;
+        if let Ok(serialized) = component.serialize() {
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            if std::fs::write(&tmp, serialized).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
+        }
+        Ok(component)
+    }
+}
+
+fn linker_for(engine: &Engine, kind: PluginKind) -> wasmtime::Result<Linker<HostState>> {
+    let mut linker = Linker::<HostState>::new(engine);
+    // WASI for guests whose toolchains need it (every non-Rust one): no preopened directories,
+    // no sockets, no environment, no arguments. `HostState` builds the context that way.
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    match kind {
+        PluginKind::Harness => bindings::harness::Harness::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?,
+        PluginKind::ToolAdapter => {
+            bindings::tool_adapter::ToolAdapter::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
+        }
+        PluginKind::BrowserDriver => {
+            bindings::browser_driver::BrowserDriver::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
+        }
+        PluginKind::Grader => bindings::grader::Grader::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?,
+    }
+    Ok(linker)
+}

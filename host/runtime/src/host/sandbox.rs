@@ -1,0 +1,150 @@
+//! `sandbox`: the run's sandbox, through its agent.
+
+use orchard_protocol::{Command as PCommand, ExecRequest as PExec, FileKind, OutputLimit};
+use serde_json::json;
+
+use super::{HostState, agent_error};
+use crate::bindings::WitError;
+use crate::bindings::tool_adapter::orchard::plugin::sandbox::{
+    Command, DirEntry, EntryKind, ExecRequest, ExecResult, Host, HttpRequest, HttpResponse,
+};
+use crate::manifest::Capability;
+use crate::trajectory::Step;
+
+impl HostState {
+    fn agent(&self) -> Result<std::sync::Arc<orchard_agent_client::AgentClient>, WitError> {
+        self.require(Capability::Sandbox)?;
+        self.run.sandbox.clone().ok_or_else(|| WitError::Unavailable("this run has no sandbox".into()))
+    }
+
+    fn record_sandbox(&self, op: &str, detail: serde_json::Value, started: u64) {
+        let step = Step::Sandbox {
+            plugin: self.plugin.clone(),
+            op: op.into(),
+            detail,
+            at_ms: started,
+            duration_ms: self.at_ms() - started,
+        };
+        self.run.record(step);
+    }
+}
+
+fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
+}
+
+impl Host for HostState {
+    async fn exec(&mut self, request: ExecRequest) -> Result<ExecResult, WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let command = match request.command {
+            Command::Shell(s) => PCommand::Shell(s),
+            Command::Argv(a) => PCommand::Argv(a),
+        };
+        let shown = command.display();
+        let exec = PExec {
+            command,
+            cwd: request.cwd,
+            env: request.env.into_iter().collect(),
+            stdin: request.stdin.map(|b| String::from_utf8_lossy(&b).into_owned()),
+            timeout_ms: request.timeout_ms,
+            login_shell: false,
+            output_limit: OutputLimit::default(),
+        };
+        let result = self.waiting(agent.exec(&exec)).await.map_err(agent_error)?;
+        let out = ExecResult {
+            exit_code: result.exit_code,
+            truncated: result.stdout.truncated || result.stderr.truncated,
+            timed_out: result.timed_out,
+            duration_ms: (result.wall_seconds * 1000.0) as u64,
+            stdout: result.stdout.text,
+            stderr: result.stderr.text,
+        };
+        self.record_sandbox(
+            "exec",
+            json!({"command": shown, "exit_code": out.exit_code, "timed_out": out.timed_out,
+                   "stdout": clip(&out.stdout, 2048), "stderr": clip(&out.stderr, 2048)}),
+            started,
+        );
+        Ok(out)
+    }
+
+    async fn read_file(&mut self, path: String) -> Result<Vec<u8>, WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let result = self.waiting(agent.read_file(&path)).await;
+        self.record_sandbox("read-file", json!({"path": path, "ok": result.is_ok()}), started);
+        result.map(|b| b.to_vec()).map_err(agent_error)
+    }
+
+    async fn write_file(&mut self, path: String, content: Vec<u8>) -> Result<(), WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let size = content.len();
+        let result = self.waiting(agent.write_file(&path, orchard_agent_client::full(content), None, true)).await;
+        self.record_sandbox("write-file", json!({"path": path, "size": size, "ok": result.is_ok()}), started);
+        result.map(|_| ()).map_err(agent_error)
+    }
+
+    async fn list_dir(&mut self, path: String) -> Result<Vec<DirEntry>, WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let result = self.waiting(agent.list(&path)).await;
+        self.record_sandbox("list-dir", json!({"path": path, "ok": result.is_ok()}), started);
+        let listing = result.map_err(agent_error)?;
+        Ok(listing
+            .entries
+            .into_iter()
+            .map(|e| DirEntry {
+                name: e.name,
+                kind: match e.kind {
+                    FileKind::File => EntryKind::File,
+                    FileKind::Directory => EntryKind::Directory,
+                    FileKind::Symlink => EntryKind::Symlink,
+                    FileKind::Other => EntryKind::Other,
+                },
+                size: e.size,
+            })
+            .collect())
+    }
+
+    async fn http(&mut self, request: HttpRequest) -> Result<HttpResponse, WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let req = orchard_protocol::HttpRequest {
+            port: request.port,
+            method: request.method,
+            path: request.path,
+            headers: request.headers,
+            body_base64: base64_encode(&request.body),
+            timeout_ms: request.timeout_ms,
+        };
+        let result = self.waiting(agent.http(&req)).await;
+        self.record_sandbox(
+            "http",
+            json!({"method": req.method, "port": req.port, "path": req.path, "status": result.as_ref().ok().map(|r| r.status)}),
+            started,
+        );
+        let r = result.map_err(agent_error)?;
+        Ok(HttpResponse { status: r.status, headers: r.headers, body: base64_decode(&r.body_base64)? })
+    }
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn base64_decode(text: &str) -> Result<Vec<u8>, WitError> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| WitError::Other(format!("agent sent bad base64: {e}")))
+}

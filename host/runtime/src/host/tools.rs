@@ -1,0 +1,154 @@
+//! `tools` for harnesses: the host merges the tool lists of the run's adapters and routes each
+//! call by name to the adapter that offered it (each adapter in a store of its own).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use wasmtime::Store;
+
+use super::HostState;
+use crate::bindings::harness::orchard::plugin::tools::Host;
+use crate::bindings::{ToolCall, ToolOutput, ToolSpec, WitError, browser_driver, tool_adapter};
+use crate::engine::Runtime;
+use crate::manifest::Capability;
+use crate::plugin::{Plugin, Pre};
+use crate::rollout::{Grants, Limits, PluginFailure, RolloutContext};
+
+enum Bindings {
+    Tools(tool_adapter::ToolAdapter),
+    Browser(browser_driver::BrowserDriver),
+}
+
+struct Adapter {
+    plugin: Arc<Plugin>,
+    store: tokio::sync::Mutex<Store<HostState>>,
+    bindings: Bindings,
+}
+
+pub(crate) struct ToolRouter {
+    adapters: Vec<Adapter>,
+    routes: HashMap<String, usize>,
+    pub(crate) specs: Vec<ToolSpec>,
+}
+
+impl ToolRouter {
+    /// Instantiates every adapter for the rollout and collects their tools.
+    pub(crate) async fn build(
+        rt: &Runtime,
+        ctx: &Arc<RolloutContext>,
+        plugins: &[Arc<Plugin>],
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<ToolRouter, PluginFailure> {
+        let mut router = ToolRouter { adapters: Vec::new(), routes: HashMap::new(), specs: Vec::new() };
+        for plugin in plugins {
+            let mut store = rt.new_store(plugin, ctx, limits, grants);
+            let fail = |call: &str, e: wasmtime::Error, store: &Store<HostState>| {
+                PluginFailure::from_error(plugin, call, e, store)
+            };
+            let (bindings, specs) = match &plugin.pre {
+                Pre::ToolAdapter(pre) => {
+                    let b = pre.instantiate_async(&mut store).await.map_err(|e| fail("instantiate", e, &store))?;
+                    let specs = b
+                        .orchard_plugin_tools()
+                        .call_list(&mut store)
+                        .await
+                        .map_err(|e| fail("tools.list", e, &store))?;
+                    (Bindings::Tools(b), specs)
+                }
+                Pre::BrowserDriver(pre) => {
+                    let b = pre.instantiate_async(&mut store).await.map_err(|e| fail("instantiate", e, &store))?;
+                    let specs = b
+                        .orchard_plugin_tools()
+                        .call_list(&mut store)
+                        .await
+                        .map_err(|e| fail("tools.list", e, &store))?;
+                    (Bindings::Browser(b), specs)
+                }
+                _ => {
+                    return Err(PluginFailure::config(
+                        plugin,
+                        format!("{} is a {}, not a tool adapter", plugin.id(), plugin.kind()),
+                    ));
+                }
+            };
+            let index = router.adapters.len();
+            for spec in specs {
+                if let Some(other) = router.routes.get(&spec.name) {
+                    return Err(PluginFailure::config(
+                        plugin,
+                        format!(
+                            "tool {:?} is offered by both {} and {}",
+                            spec.name,
+                            router.adapters[*other].plugin.id(),
+                            plugin.id()
+                        ),
+                    ));
+                }
+                router.routes.insert(spec.name.clone(), index);
+                router.specs.push(spec);
+            }
+            router.adapters.push(Adapter { plugin: plugin.clone(), store: tokio::sync::Mutex::new(store), bindings });
+        }
+        Ok(router)
+    }
+
+    /// Calls a tool. The outer error is the adapter failing (a trap, a limit): fatal to the
+    /// rollout. The inner one is the tool's own answer to a bad call.
+    async fn call(&self, call: &ToolCall) -> Result<(String, Result<ToolOutput, WitError>), PluginFailure> {
+        let Some(&index) = self.routes.get(&call.name) else {
+            let known: Vec<&str> = self.specs.iter().map(|s| s.name.as_str()).collect();
+            return Ok((
+                String::new(),
+                Err(WitError::NotFound(format!("no tool named {:?} (tools: {})", call.name, known.join(", ")))),
+            ));
+        };
+        let adapter = &self.adapters[index];
+        let mut store = adapter.store.lock().await;
+        let result = match &adapter.bindings {
+            Bindings::Tools(b) => b.orchard_plugin_tools().call_call(&mut *store, call).await,
+            Bindings::Browser(b) => b.orchard_plugin_tools().call_call(&mut *store, call).await,
+        };
+        let result = result.map_err(|e| {
+            PluginFailure::from_error(&adapter.plugin, &format!("tools.call({})", call.name), e, &store)
+        })?;
+        Ok((adapter.plugin.id(), result))
+    }
+
+    /// What the adapters printed, for the trajectory.
+    pub(crate) async fn drain_output(&self) {
+        for adapter in &self.adapters {
+            let store = adapter.store.lock().await;
+            store.data().run.record_output(store.data());
+        }
+    }
+}
+
+impl Host for HostState {
+    async fn list(&mut self) -> Vec<ToolSpec> {
+        if self.require(Capability::Tools).is_err() {
+            return Vec::new();
+        }
+        self.run.tools.get().map(|r| r.specs.clone()).unwrap_or_default()
+    }
+
+    async fn call(&mut self, call: ToolCall) -> Result<ToolOutput, WitError> {
+        self.require(Capability::Tools)?;
+        let router =
+            self.run.tools.get().cloned().ok_or_else(|| WitError::Unavailable("this run has no tools".into()))?;
+        let started = self.at_ms();
+        let outcome = self.waiting(router.call(&call)).await;
+        let duration_ms = self.at_ms() - started;
+        match outcome {
+            Ok((adapter, result)) => {
+                self.run.record_tool_call(&self.plugin, &adapter, &call, &result, started, duration_ms);
+                result
+            }
+            Err(failure) => {
+                let message = failure.to_string();
+                self.run.set_fatal(failure);
+                Err(WitError::Other(message))
+            }
+        }
+    }
+}

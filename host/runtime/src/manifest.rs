@@ -1,0 +1,231 @@
+//! Plugin manifests: who a plugin is and what it asks for.
+//!
+//! A manifest is TOML, beside the component (`shell.wasm` + `shell.toml`) or inside it, in a
+//! custom section named `orchard-manifest`:
+//!
+//! ```toml
+//! name = "shell"
+//! version = "0.1.0"
+//! kind = "tool-adapter"        # harness | tool-adapter | browser-driver | grader
+//! capabilities = ["sandbox", "log"]
+//! description = "..."
+//! ```
+//!
+//! A capability is granted only when the manifest asks for it *and* the operator allows it; a
+//! call into an import that was not granted is refused with `denied`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const MANIFEST_SECTION: &str = "orchard-manifest";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PluginKind {
+    Harness,
+    ToolAdapter,
+    BrowserDriver,
+    Grader,
+}
+
+impl PluginKind {
+    pub const ALL: [PluginKind; 4] =
+        [PluginKind::Harness, PluginKind::ToolAdapter, PluginKind::BrowserDriver, PluginKind::Grader];
+
+    pub fn world(self) -> &'static str {
+        match self {
+            PluginKind::Harness => "harness",
+            PluginKind::ToolAdapter => "tool-adapter",
+            PluginKind::BrowserDriver => "browser-driver",
+            PluginKind::Grader => "grader",
+        }
+    }
+
+    /// The world's fully qualified name.
+    pub fn world_id(self) -> String {
+        format!("orchard:plugin/{}@{CONTRACT_VERSION}", self.world())
+    }
+
+    /// The interface the world exports.
+    pub fn export(self) -> String {
+        let iface = match self {
+            PluginKind::Harness => "agent",
+            PluginKind::ToolAdapter | PluginKind::BrowserDriver => "tools",
+            PluginKind::Grader => "grading",
+        };
+        format!("orchard:plugin/{iface}@{CONTRACT_VERSION}")
+    }
+
+    /// The capabilities (imports) the world offers.
+    pub fn offers(self) -> &'static [Capability] {
+        match self {
+            PluginKind::Harness => &[Capability::Model, Capability::Tools, Capability::Log, Capability::Solution],
+            PluginKind::ToolAdapter => &[Capability::Sandbox, Capability::Log],
+            PluginKind::BrowserDriver => &[Capability::Browser, Capability::Sandbox, Capability::Log],
+            PluginKind::Grader => &[Capability::Sandbox, Capability::Model, Capability::Log],
+        }
+    }
+
+    /// The `orchard:plugin` interfaces a component of this world may import.
+    pub fn importable(self) -> Vec<String> {
+        let mut names: Vec<&str> = vec!["types"];
+        names.extend(self.offers().iter().filter_map(|c| c.interface()));
+        names.into_iter().map(|n| format!("orchard:plugin/{n}@{CONTRACT_VERSION}")).collect()
+    }
+}
+
+impl std::fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.world())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Capability {
+    /// The run's sandbox (`sandbox` import).
+    Sandbox,
+    /// The run's model endpoint (`model` import).
+    Model,
+    /// The run's tools (`tools` import, harnesses).
+    Tools,
+    /// A browser (`browser` import).
+    Browser,
+    /// Structured events (`log` import).
+    Log,
+    /// The task's reference solution is placed at `/solution` before the harness runs
+    /// (the oracle harness). Never granted unless the operator says so.
+    Solution,
+}
+
+impl Capability {
+    fn interface(self) -> Option<&'static str> {
+        match self {
+            Capability::Sandbox => Some("sandbox"),
+            Capability::Model => Some("model"),
+            Capability::Tools => Some("tools"),
+            Capability::Browser => Some("browser"),
+            Capability::Log => Some("log"),
+            Capability::Solution => None,
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Capability, String> {
+        match s {
+            "sandbox" => Ok(Capability::Sandbox),
+            "model" => Ok(Capability::Model),
+            "tools" => Ok(Capability::Tools),
+            "browser" => Ok(Capability::Browser),
+            "log" => Ok(Capability::Log),
+            "solution" => Ok(Capability::Solution),
+            other => Err(format!("unknown capability {other:?} (sandbox, model, tools, browser, log, solution)")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub name: String,
+    pub version: String,
+    pub kind: PluginKind,
+    /// The world's fully qualified name; defaults to the kind's world in this contract version.
+    #[serde(default)]
+    pub world: Option<String>,
+    #[serde(default)]
+    pub capabilities: BTreeSet<Capability>,
+    #[serde(default)]
+    pub description: String,
+}
+
+impl Manifest {
+    pub fn parse(text: &str, origin: &str) -> Result<Manifest, String> {
+        let m: Manifest = toml::from_str(text).map_err(|e| format!("manifest {origin}: {e}"))?;
+        m.validate().map_err(|e| format!("manifest {origin}: {e}"))?;
+        Ok(m)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if self.name.is_empty() || self.name.len() > 64 || !self.name.chars().all(ok) {
+            return Err(format!("name {:?}: use 1-64 characters of a-z, 0-9, '-' and '_'", self.name));
+        }
+        if self.version.is_empty() {
+            return Err("version: must not be empty".into());
+        }
+        if let Some(world) = &self.world {
+            let short = self.kind.world();
+            if world != short && *world != self.kind.world_id() {
+                return Err(format!("world {world:?} does not match kind {short} (expected {})", self.kind.world_id()));
+            }
+        }
+        for c in &self.capabilities {
+            if !self.kind.offers().contains(c) {
+                return Err(format!("capability {c:?}: the {} world does not offer it", self.kind));
+            }
+        }
+        Ok(())
+    }
+
+    /// The manifest beside `component` (`x.wasm` → `x.toml`), if there is one.
+    pub fn beside(component: &Path) -> Result<Option<Manifest>, String> {
+        let path = component.with_extension("toml");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Manifest::parse(&text, &path.display().to_string()).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// The manifest inside a component's `orchard-manifest` custom section (at any depth: a
+    /// core module's section is kept inside the component).
+    pub fn embedded(bytes: &[u8]) -> Result<Option<Manifest>, String> {
+        use wasmtime::wasmparser::{Parser, Payload};
+        for payload in Parser::new(0).parse_all(bytes) {
+            let Ok(payload) = payload else { break };
+            if let Payload::CustomSection(section) = payload
+                && section.name() == MANIFEST_SECTION
+            {
+                let text =
+                    std::str::from_utf8(section.data()).map_err(|_| "embedded manifest is not UTF-8".to_string())?;
+                return Manifest::parse(text, "(embedded)").map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn id(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_parse_and_are_checked_against_their_world() {
+        let m = Manifest::parse(
+            "name = \"shell\"\nversion = \"0.1.0\"\nkind = \"tool-adapter\"\ncapabilities = [\"sandbox\"]\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(m.kind, PluginKind::ToolAdapter);
+        let err = Manifest::parse(
+            "name = \"x\"\nversion = \"1\"\nkind = \"tool-adapter\"\ncapabilities = [\"model\"]\n",
+            "t",
+        )
+        .unwrap_err();
+        assert!(err.contains("the tool-adapter world does not offer it"), "{err}");
+        let err = Manifest::parse("name = \"x y\"\nversion = \"1\"\nkind = \"grader\"\n", "t").unwrap_err();
+        assert!(err.contains("name"), "{err}");
+        let err = Manifest::parse("name = \"x\"\nversion = \"1\"\nkind = \"grader\"\nworld = \"harness\"\n", "t")
+            .unwrap_err();
+        assert!(err.contains("does not match kind grader"), "{err}");
+        let err = Manifest::parse("name = \"x\"\nversion = \"1\"\nkind = \"grader\"\nbogus = 1\n", "t").unwrap_err();
+        assert!(err.contains("bogus"), "{err}");
+    }
+}

@@ -1,0 +1,205 @@
+//! A loaded plugin: its manifest, its compiled component, checked against its world and
+//! pre-instantiated, ready for a fresh instance per rollout.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::bindings;
+use crate::engine::Runtime;
+use crate::host::HostState;
+use crate::manifest::{Capability, Manifest, PluginKind};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// Not a component wasmtime can compile.
+    #[error("{origin}: not a loadable WebAssembly component: {reason}")]
+    Compile { origin: String, reason: String },
+    /// A component that does not fit its world.
+    #[error("{origin}: {reason}")]
+    World { origin: String, reason: String },
+    #[error("{0}")]
+    Manifest(String),
+}
+
+/// What `orchard plugin check` and `GET /v1/plugins` show.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub kind: PluginKind,
+    pub world: String,
+    pub capabilities: Vec<Capability>,
+    pub description: String,
+    /// Where the manifest came from: `beside`, `embedded` or `inferred`.
+    pub manifest: &'static str,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    pub sha256: String,
+    pub size: usize,
+    pub origin: String,
+}
+
+pub(crate) enum Pre {
+    Harness(bindings::harness::HarnessPre<HostState>),
+    ToolAdapter(bindings::tool_adapter::ToolAdapterPre<HostState>),
+    BrowserDriver(bindings::browser_driver::BrowserDriverPre<HostState>),
+    Grader(bindings::grader::GraderPre<HostState>),
+}
+
+pub struct Plugin {
+    pub manifest: Manifest,
+    pub info: PluginInfo,
+    pub(crate) pre: Pre,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Plugin({})", self.manifest.id())
+    }
+}
+
+impl Plugin {
+    pub fn id(&self) -> String {
+        self.manifest.id()
+    }
+
+    pub fn kind(&self) -> PluginKind {
+        self.manifest.kind
+    }
+}
+
+/// The world a component's exports say it implements.
+fn detect_kind(exports: &[String]) -> Option<PluginKind> {
+    let has = |kind: PluginKind| exports.iter().any(|e| *e == kind.export());
+    if has(PluginKind::Harness) {
+        Some(PluginKind::Harness)
+    } else if has(PluginKind::Grader) {
+        Some(PluginKind::Grader)
+    } else if has(PluginKind::ToolAdapter) {
+        // tool-adapter and browser-driver export the same interface; importing the browser
+        // tells them apart.
+        None
+    } else {
+        None
+    }
+}
+
+impl Runtime {
+    /// Compiles, checks and pre-instantiates a component. The manifest is the one given, else
+    /// the one embedded in the component, else one inferred from its exports.
+    pub fn load(&self, bytes: &[u8], manifest: Option<Manifest>, origin: &str) -> Result<Arc<Plugin>, PluginError> {
+        let (manifest, source) = match manifest {
+            Some(m) => (Some(m), "beside"),
+            None => (Manifest::embedded(bytes).map_err(PluginError::Manifest)?, "embedded"),
+        };
+        let component = self.compile(bytes).map_err(|reason| PluginError::Compile { origin: origin.into(), reason })?;
+        let ty = component.component_type();
+        let imports: Vec<String> = ty.imports(&self.engine).map(|(name, _)| name.to_string()).collect();
+        let exports: Vec<String> = ty.exports(&self.engine).map(|(name, _)| name.to_string()).collect();
+        let world_err = |reason: String| PluginError::World { origin: origin.into(), reason };
+        let (manifest, source) = match manifest {
+            Some(m) => (m, source),
+            None => {
+                let imports_browser = imports.iter().any(|i| i.starts_with("orchard:plugin/browser@"));
+                let kind =
+                    detect_kind(&exports)
+                        .or_else(|| {
+                            exports.iter().any(|e| *e == PluginKind::ToolAdapter.export()).then_some(
+                                if imports_browser { PluginKind::BrowserDriver } else { PluginKind::ToolAdapter },
+                            )
+                        })
+                        .ok_or_else(|| {
+                            world_err(format!(
+                                "fits no orchard:plugin@{} world: it exports none of {} (its exports: {})",
+                                crate::manifest::CONTRACT_VERSION,
+                                {
+                                    let mut all: Vec<String> = PluginKind::ALL.iter().map(|k| k.export()).collect();
+                                    all.dedup();
+                                    all.join(", ")
+                                },
+                                list_or_none(&exports)
+                            ))
+                        })?;
+                let name = std::path::Path::new(origin)
+                    .file_stem()
+                    .map(|s| {
+                        s.to_string_lossy().replace(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'), "-")
+                    })
+                    .unwrap_or_else(|| "plugin".into());
+                let m = Manifest {
+                    name,
+                    version: "0.0.0".into(),
+                    kind,
+                    world: None,
+                    capabilities: kind.offers().iter().copied().filter(|c| *c != Capability::Solution).collect(),
+                    description: String::new(),
+                };
+                (m, "inferred")
+            }
+        };
+        let kind = manifest.kind;
+        if !exports.iter().any(|e| *e == kind.export()) {
+            return Err(world_err(format!(
+                "does not export {}, which the {kind} world requires (its exports: {})",
+                kind.export(),
+                list_or_none(&exports)
+            )));
+        }
+        let importable = kind.importable();
+        for import in &imports {
+            if import.starts_with("wasi:") {
+                continue;
+            }
+            if !importable.contains(import) {
+                return Err(world_err(format!(
+                    "imports {import}, which the {kind} world does not provide (it provides {} and WASI)",
+                    importable.join(", ")
+                )));
+            }
+        }
+        let linker = self.linker(kind);
+        let instance_pre =
+            linker.instantiate_pre(&component).map_err(|e| world_err(format!("cannot be linked: {e}")))?;
+        let typed = |e: wasmtime::Error| world_err(format!("exports do not match the {kind} world: {e}"));
+        let pre = match kind {
+            PluginKind::Harness => Pre::Harness(bindings::harness::HarnessPre::new(instance_pre).map_err(typed)?),
+            PluginKind::ToolAdapter => {
+                Pre::ToolAdapter(bindings::tool_adapter::ToolAdapterPre::new(instance_pre).map_err(typed)?)
+            }
+            PluginKind::BrowserDriver => {
+                Pre::BrowserDriver(bindings::browser_driver::BrowserDriverPre::new(instance_pre).map_err(typed)?)
+            }
+            PluginKind::Grader => Pre::Grader(bindings::grader::GraderPre::new(instance_pre).map_err(typed)?),
+        };
+        let info = PluginInfo {
+            name: manifest.name.clone(),
+            version: manifest.version.clone(),
+            kind,
+            world: kind.world_id(),
+            capabilities: manifest.capabilities.iter().copied().collect(),
+            description: manifest.description.clone(),
+            manifest: source,
+            imports,
+            exports,
+            sha256: hex::encode(Sha256::digest(bytes)),
+            size: bytes.len(),
+            origin: origin.to_string(),
+        };
+        Ok(Arc::new(Plugin { manifest, info, pre }))
+    }
+
+    /// Loads a component file, with the manifest beside it when there is one.
+    pub fn load_file(&self, path: &std::path::Path) -> Result<Arc<Plugin>, PluginError> {
+        let origin = path.display().to_string();
+        let bytes =
+            std::fs::read(path).map_err(|e| PluginError::Compile { origin: origin.clone(), reason: e.to_string() })?;
+        let manifest = Manifest::beside(path).map_err(PluginError::Manifest)?;
+        self.load(&bytes, manifest, &origin)
+    }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() { "none".into() } else { items.join(", ") }
+}

@@ -1,0 +1,467 @@
+//! Rollouts: a harness run (with its tool adapters) and a grading, each plugin instance in a
+//! fresh store with its own limits.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use orchard_agent_client::AgentClient;
+use orchard_model::ModelClient;
+use serde::{Deserialize, Serialize};
+use wasmtime::{Store, StoreLimitsBuilder, UpdateDeadline};
+
+use crate::bindings::grader::exports::orchard::plugin::grading;
+use crate::bindings::{self, ContentPart, Outcome, RunStatus, Task, ToolCall, ToolOutput, WitError};
+use crate::convert;
+use crate::engine::{Runtime, TICK};
+use crate::host::{HostState, ToolRouter};
+use crate::manifest::Capability;
+use crate::plugin::{Plugin, Pre};
+use crate::trajectory::{Step, Trajectory};
+
+/// What the CPU-budget check raises, to tell it apart from other traps.
+const CPU_EXCEEDED: &str = "orchard: CPU budget exceeded";
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest linear memory per plugin instance.
+    pub memory_bytes: u64,
+    /// Guest CPU per plugin instance (time waiting on the host is not counted).
+    pub cpu: Duration,
+    /// Wall clock for the whole call (harness run or grading).
+    pub wall: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { memory_bytes: 512 << 20, cpu: Duration::from_secs(60), wall: Duration::from_secs(3600) }
+    }
+}
+
+/// Capabilities the operator allows for a run. A plugin gets those it also asks for.
+#[derive(Debug, Clone)]
+pub struct Grants(pub BTreeSet<Capability>);
+
+impl Default for Grants {
+    fn default() -> Self {
+        Grants([Capability::Sandbox, Capability::Model, Capability::Tools, Capability::Browser, Capability::Log].into())
+    }
+}
+
+impl Grants {
+    pub fn allows(&self, c: Capability) -> bool {
+        self.0.contains(&c)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The guest trapped (a panic, an unreachable, a bad memory access).
+    Trap,
+    CpuBudget,
+    Memory,
+    WallClock,
+    /// The plugin returned an error from its export.
+    Error,
+    /// The run was set up wrongly (a harness given as a tool adapter, clashing tool names...).
+    Config,
+}
+
+/// A plugin failure that ends a rollout; names the plugin and the call.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
+#[error("plugin {plugin} failed in {call}: {message}")]
+pub struct PluginFailure {
+    pub plugin: String,
+    pub call: String,
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+impl PluginFailure {
+    pub(crate) fn from_error(plugin: &Plugin, call: &str, e: wasmtime::Error, store: &Store<HostState>) -> Self {
+        let text = format!("{e:?}");
+        let (kind, message) = if text.contains(CPU_EXCEEDED) {
+            let budget = Duration::from_millis(store.data().meter.budget * TICK.as_millis() as u64);
+            (FailureKind::CpuBudget, format!("used more than its CPU budget of {budget:?}"))
+        } else if text.contains("forcing trap when growing memory") || text.contains("memory maximum") {
+            (FailureKind::Memory, format!("ran out of memory (limit reached): {}", first_line(&text)))
+        } else {
+            (FailureKind::Trap, first_lines(&text, 12))
+        };
+        PluginFailure { plugin: plugin.id(), call: call.into(), kind, message }
+    }
+
+    pub(crate) fn config(plugin: &Plugin, message: String) -> Self {
+        PluginFailure { plugin: plugin.id(), call: "setup".into(), kind: FailureKind::Config, message }
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+fn first_lines(text: &str, n: usize) -> String {
+    text.lines().take(n).collect::<Vec<_>>().join("\n")
+}
+
+/// Everything one rollout's plugins share: its sandbox, its model, its tools, its trajectory.
+pub struct RolloutContext {
+    pub task_id: String,
+    pub sandbox: Option<Arc<AgentClient>>,
+    pub model: Option<Arc<ModelClient>>,
+    pub(crate) tools: OnceLock<Arc<ToolRouter>>,
+    trajectory: Mutex<Trajectory>,
+    fatal: Mutex<Option<PluginFailure>>,
+    pub(crate) started: Instant,
+}
+
+impl RolloutContext {
+    pub fn new(task_id: &str, sandbox: Option<Arc<AgentClient>>, model: Option<Arc<ModelClient>>) -> Arc<Self> {
+        Arc::new(RolloutContext {
+            task_id: task_id.to_string(),
+            sandbox,
+            model,
+            tools: OnceLock::new(),
+            trajectory: Mutex::new(Trajectory::default()),
+            fatal: Mutex::new(None),
+            started: Instant::now(),
+        })
+    }
+
+    pub fn trajectory(&self) -> Trajectory {
+        self.trajectory.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn record(&self, step: Step) {
+        self.trajectory.lock().unwrap_or_else(|p| p.into_inner()).steps.push(step);
+    }
+
+    pub(crate) fn record_model_call(
+        &self,
+        plugin: &str,
+        request: Vec<orchard_model::Message>,
+        tools: Vec<orchard_model::ToolSpec>,
+        c: &orchard_model::Completion,
+        at_ms: u64,
+        duration_ms: u64,
+    ) {
+        let mut t = self.trajectory.lock().unwrap_or_else(|p| p.into_inner());
+        t.steps.push(Step::ModelCall {
+            plugin: plugin.into(),
+            at_ms,
+            duration_ms,
+            request_messages: request.len(),
+            tools: tools.iter().map(|s| s.name.clone()).collect(),
+            response: c.message.clone(),
+            finish_reason: c.finish_reason,
+            usage: c.usage,
+            model: c.model.clone(),
+            attempts: c.attempts,
+            logprobs: c.logprobs.clone(),
+            token_ids: c.token_ids.clone(),
+        });
+        t.conversation = request;
+        t.conversation.push(c.message.clone());
+        t.tools = tools;
+        t.usage.prompt_tokens += c.usage.prompt_tokens;
+        t.usage.completion_tokens += c.usage.completion_tokens;
+        t.usage.total_tokens += c.usage.total_tokens;
+        t.model_calls += 1;
+    }
+
+    pub(crate) fn record_tool_call(
+        &self,
+        plugin: &str,
+        adapter: &str,
+        call: &ToolCall,
+        result: &Result<ToolOutput, WitError>,
+        at_ms: u64,
+        duration_ms: u64,
+    ) {
+        let (output, is_error) = match result {
+            Ok(out) => (text_of(&out.content), out.is_error),
+            Err(e) => (format!("error: {e:?}"), true),
+        };
+        let mut t = self.trajectory.lock().unwrap_or_else(|p| p.into_inner());
+        t.steps.push(Step::ToolCall {
+            plugin: plugin.into(),
+            adapter: adapter.into(),
+            call: convert::call_to_model(call),
+            output: output.clone(),
+            is_error,
+            at_ms,
+            duration_ms,
+        });
+        let mut message = orchard_model::Message::text(orchard_model::Role::Tool, output);
+        message.tool_call_id = Some(call.id.clone());
+        t.conversation.push(message);
+        t.tool_calls += 1;
+    }
+
+    pub(crate) fn record_output(&self, state: &HostState) {
+        for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
+            let bytes = pipe.contents();
+            if !bytes.is_empty() {
+                self.record(Step::Output {
+                    plugin: state.plugin.clone(),
+                    stream: stream.into(),
+                    text: String::from_utf8_lossy(&bytes).into_owned(),
+                });
+            }
+        }
+    }
+
+    pub(crate) fn set_fatal(&self, failure: PluginFailure) {
+        let mut f = self.fatal.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(failure);
+        }
+    }
+
+    fn take_fatal(&self) -> Option<PluginFailure> {
+        self.fatal.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+fn text_of(parts: &[ContentPart]) -> String {
+    parts
+        .iter()
+        .map(|p| match p {
+            ContentPart::Text(t) => t.clone(),
+            ContentPart::Image(i) => format!("[image {} bytes]", i.data.len()),
+        })
+        .collect()
+}
+
+/// A task as plugins see it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TaskInput {
+    pub id: String,
+    pub instruction: String,
+    pub metadata: serde_json::Value,
+}
+
+impl TaskInput {
+    fn to_wit(&self) -> Task {
+        Task { id: self.id.clone(), instruction: self.instruction.clone(), metadata: self.metadata.to_string() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Completed,
+    LimitReached,
+    FormatError,
+    GaveUp,
+}
+
+/// How the harness said its run ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunOutcome {
+    pub status: Status,
+    pub answer: Option<String>,
+    pub steps: u32,
+    pub message: Option<String>,
+}
+
+impl RunOutcome {
+    fn from_wit(o: &Outcome) -> Self {
+        RunOutcome {
+            status: match o.status {
+                RunStatus::Completed => Status::Completed,
+                RunStatus::LimitReached => Status::LimitReached,
+                RunStatus::FormatError => Status::FormatError,
+                RunStatus::GaveUp => Status::GaveUp,
+            },
+            answer: o.answer.clone(),
+            steps: o.steps,
+            message: o.message.clone(),
+        }
+    }
+
+    fn to_wit(&self) -> Outcome {
+        Outcome {
+            status: match self.status {
+                Status::Completed => RunStatus::Completed,
+                Status::LimitReached => RunStatus::LimitReached,
+                Status::FormatError => RunStatus::FormatError,
+                Status::GaveUp => RunStatus::GaveUp,
+            },
+            answer: self.answer.clone(),
+            steps: self.steps,
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// A grader's decision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Graded {
+        reward: f64,
+        passed: bool,
+        sub_scores: Vec<(String, f64)>,
+        explanation: String,
+    },
+    /// The grader could not decide; not a zero.
+    Unknown {
+        reason: String,
+    },
+}
+
+impl Runtime {
+    pub(crate) fn new_store(
+        &self,
+        plugin: &Plugin,
+        ctx: &Arc<RolloutContext>,
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Store<HostState> {
+        let granted = plugin.manifest.capabilities.iter().copied().filter(|c| grants.allows(*c)).collect();
+        let store_limits = StoreLimitsBuilder::new()
+            .memory_size(limits.memory_bytes as usize)
+            .instances(64)
+            .tables(64)
+            .memories(16)
+            .trap_on_grow_failure(true)
+            .build();
+        let budget = (limits.cpu.as_millis() / TICK.as_millis()).max(1) as u64;
+        let state = HostState::new(plugin.id(), granted, ctx.clone(), store_limits, self.ticks.clone(), budget);
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        // Checked every tick: over budget traps; otherwise yield, so that one busy plugin does
+        // not hold an executor thread from other rollouts.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|ctx| {
+            let meter = &ctx.data().meter;
+            if meter.used() > meter.budget {
+                return Err(wasmtime::Error::msg(CPU_EXCEEDED));
+            }
+            Ok(UpdateDeadline::Yield(1))
+        });
+        store
+    }
+
+    /// Runs a harness on a task with the given tool adapters. The trajectory accumulates in `ctx`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run_harness(
+        &self,
+        ctx: &Arc<RolloutContext>,
+        harness: &Arc<Plugin>,
+        adapters: &[Arc<Plugin>],
+        task: &TaskInput,
+        config: &serde_json::Value,
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<RunOutcome, PluginFailure> {
+        let Pre::Harness(pre) = &harness.pre else {
+            return Err(PluginFailure::config(
+                harness,
+                format!("{} is a {}, not a harness", harness.id(), harness.kind()),
+            ));
+        };
+        let work = async {
+            let router = ToolRouter::build(self, ctx, adapters, limits, grants).await?;
+            let router = Arc::new(router);
+            let _ = ctx.tools.set(router.clone());
+            let mut store = self.new_store(harness, ctx, limits, grants);
+            let bindings = pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| PluginFailure::from_error(harness, "instantiate", e, &store))?;
+            let result =
+                bindings.orchard_plugin_agent().call_run(&mut store, &task.to_wit(), &config.to_string()).await;
+            ctx.record_output(store.data());
+            router.drain_output().await;
+            let result = result.map_err(|e| PluginFailure::from_error(harness, "agent.run", e, &store))?;
+            // An adapter that failed under the harness fails the rollout, whatever the harness made of it.
+            if let Some(fatal) = ctx.take_fatal() {
+                return Err(fatal);
+            }
+            match result {
+                Ok(outcome) => Ok(RunOutcome::from_wit(&outcome)),
+                Err(e) => Err(PluginFailure {
+                    plugin: harness.id(),
+                    call: "agent.run".into(),
+                    kind: FailureKind::Error,
+                    message: format!("{e:?}"),
+                }),
+            }
+        };
+        match tokio::time::timeout(limits.wall, work).await {
+            Ok(r) => r,
+            Err(_) => Err(PluginFailure {
+                plugin: harness.id(),
+                call: "agent.run".into(),
+                kind: FailureKind::WallClock,
+                message: format!("did not finish within {:?}", limits.wall),
+            }),
+        }
+    }
+
+    /// Grades a finished run.
+    pub async fn run_grader(
+        &self,
+        ctx: &Arc<RolloutContext>,
+        grader: &Arc<Plugin>,
+        task: &TaskInput,
+        outcome: &RunOutcome,
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<Verdict, PluginFailure> {
+        let Pre::Grader(pre) = &grader.pre else {
+            return Err(PluginFailure::config(grader, format!("{} is a {}, not a grader", grader.id(), grader.kind())));
+        };
+        let t = ctx.trajectory();
+        let trajectory = grading::Trajectory {
+            messages: t.conversation.iter().map(convert::message_from_model).collect(),
+            steps: t.model_calls,
+            usage: bindings::Usage {
+                prompt_tokens: t.usage.prompt_tokens,
+                completion_tokens: t.usage.completion_tokens,
+                total_tokens: t.usage.total_tokens,
+            },
+            duration_ms: ctx.started.elapsed().as_millis() as u64,
+        };
+        let work = async {
+            let mut store = self.new_store(grader, ctx, limits, grants);
+            let bindings = pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| PluginFailure::from_error(grader, "instantiate", e, &store))?;
+            let result = bindings
+                .orchard_plugin_grading()
+                .call_grade(&mut store, &task.to_wit(), &trajectory, &outcome.to_wit())
+                .await;
+            ctx.record_output(store.data());
+            let result = result.map_err(|e| PluginFailure::from_error(grader, "grading.grade", e, &store))?;
+            match result {
+                Ok(grading::Verdict::Graded(s)) => Ok(Verdict::Graded {
+                    reward: s.reward,
+                    passed: s.passed,
+                    sub_scores: s.sub_scores.into_iter().map(|s| (s.name, s.value)).collect(),
+                    explanation: s.explanation,
+                }),
+                Ok(grading::Verdict::Unknown(reason)) => Ok(Verdict::Unknown { reason }),
+                Err(e) => Err(PluginFailure {
+                    plugin: grader.id(),
+                    call: "grading.grade".into(),
+                    kind: FailureKind::Error,
+                    message: format!("{e:?}"),
+                }),
+            }
+        };
+        match tokio::time::timeout(limits.wall, work).await {
+            Ok(r) => r,
+            Err(_) => Err(PluginFailure {
+                plugin: grader.id(),
+                call: "grading.grade".into(),
+                kind: FailureKind::WallClock,
+                message: format!("did not finish within {:?}", limits.wall),
+            }),
+        }
+    }
+}
