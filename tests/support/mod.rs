@@ -28,6 +28,52 @@ pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client")
 }
 
+fn workspace_target(sub: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").join("target").join(sub)
+}
+
+/// The shipped plugins (`cargo xtask plugins`).
+pub fn plugin_dir() -> PathBuf {
+    let dir = std::env::var_os("ORCHARD_PLUGIN_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_target("plugins"));
+    assert!(
+        dir.join("oracle.wasm").is_file(),
+        "{} has no plugins: run the tests with `cargo xtask test`",
+        dir.display()
+    );
+    dir
+}
+
+/// The test fixture plugins (`cargo xtask plugins`).
+pub fn test_plugin_dir() -> PathBuf {
+    let dir = std::env::var_os("ORCHARD_TEST_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_target("test-plugins"));
+    assert!(
+        dir.join("test-harness.wasm").is_file(),
+        "{} has no fixtures: run the tests with `cargo xtask test`",
+        dir.display()
+    );
+    dir
+}
+
+/// Runs `orchard <args>` to completion; returns (exit code, stdout, stderr).
+pub fn orchard(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(orchard_bin())
+        .args(args)
+        .env("ORCHARD_AGENT_BIN", agent_bin())
+        .env("ORCHARD_PLUGIN_DIR", plugin_dir())
+        // Shared by the tests: each compiles a component once, not once per run.
+        .env("ORCHARD_PLUGIN_CACHE", workspace_target("test-plugin-cache"))
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run orchard");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 pub fn agent_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("ORCHARD_AGENT_BIN") {
         return PathBuf::from(p);

@@ -7,7 +7,8 @@
 //!   `target/test-plugins`), each with its manifest.
 //! - `build`: agent, plugins and the `orchard` binary.
 //! - `test`: setup, build, then the whole workspace's tests.
-//! - `demo`: setup, build, then the main job on the embedded default (local sandboxes).
+//! - `demo`: setup, build, then the example evaluation on the embedded default (local
+//!   sandboxes, oracle harness, no model).
 //! - `bench`: setup, build, then the benchmark binary (release).
 
 use std::path::{Path, PathBuf};
@@ -17,13 +18,7 @@ use anyhow::{Context, bail};
 
 const MUSL: &str = "x86_64-unknown-linux-musl";
 const ROOTLESS_USER: &str = "orchard-test";
-/// What `cargo xtask demo` runs in a fresh sandbox: who it is, what it sees, what it can reach.
-const DEMO: &str = r#"echo "hello from sandbox $(hostname), uid $(id -u)"
-echo "--- its root:"; ls /
-echo "--- its processes:"; ps -eo pid,args
-echo "--- its network interfaces:"; tail -n +3 /proc/net/dev | cut -d: -f1
-echo "--- its memory limit:"; cat /sys/fs/cgroup/memory.max 2>/dev/null || echo "256Mi (cgroup v1, set by the host)"
-echo "--- the host's loopback:"; (echo > /dev/tcp/127.0.0.1/22) 2>&1 | tail -1"#;
+
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bwrap", "bubblewrap"),
     ("ip", "iproute2"),
@@ -63,9 +58,12 @@ fn main() -> anyhow::Result<()> {
             if args.len() > 1 {
                 cmd.args(&args[1..]);
             } else {
-                cmd.args(["run", "--memory", "256Mi", "--cpu", "1", "--", DEMO]);
+                // The example evaluation: oracle harness, shell tools, script grader, local
+                // sandboxes; no model, no network.
+                cmd.args(["eval", "examples/tasks", "--harness", "oracle", "--tools", "shell", "--grader", "script"]);
+                cmd.args(["--grant", "solution", "--attempts", "2", "--out", "target/demo-run"]);
             }
-            run(cmd.env("ORCHARD_AGENT_BIN", agent_path()))
+            run(cmd.env("ORCHARD_AGENT_BIN", agent_path()).env("ORCHARD_PLUGIN_DIR", root.join("target/plugins")))
         }
         Some("bench") => {
             setup()?;

@@ -22,7 +22,7 @@ enum Command {
     /// Run one command in a fresh local sandbox (no server needed), then delete it.
     Run(run::RunArgs),
     /// Evaluate a harness on tasks, graded by a grader, on local sandboxes.
-    Eval(eval::EvalArgs),
+    Eval(Box<eval::EvalArgs>),
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(plugins::PluginCommand),
@@ -62,7 +62,7 @@ fn run_command(cli: Cli) -> anyhow::Result<i32> {
         match cli.command {
             Command::Serve(args) => serve::run(args, launcher).await.map(|()| 0),
             Command::Run(args) => run::run(args, launcher).await,
-            Command::Eval(args) => eval::run(args, launcher).await,
+            Command::Eval(args) => eval::run(*args, launcher).await,
             Command::Plugin(command) => plugins::run(command),
         }
     })

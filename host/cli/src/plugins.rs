@@ -23,8 +23,11 @@ pub fn default_dir() -> Option<PathBuf> {
     exe.parent()?.ancestors().take(4).map(|a| a.join("plugins")).find(|p| p.is_dir())
 }
 
+/// The runtime, with compiled components cached in `ORCHARD_PLUGIN_CACHE` or the state directory.
 pub fn runtime(state_dir: &Path) -> anyhow::Result<Arc<Runtime>> {
-    let config = RuntimeConfig { cache_dir: Some(state_dir.join("plugin-cache")), ..Default::default() };
+    let cache =
+        std::env::var_os("ORCHARD_PLUGIN_CACHE").map(PathBuf::from).unwrap_or_else(|| state_dir.join("plugin-cache"));
+    let config = RuntimeConfig { cache_dir: Some(cache), ..Default::default() };
     Ok(Arc::new(Runtime::new(config).map_err(anyhow::Error::msg)?))
 }
 

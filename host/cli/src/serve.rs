@@ -47,6 +47,9 @@ pub struct ServeArgs {
     /// Leave sandboxes running when the server stops (a restarted server adopts them).
     #[arg(long)]
     keep_sandboxes: bool,
+    /// Plugins to load [default: the ones the build ships].
+    #[arg(long)]
+    plugin_dir: Option<PathBuf>,
 }
 
 pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>) -> anyhow::Result<()> {
@@ -59,9 +62,9 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             .map_err(|e| anyhow::anyhow!("ORCHARD_API_KEYS: {e}"))?,
     };
     orchard_server::check_listen_policy(&args.listen, &keys, args.insecure_no_auth).map_err(anyhow::Error::msg)?;
+    let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Local => {
-            let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
             let mut config = LocalConfig::new(&state_dir, crate::agent_bin::find(args.agent_bin.clone())?, launcher);
             config.max_sandboxes = args.max_sandboxes;
             config.default_ttl = Duration::from_secs(args.default_timeout);
@@ -69,7 +72,10 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
         }
     };
-    let state = AppState::new(backend.clone(), keys);
+    let runtime = crate::plugins::runtime(&state_dir)?;
+    let registry = Arc::new(crate::plugins::registry(runtime, args.plugin_dir.as_deref())?);
+    tracing::info!("{} plugins loaded", registry.list().len());
+    let state = AppState::new(backend.clone(), keys, Some(registry));
     let housekeeping = orchard_server::spawn_housekeeping(state.clone(), Duration::from_secs(1));
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;

@@ -99,11 +99,27 @@ impl ImageStore {
         Ok(ImageStore { cache, registry, resolved: Mutex::new(HashMap::new()), unpacking: Mutex::new(HashMap::new()) })
     }
 
+    /// One async lock per key (a reference, a digest).
+    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.unpacking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(())))
+            .clone()
+    }
+
     pub fn cache_dir(&self) -> &Path {
         &self.cache
     }
 
     pub async fn resolve(&self, reference: &str) -> Result<Image> {
+        if let Some(image) = self.resolved.lock().unwrap_or_else(|p| p.into_inner()).get(reference) {
+            return Ok(image.clone());
+        }
+        // Concurrent first uses of one reference resolve it once; the others wait, then find it.
+        let lock = self.lock_for(&format!("ref:{reference}"));
+        let _guard = lock.lock().await;
         if let Some(image) = self.resolved.lock().unwrap_or_else(|p| p.into_inner()).get(reference) {
             return Ok(image.clone());
         }
@@ -165,13 +181,7 @@ impl ImageStore {
     pub(crate) async fn unpacked(&self, reference: &str, parsed: layout::ParsedImage) -> Result<Image> {
         let key = parsed.manifest_digest.replace(':', "-");
         let root = self.cache.join("rootfs").join(&key);
-        let lock = self
-            .unpacking
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(key.clone())
-            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(())))
-            .clone();
+        let lock = self.lock_for(&key);
         let _guard = lock.lock().await;
         if !root.exists() {
             let staging = self.cache.join("tmp").join(format!("{key}.{}", std::process::id()));

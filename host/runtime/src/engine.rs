@@ -4,7 +4,7 @@
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -41,7 +41,6 @@ pub struct Runtime {
     linkers: [Linker<HostState>; 4],
     cache_dir: Option<PathBuf>,
     compat: String,
-    pub(crate) ticks: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     pooling: bool,
 }
@@ -94,22 +93,20 @@ impl Runtime {
         if let Some(dir) = &config.cache_dir {
             std::fs::create_dir_all(dir).map_err(|e| format!("cache {}: {e}", dir.display()))?;
         }
-        let ticks = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         {
-            let (engine, ticks, stop) = (engine.clone(), ticks.clone(), stop.clone());
+            let (engine, stop) = (engine.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("epoch-ticker".into())
                 .spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
                         std::thread::sleep(TICK);
-                        ticks.fetch_add(1, Ordering::Relaxed);
                         engine.increment_epoch();
                     }
                 })
                 .map_err(|e| format!("epoch thread: {e}"))?;
         }
-        Ok(Runtime { engine, linkers, cache_dir: config.cache_dir, compat, ticks, stop, pooling })
+        Ok(Runtime { engine, linkers, cache_dir: config.cache_dir, compat, stop, pooling })
     }
 
     pub fn pooling(&self) -> bool {

@@ -13,7 +13,7 @@ use wasmtime::{Store, StoreLimitsBuilder, UpdateDeadline};
 use crate::bindings::grader::exports::orchard::plugin::grading;
 use crate::bindings::{self, ContentPart, Outcome, RunStatus, Task, ToolCall, ToolOutput, WitError};
 use crate::convert;
-use crate::engine::{Runtime, TICK};
+use crate::engine::Runtime;
 use crate::host::{HostState, ToolRouter};
 use crate::manifest::Capability;
 use crate::plugin::{Plugin, Pre};
@@ -81,13 +81,19 @@ pub struct PluginFailure {
 impl PluginFailure {
     pub(crate) fn from_error(plugin: &Plugin, call: &str, e: wasmtime::Error, store: &Store<HostState>) -> Self {
         let text = format!("{e:?}");
+        if std::env::var_os("ORCHARD_DEBUG_FAILURES").is_some() {
+            eprintln!("--- {call}: {text}");
+        }
         let (kind, message) = if text.contains(CPU_EXCEEDED) {
-            let budget = Duration::from_millis(store.data().meter.budget * TICK.as_millis() as u64);
+            let budget = Duration::from_nanos(store.data().meter.budget_ns);
             (FailureKind::CpuBudget, format!("used more than its CPU budget of {budget:?}"))
-        } else if text.contains("forcing trap when growing memory") || text.contains("memory maximum") {
-            (FailureKind::Memory, format!("ran out of memory (limit reached): {}", first_line(&text)))
+        } else if text.contains("forcing trap when growing memory") {
+            (FailureKind::Memory, format!("ran out of memory: {}", cause(&text)))
         } else {
-            (FailureKind::Trap, first_lines(&text, 12))
+            let said = guest_said(&String::from_utf8_lossy(&store.data().stderr.contents()))
+                .map(|l| format!("; it said: {l}"))
+                .unwrap_or_default();
+            (FailureKind::Trap, format!("{}{said}", cause(&text)))
         };
         PluginFailure { plugin: plugin.id(), call: call.into(), kind, message }
     }
@@ -101,8 +107,26 @@ fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_string()
 }
 
-fn first_lines(text: &str, n: usize) -> String {
-    text.lines().take(n).collect::<Vec<_>>().join("\n")
+/// What a guest printed before it trapped: a Rust panic's message, or its last line.
+fn guest_said(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if let Some(i) = lines.iter().rposition(|l| l.contains("panicked at")) {
+        return lines.get(i + 1).map(|l| l.to_string());
+    }
+    lines.iter().rev().find(|l| !l.starts_with("note: run with")).map(|l| l.to_string())
+}
+
+/// The root cause in a wasmtime error's report (the line after the last `Caused by:`).
+fn cause(text: &str) -> String {
+    let mut lines = text.lines().map(str::trim);
+    let mut found = None;
+    while let Some(line) = lines.next() {
+        if line == "Caused by:" {
+            found =
+                lines.next().map(|l| l.trim_start_matches(|c: char| c.is_ascii_digit() || c == ':').trim().to_string());
+        }
+    }
+    found.unwrap_or_else(|| first_line(text))
 }
 
 /// Everything one rollout's plugins share: its sandbox, its model, its tools, its trajectory.
@@ -328,16 +352,15 @@ impl Runtime {
             .memories(16)
             .trap_on_grow_failure(true)
             .build();
-        let budget = (limits.cpu.as_millis() / TICK.as_millis()).max(1) as u64;
-        let state = HostState::new(plugin.id(), granted, ctx.clone(), store_limits, self.ticks.clone(), budget);
+        let state = HostState::new(plugin.id(), granted, ctx.clone(), store_limits, limits.cpu);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         // Checked every tick: over budget traps; otherwise yield, so that one busy plugin does
         // not hold an executor thread from other rollouts.
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|ctx| {
-            let meter = &ctx.data().meter;
-            if meter.used() > meter.budget {
+        store.epoch_deadline_callback(|mut ctx| {
+            let meter = &mut ctx.data_mut().meter;
+            if meter.sample() > meter.budget_ns {
                 return Err(wasmtime::Error::msg(CPU_EXCEEDED));
             }
             Ok(UpdateDeadline::Yield(1))

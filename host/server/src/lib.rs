@@ -13,6 +13,7 @@ mod jobs;
 mod pty_proxy;
 mod routes_files;
 mod routes_jobs;
+mod routes_plugins;
 mod routes_sandboxes;
 mod routes_v1;
 
@@ -35,11 +36,13 @@ pub struct AppState {
     pub backend: Arc<dyn Backend>,
     pub keys: ApiKeys,
     pub jobs: jobs::JobStore,
+    /// The plugin registry, when the server runs plugins.
+    pub plugins: Option<Arc<orchard_runtime::Registry>>,
 }
 
 impl AppState {
-    pub fn new(backend: Arc<dyn Backend>, keys: ApiKeys) -> Arc<Self> {
-        Arc::new(AppState { backend, keys, jobs: jobs::JobStore::default() })
+    pub fn new(backend: Arc<dyn Backend>, keys: ApiKeys, plugins: Option<Arc<orchard_runtime::Registry>>) -> Arc<Self> {
+        Arc::new(AppState { backend, keys, jobs: jobs::JobStore::default(), plugins })
     }
 
     /// The sandbox, if it exists and belongs to `tenant`; otherwise 404 either way, so that one
@@ -68,7 +71,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(routes_sandboxes::routes())
         .merge(routes_jobs::routes())
         .merge(routes_files::routes())
-        .nest("/v1", routes_v1::routes())
+        .nest("/v1", routes_v1::routes().merge(routes_plugins::routes()))
         .layer(DefaultBodyLimit::max(JSON_BODY_LIMIT))
         .layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(middleware::from_fn(request_id))

@@ -8,7 +8,6 @@ mod tools;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
@@ -24,23 +23,44 @@ use crate::rollout::RolloutContext;
 /// What a plugin may print to stdout/stderr before the rest is dropped.
 const OUTPUT_CAPTURE: usize = 64 * 1024;
 
-/// Counts the CPU a plugin's guest code uses, in epoch ticks: time spent waiting on the host (the
-/// model, the sandbox, a tool) is subtracted, so a plugin is charged for its own work only.
+/// Counts the CPU time a plugin's guest code uses.
+///
+/// Sampled at every epoch tick while guest code runs, from the running thread's CPU clock: time
+/// the plugin spends waiting on the host (the model, the sandbox, a tool) or waiting for a
+/// thread (other rollouts running) is not charged. The executor may move a rollout between
+/// threads, so a sample only counts against the previous one taken on the same thread.
 pub(crate) struct CpuMeter {
-    ticks: Arc<AtomicU64>,
-    start: u64,
-    waited: u64,
-    pub(crate) budget: u64,
+    pub(crate) used_ns: u64,
+    pub(crate) budget_ns: u64,
+    last: Option<(std::thread::ThreadId, u64)>,
 }
 
 impl CpuMeter {
-    fn now(&self) -> u64 {
-        self.ticks.load(Ordering::Relaxed)
+    /// Records the CPU used since the last sample; returns the total.
+    pub(crate) fn sample(&mut self) -> u64 {
+        let now = thread_cpu_ns();
+        let me = std::thread::current().id();
+        if let Some((thread, before)) = self.last
+            && thread == me
+        {
+            self.used_ns += now.saturating_sub(before);
+        }
+        self.last = Some((me, now));
+        self.used_ns
     }
 
-    pub(crate) fn used(&self) -> u64 {
-        self.now().saturating_sub(self.start).saturating_sub(self.waited)
+    /// The guest stops running (a host call that waits): the next sample starts afresh.
+    fn pause(&mut self) {
+        self.sample();
+        self.last = None;
     }
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes a timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The data of one plugin instance's store.
@@ -69,15 +89,13 @@ impl HostState {
         granted: BTreeSet<Capability>,
         run: Arc<RolloutContext>,
         limits: StoreLimits,
-        ticks: Arc<AtomicU64>,
-        cpu_budget_ticks: u64,
+        cpu_budget: std::time::Duration,
     ) -> Self {
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPTURE);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPTURE);
         // Deny by default: no preopened directories, no sockets, no environment, no arguments.
         // Output goes to bounded in-memory pipes that end up in the trajectory.
         let wasi = WasiCtx::builder().stdout(stdout.clone()).stderr(stderr.clone()).build();
-        let start = ticks.load(Ordering::Relaxed);
         HostState {
             wasi,
             table: ResourceTable::new(),
@@ -85,7 +103,7 @@ impl HostState {
             plugin,
             granted,
             run,
-            meter: CpuMeter { ticks, start, waited: 0, budget: cpu_budget_ticks },
+            meter: CpuMeter { used_ns: 0, budget_ns: cpu_budget.as_nanos() as u64, last: None },
             stdout,
             stderr,
         }
@@ -105,10 +123,8 @@ impl HostState {
 
     /// Runs a host operation that waits (I/O), keeping the wait off the plugin's CPU bill.
     async fn waiting<F: std::future::Future>(&mut self, f: F) -> F::Output {
-        let began = self.meter.now();
-        let out = f.await;
-        self.meter.waited += self.meter.now().saturating_sub(began);
-        out
+        self.meter.pause();
+        f.await
     }
 
     /// Milliseconds since the rollout began.

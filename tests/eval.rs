@@ -1,0 +1,260 @@
+//! `orchard eval` end to end: real sandboxes, real plugins, a model played back at the wire.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use orchard_tests::orchard;
+use serde_json::{Value, json};
+
+fn examples() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/tasks").display().to_string()
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+fn eval(args: &[&str]) -> (Value, tempfile::TempDir, String) {
+    let out = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut full = vec!["eval"];
+    full.extend_from_slice(args);
+    let out_s = out.path().display().to_string();
+    let state_s = state.path().display().to_string();
+    full.extend_from_slice(&["--out", &out_s, "--state-dir", &state_s]);
+    let (code, stdout, stderr) = orchard(&full);
+    assert_eq!(code, 0, "orchard eval failed:\n{stdout}\n{stderr}");
+    (read_json(&out.path().join("summary.json")), out, stdout)
+}
+
+#[test]
+fn the_oracle_passes_every_example_and_a_do_nothing_harness_passes_none() {
+    let tasks = std::fs::read_dir(examples()).unwrap().count();
+    let (summary, out, stdout) = eval(&[
+        &examples(),
+        "--harness",
+        "oracle",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--grant",
+        "solution",
+        "--attempts",
+        "2",
+    ]);
+    assert_eq!(summary["rollouts"], tasks * 2);
+    assert_eq!(summary["passed"], tasks * 2, "{summary:#}");
+    assert_eq!(summary["pass_at_k"], 1.0);
+    assert!(stdout.contains("pass@2") && stdout.contains("ALL"), "{stdout}");
+    assert_eq!(std::fs::read_dir(out.path().join("rollouts")).unwrap().count(), tasks * 2);
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), tasks * 2);
+    let first: Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    let steps = first["trajectory"]["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["type"] == "tool_call" && s["call"]["name"] == "bash"), "{first:#}");
+    assert!(steps.iter().any(|s| s["type"] == "sandbox" && s["plugin"] == "script@0.1.0"), "{first:#}");
+
+    // Without the grant, the solution never reaches the sandbox: the oracle has nothing to run.
+    let (summary, _, _) = eval(&[&examples(), "--harness", "oracle", "--tools", "shell", "--grader", "script"]);
+    assert_eq!(summary["passed"], 0, "{summary:#}");
+
+    // A harness that does nothing is graded, and fails: a 0, not an unknown.
+    let fixtures = orchard_tests::test_plugin_dir();
+    let harness = fixtures.join("test-harness.wasm").display().to_string();
+    let (summary, _, _) = eval(&[
+        &examples(),
+        "--harness",
+        &harness,
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--config",
+        r#"{"mode":"nothing"}"#,
+    ]);
+    assert_eq!(
+        (summary["passed"].as_u64(), summary["graded"].as_u64(), summary["unknown"].as_u64()),
+        (Some(0), Some(tasks as u64), Some(0))
+    );
+    assert_eq!(summary["mean_reward"], 0.0);
+}
+
+/// A task folder with `[metadata]` keys (read by the fixture harness) and a test.sh body.
+fn write_task(root: &Path, name: &str, metadata: &str, test: &str) {
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(dir.join("instruction.md"), "fixture task").unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        format!("[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[metadata]\n{metadata}\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("tests/test.sh"), test).unwrap();
+}
+
+#[test]
+fn misbehaving_plugins_fail_only_their_own_rollouts_and_unknowns_are_not_zeros() {
+    let root = tempfile::tempdir().unwrap();
+    let pass = "echo 1 > /logs/verifier/reward.txt";
+    for i in 0..50 {
+        write_task(root.path(), &format!("ok-{i:02}"), "mode = \"answer\"\nanswer = \"fine\"", pass);
+    }
+    write_task(root.path(), "runaway-loop", "mode = \"loop\"", pass);
+    write_task(root.path(), "runaway-alloc", "mode = \"alloc\"", pass);
+    write_task(root.path(), "runaway-trap", "mode = \"trap\"", pass);
+    write_task(root.path(), "no-reward", "mode = \"answer\"", "echo the tests forgot to write a reward");
+    write_task(root.path(), "bad-reward", "mode = \"answer\"", "echo lots > /logs/verifier/reward.txt");
+    let harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let root_s = root.path().display().to_string();
+    let (summary, out, _) = eval(&[
+        &root_s,
+        "--harness",
+        &harness,
+        "--grader",
+        "script",
+        "--concurrency",
+        "8",
+        "--plugin-cpu",
+        "2",
+        "--plugin-memory",
+        "64Mi",
+    ]);
+    assert_eq!(summary["rollouts"], 55);
+    assert_eq!(summary["passed"], 50, "{summary:#}");
+    assert_eq!(summary["errors"], 3, "{summary:#}");
+    assert_eq!(summary["unknown"], 2, "{summary:#}");
+    let rollout = |name: &str| read_json(&out.path().join("rollouts").join(format!("{name}__1.json")));
+    for (name, kind) in [("runaway-loop", "cpu_budget"), ("runaway-alloc", "memory"), ("runaway-trap", "trap")] {
+        let r = rollout(name);
+        assert_eq!(r["status"], "error");
+        assert_eq!(r["failure"]["kind"], kind, "{r:#}");
+        assert_eq!(r["failure"]["call"], "agent.run");
+        assert!(r["error"].as_str().unwrap().starts_with("plugin test-harness@0.1.0 failed in agent.run"), "{r:#}");
+    }
+    assert!(rollout("runaway-trap")["error"].as_str().unwrap().contains("the fixture was asked to trap"));
+    let unknown = rollout("no-reward");
+    assert_eq!(unknown["status"], "unknown");
+    assert!(
+        unknown["verdict"]["reason"].as_str().unwrap().contains("wrote no /logs/verifier/reward.txt"),
+        "{unknown:#}"
+    );
+    assert!(rollout("bad-reward")["verdict"]["reason"].as_str().unwrap().contains("not a number"));
+    // Unknowns are left out of the means, not counted as zeros.
+    let task = summary["tasks"].as_array().unwrap().iter().find(|t| t["task_id"] == "no-reward").unwrap().clone();
+    assert_eq!(task["mean_reward"], Value::Null);
+    assert_eq!(task["pass_at_1"], Value::Null);
+}
+
+/// An OpenAI-compatible endpoint that plays back a script, with a 429 and a 500 on the way.
+async fn mock_model(script: Vec<(u16, Value)>) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let script = Arc::new(Mutex::new(script.into_iter()));
+    let (seen2, script2) = (seen.clone(), script.clone());
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let (seen, script) = (seen2.clone(), script2.clone());
+            async move {
+                seen.lock().unwrap().push(body);
+                let (status, reply) =
+                    script.lock().unwrap().next().unwrap_or((500, json!({"error": "script exhausted"})));
+                let mut response = axum::response::IntoResponse::into_response((
+                    axum::http::StatusCode::from_u16(status).unwrap(),
+                    axum::Json(reply),
+                ));
+                response.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("0"));
+                response
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen)
+}
+
+fn completion(message: Value, finish: &str, tokens: (u32, u32)) -> (u16, Value) {
+    (
+        200,
+        json!({
+            "model": "mock-1",
+            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+            "usage": {"prompt_tokens": tokens.0, "completion_tokens": tokens.1, "total_tokens": tokens.0 + tokens.1},
+        }),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_react_harness_solves_a_task_with_a_model_and_the_trajectory_holds_every_crossing() {
+    let write = json!({"role": "assistant", "content": null, "reasoning_content": "I should write the file.",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"echo 'Hello, Orchard!' > /workspace/hello.txt\"}"}}]});
+    let check = json!({"role": "assistant", "content": "Checking.",
+        "tool_calls": [
+            {"id": "c2", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"/workspace/hello.txt\"}"}},
+            {"id": "c3", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls /workspace\"}"}}]});
+    let done = json!({"role": "assistant", "content": "Done: the file is written."});
+    let (url, seen) = mock_model(vec![
+        (429, json!({"error": "slow down"})),
+        (500, json!({"error": "oops"})),
+        completion(write, "tool_calls", (100, 20)),
+        completion(check, "tool_calls", (150, 30)),
+        completion(done, "stop", (200, 10)),
+    ])
+    .await;
+    let task = Path::new(&examples()).join("hello-file").display().to_string();
+    let url2 = url.clone();
+    let (summary, out, _) = tokio::task::spawn_blocking(move || {
+        eval(&[
+            &task,
+            "--harness",
+            "react",
+            "--tools",
+            "shell",
+            "--grader",
+            "script",
+            "--model",
+            &url2,
+            "--model-name",
+            "mock-1",
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(summary["passed"], 1, "{summary:#}");
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 5, "two failures retried, then three turns");
+    let tools: Vec<&str> =
+        requests[2]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(tools, ["bash", "read_file", "write_file"]);
+    assert_eq!(requests[2]["model"], "mock-1");
+    // The reasoning went back to the endpoint with the assistant turn it belongs to.
+    let last = requests[4]["messages"].as_array().unwrap();
+    assert_eq!(last[2]["reasoning_content"], "I should write the file.");
+    assert_eq!(last[3]["tool_call_id"], "c1");
+    let answers: Vec<&str> =
+        last.iter().filter(|m| m["role"] == "tool").map(|m| m["tool_call_id"].as_str().unwrap()).collect();
+    assert_eq!(answers, ["c1", "c2", "c3"], "parallel calls answered in order");
+    assert!(last[5]["content"].as_str().unwrap().contains("Hello, Orchard!"));
+
+    let line = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    let t: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    let t = &t["trajectory"];
+    assert_eq!(t["model_calls"], 3);
+    assert_eq!(t["tool_calls"], 3);
+    assert_eq!(t["usage"]["total_tokens"], 510);
+    let steps = t["steps"].as_array().unwrap();
+    let model_steps: Vec<&Value> = steps.iter().filter(|s| s["type"] == "model_call").collect();
+    assert_eq!(model_steps[0]["attempts"], 3, "the 429 and the 500 were retried");
+    assert_eq!(model_steps[0]["response"]["reasoning"], "I should write the file.");
+    let tool_steps: Vec<&Value> = steps.iter().filter(|s| s["type"] == "tool_call").collect();
+    assert_eq!(tool_steps.len(), 3);
+    assert!(tool_steps[1]["output"].as_str().unwrap().contains("Hello, Orchard!"));
+    assert_eq!(tool_steps[0]["adapter"], "shell@0.1.0");
+    let conversation = t["conversation"].as_array().unwrap();
+    assert_eq!(conversation.last().unwrap()["content"][0]["text"], "Done: the file is written.");
+    let rollout = read_json(&out.path().join("rollouts/hello-file__1.json"));
+    assert_eq!(rollout["outcome"]["answer"], "Done: the file is written.");
+    assert_eq!(rollout["outcome"]["steps"], 3);
+    assert_eq!(rollout["model"], "mock-1");
+}
