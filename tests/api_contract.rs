@@ -115,3 +115,45 @@ async fn bad_input_gets_a_4xx_naming_the_field_and_every_answer_has_a_request_id
     assert_eq!(banner["service"], "orchard");
     assert_eq!(banner["status"], "running");
 }
+
+#[tokio::test]
+async fn plugins_are_listed_and_swapped_over_http() {
+    use base64::Engine;
+    let server = Server::start().await;
+    let (status, v) = server.call(reqwest::Method::GET, "/v1/plugins", None).await;
+    assert_eq!(status, 200, "{v}");
+    let names: Vec<&str> = v["plugins"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for shipped in ["oracle", "react", "script", "shell"] {
+        assert!(names.contains(&shipped), "{names:?}");
+    }
+    let bytes = std::fs::read(orchard_tests::test_plugin_dir().join("test-harness.wasm")).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    let upload = |version: &str| {
+        json!({
+            "manifest": format!("name = \"fixture\"\nversion = \"{version}\"\nkind = \"harness\"\ncapabilities = [\"tools\"]\n"),
+            "component_base64": b64,
+        })
+    };
+    let (status, v) = server.call(reqwest::Method::PUT, "/v1/plugins/fixture", Some(upload("1.0.0"))).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!((v["replaced"].as_bool(), v["plugin"]["version"].as_str()), (Some(false), Some("1.0.0")));
+    let (status, v) = server.call(reqwest::Method::PUT, "/v1/plugins/fixture", Some(upload("2.0.0"))).await;
+    assert_eq!((status, v["replaced"].as_bool()), (200, Some(true)), "{v}");
+    let (_, v) = server.call(reqwest::Method::GET, "/v1/plugins", None).await;
+    let fixture = v["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "fixture").unwrap().clone();
+    assert_eq!(fixture["version"], "2.0.0");
+    // A component that fits no world is refused with the reason, and nothing changes.
+    let junk = std::fs::read(orchard_tests::test_plugin_dir().join("test-no-world.wasm")).unwrap();
+    let resp = server
+        .request(reqwest::Method::PUT, "/v1/plugins/junk")
+        .header("content-type", "application/wasm")
+        .body(junk)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(resp.text().await.unwrap().contains("fits no orchard:plugin@0.1.0 world"));
+    let (status, v) = server.call(reqwest::Method::PUT, "/v1/plugins/other-name", Some(upload("3.0.0"))).await;
+    assert_eq!(status, 422, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("names the plugin \"fixture\""), "{v}");
+}

@@ -237,3 +237,29 @@ async fn compiled_components_are_cached_on_disk() {
         Runtime::new(RuntimeConfig { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() }).unwrap();
     assert_eq!(rt2.load_file(&plugin_dir().join("react.wasm")).unwrap().info.name, "react");
 }
+
+#[tokio::test]
+async fn finished_rollouts_give_their_instances_back() {
+    // A pool of 10 instance slots: if a rollout's instances outlived it, the 6th would fail.
+    let cache = tempfile::tempdir().unwrap().keep();
+    let rt = Runtime::new(RuntimeConfig { cache_dir: Some(cache), max_instances: 10, ..Default::default() }).unwrap();
+    assert!(rt.pooling(), "this test needs the pooling allocator");
+    let harness = rt.load_file(&test_plugin_dir().join("test-harness.wasm")).unwrap();
+    let browser = rt.load_file(&test_plugin_dir().join("test-browser.wasm")).unwrap();
+    for i in 0..30 {
+        let ctx = RolloutContext::new("t", None, None);
+        let out = rt
+            .run_harness(
+                &ctx,
+                &harness,
+                std::slice::from_ref(&browser),
+                &task(),
+                &json!({"mode": "tool", "tool": "open"}),
+                &limits(),
+                &Grants::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("rollout {i}: {e}"));
+        assert!(out.answer.unwrap().contains("no browser"));
+    }
+}

@@ -123,6 +123,8 @@ impl Server {
             .arg(&state_dir)
             .args(&opts.extra_args)
             .env("ORCHARD_AGENT_BIN", agent_bin())
+            .env("ORCHARD_PLUGIN_DIR", plugin_dir())
+            .env("ORCHARD_PLUGIN_CACHE", workspace_target("test-plugin-cache"))
             .env("RUST_LOG", "info,orchard_sandbox_local=debug")
             .env_remove("ORCHARD_API_KEYS")
             .stdout(Stdio::null())

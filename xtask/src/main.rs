@@ -68,6 +68,7 @@ fn main() -> anyhow::Result<()> {
         Some("bench") => {
             setup()?;
             agent()?;
+            plugins()?;
             run(cargo().args(["build", "--quiet", "--release", "-p", "orchard-cli", "-p", "orchard-bench"]))?;
             let mut cmd = Command::new(root.join("target/release/orchard-bench"));
             cmd.args(&args[1..]);

@@ -3,6 +3,7 @@
 //! Starts a real `orchard serve` (release build) with its own state directory and drives it over
 //! HTTP like any client would. Run it with `cargo xtask bench`.
 
+mod plugins;
 mod refs;
 mod stats;
 
@@ -34,6 +35,12 @@ struct Args {
     /// The orchard binary [default: beside this one].
     #[arg(long)]
     orchard: Option<PathBuf>,
+    /// Which benchmarks: sandboxes, plugins, or all.
+    #[arg(long, default_value = "all")]
+    suite: String,
+    /// Oracle rollouts in the end-to-end plugin run.
+    #[arg(long, default_value_t = 1000)]
+    rollouts: u32,
 }
 
 struct Server {
@@ -126,12 +133,12 @@ impl Server {
     }
 }
 
-struct Row {
-    what: String,
-    ours: String,
-    reference: String,
-    target: String,
-    met: Option<bool>,
+pub(crate) struct Row {
+    pub(crate) what: String,
+    pub(crate) ours: String,
+    pub(crate) reference: String,
+    pub(crate) target: String,
+    pub(crate) met: Option<bool>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -142,7 +149,17 @@ fn main() -> anyhow::Result<()> {
     };
     anyhow::ensure!(bin.is_file(), "{} not found: build it with `cargo build --release -p orchard-cli`", bin.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let rows = runtime.block_on(run(&args, &bin))?;
+    let mut rows = Vec::new();
+    if matches!(args.suite.as_str(), "all" | "sandboxes") {
+        rows.extend(runtime.block_on(run(&args, &bin))?);
+    }
+    if matches!(args.suite.as_str(), "all" | "plugins") {
+        rows.extend(runtime.block_on(plugins::run(&bin, 2000))?);
+        let examples = bin.ancestors().nth(3).map(|root| root.join("examples/tasks")).filter(|p| p.is_dir());
+        let examples = examples.ok_or_else(|| anyhow::anyhow!("examples/tasks not found above {}", bin.display()))?;
+        rows.extend(plugins::rollouts(&bin, &examples, args.rollouts)?);
+    }
+    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins or all");
     print_table(&rows);
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! fresh store with its own limits.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use orchard_agent_client::AgentClient;
@@ -134,7 +134,10 @@ pub struct RolloutContext {
     pub task_id: String,
     pub sandbox: Option<Arc<AgentClient>>,
     pub model: Option<Arc<ModelClient>>,
-    pub(crate) tools: OnceLock<Arc<ToolRouter>>,
+    /// The run's tool adapters, while the harness runs. Their stores point back at this context,
+    /// so the router must be dropped when the run ends (see `ToolsInUse`), or every rollout's
+    /// instances would stay alive (and hold pool slots) for ever.
+    pub(crate) tools: Mutex<Option<Arc<ToolRouter>>>,
     trajectory: Mutex<Trajectory>,
     fatal: Mutex<Option<PluginFailure>>,
     pub(crate) started: Instant,
@@ -146,7 +149,7 @@ impl RolloutContext {
             task_id: task_id.to_string(),
             sandbox,
             model,
-            tools: OnceLock::new(),
+            tools: Mutex::new(None),
             trajectory: Mutex::new(Trajectory::default()),
             fatal: Mutex::new(None),
             started: Instant::now(),
@@ -256,6 +259,23 @@ fn text_of(parts: &[ContentPart]) -> String {
             ContentPart::Image(i) => format!("[image {} bytes]", i.data.len()),
         })
         .collect()
+}
+
+/// Puts a run's tools in its context, and takes them out again however the run ends (including
+/// a wall-clock timeout that drops the run's future).
+struct ToolsInUse<'a>(&'a RolloutContext);
+
+impl<'a> ToolsInUse<'a> {
+    fn set(ctx: &'a RolloutContext, router: Arc<ToolRouter>) -> Self {
+        *ctx.tools.lock().unwrap_or_else(|p| p.into_inner()) = Some(router);
+        ToolsInUse(ctx)
+    }
+}
+
+impl Drop for ToolsInUse<'_> {
+    fn drop(&mut self) {
+        self.0.tools.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
 }
 
 /// A task as plugins see it.
@@ -368,6 +388,56 @@ impl Runtime {
         store
     }
 
+    /// Instantiates a rollout's plugins (harness, adapters, grader), each in a fresh store, and
+    /// drops them: what a rollout pays before its first call. For benchmarks.
+    pub async fn instantiate_rollout(
+        &self,
+        ctx: &Arc<RolloutContext>,
+        plugins: &[Arc<Plugin>],
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<(), PluginFailure> {
+        for plugin in plugins {
+            let mut store = self.new_store(plugin, ctx, limits, grants);
+            let fail = |e: wasmtime::Error, store: &Store<HostState>| {
+                PluginFailure::from_error(plugin, "instantiate", e, store)
+            };
+            match &plugin.pre {
+                Pre::Harness(pre) => drop(pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?),
+                Pre::ToolAdapter(pre) => drop(pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?),
+                Pre::BrowserDriver(pre) => drop(pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?),
+                Pre::Grader(pre) => drop(pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?),
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `tools.list` on one tool-adapter instance `n` times: the host→guest call cost.
+    /// Returns the time per call. For benchmarks.
+    pub async fn time_tools_list(&self, plugin: &Arc<Plugin>, n: u32) -> Result<Duration, PluginFailure> {
+        let ctx = RolloutContext::new("bench", None, None);
+        let mut store = self.new_store(plugin, &ctx, &Limits::default(), &Grants::default());
+        let fail = |call: &str, e: wasmtime::Error, store: &Store<HostState>| {
+            PluginFailure::from_error(plugin, call, e, store)
+        };
+        macro_rules! time_list {
+            ($pre:expr) => {{
+                let b = $pre.instantiate_async(&mut store).await.map_err(|e| fail("instantiate", e, &store))?;
+                b.orchard_plugin_tools().call_list(&mut store).await.map_err(|e| fail("tools.list", e, &store))?;
+                let started = Instant::now();
+                for _ in 0..n {
+                    b.orchard_plugin_tools().call_list(&mut store).await.map_err(|e| fail("tools.list", e, &store))?;
+                }
+                Ok(started.elapsed() / n.max(1))
+            }};
+        }
+        match &plugin.pre {
+            Pre::ToolAdapter(pre) => time_list!(pre),
+            Pre::BrowserDriver(pre) => time_list!(pre),
+            _ => Err(PluginFailure::config(plugin, "not a tool adapter".into())),
+        }
+    }
+
     /// Runs a harness on a task with the given tool adapters. The trajectory accumulates in `ctx`.
     #[allow(clippy::too_many_arguments)]
     pub async fn run_harness(
@@ -389,7 +459,7 @@ impl Runtime {
         let work = async {
             let router = ToolRouter::build(self, ctx, adapters, limits, grants).await?;
             let router = Arc::new(router);
-            let _ = ctx.tools.set(router.clone());
+            let _in_use = ToolsInUse::set(ctx, router.clone());
             let mut store = self.new_store(harness, ctx, limits, grants);
             let bindings = pre
                 .instantiate_async(&mut store)

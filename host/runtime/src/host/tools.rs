@@ -129,13 +129,18 @@ impl Host for HostState {
         if self.require(Capability::Tools).is_err() {
             return Vec::new();
         }
-        self.run.tools.get().map(|r| r.specs.clone()).unwrap_or_default()
+        self.run.tools.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.specs.clone()).unwrap_or_default()
     }
 
     async fn call(&mut self, call: ToolCall) -> Result<ToolOutput, WitError> {
         self.require(Capability::Tools)?;
-        let router =
-            self.run.tools.get().cloned().ok_or_else(|| WitError::Unavailable("this run has no tools".into()))?;
+        let router = self
+            .run
+            .tools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| WitError::Unavailable("this run has no tools".into()))?;
         let started = self.at_ms();
         let outcome = self.waiting(router.call(&call)).await;
         let duration_ms = self.at_ms() - started;
