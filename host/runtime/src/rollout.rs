@@ -403,10 +403,18 @@ impl Runtime {
                 PluginFailure::from_error(plugin, "instantiate", e, store)
             };
             match &plugin.pre {
-                Pre::Harness(pre) => drop(pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?),
-                Pre::ToolAdapter(pre) => drop(pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?),
-                Pre::BrowserDriver(pre) => drop(pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?),
-                Pre::Grader(pre) => drop(pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?),
+                Pre::Harness(pre) => {
+                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
+                }
+                Pre::ToolAdapter(pre) => {
+                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
+                }
+                Pre::BrowserDriver(pre) => {
+                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
+                }
+                Pre::Grader(pre) => {
+                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
+                }
             }
         }
         Ok(())
