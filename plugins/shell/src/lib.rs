@@ -1,13 +1,48 @@
-//! The `shell` tool adapter: `bash`, `read_file` and `write_file` on the run's sandbox.
+//! The `shell` tool adapter, on the run's sandbox:
+//!
+//! - `bash`: a command in a fresh process (nothing carries over; mini-swe-agent's semantics);
+//! - `bash_session`: a command in a persistent bash (cwd, variables, functions and virtualenvs
+//!   carry over; a timeout interrupts the command, not the session; OpenHands' semantics);
+//! - `background_start`, `background_log`, `background_signal`: long-running processes;
+//! - `read_file`, `write_file`.
 
 wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "tool-adapter" });
 
 use exports::orchard::plugin::tools::Guest;
-use orchard::plugin::sandbox::{self, Command, ExecRequest};
+use std::cell::RefCell;
+
+use orchard::plugin::sandbox::{self, Command, ExecRequest, ExecResult};
 use orchard::plugin::types::{ContentPart, Error, ToolCall, ToolOutput, ToolSpec};
 use serde_json::Value;
 
 struct Shell;
+
+thread_local! {
+    /// The session `bash_session` uses, opened on first use (one per rollout: a fresh instance).
+    static SESSION: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn render(r: &ExecResult, timeout: f64) -> ToolOutput {
+    let mut out = String::new();
+    if r.timed_out {
+        out += &format!("[command timed out after {timeout} s and was interrupted]\n");
+    }
+    out += &format!("exit code: {}\n", r.exit_code);
+    if !r.stdout.is_empty() {
+        out += &format!("stdout:\n{}", r.stdout);
+        if !r.stdout.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    if !r.stderr.is_empty() {
+        out += &format!("stderr:\n{}", r.stderr);
+    }
+    ToolOutput { content: vec![ContentPart::Text(out)], is_error: r.exit_code != 0 }
+}
+
+fn text_output(text: String, is_error: bool) -> ToolOutput {
+    ToolOutput { content: vec![ContentPart::Text(text)], is_error }
+}
 
 /// Commands without a timeout of their own stop after this long.
 const DEFAULT_TIMEOUT_S: f64 = 600.0;
@@ -21,6 +56,29 @@ impl Guest for Shell {
                               Each call starts a fresh shell: cd and exported variables do not carry over."
                     .into(),
                 parameters: r#"{"type":"object","properties":{"command":{"type":"string","description":"The command or script to run."},"timeout":{"type":"number","description":"Seconds before the command is killed (default 600)."},"cwd":{"type":"string","description":"Working directory."}},"required":["command"]}"#.into(),
+            },
+            ToolSpec {
+                name: "bash_session".into(),
+                description: "Run a command in a persistent bash session: the working directory, exported variables, \
+                              functions and activated virtualenvs carry over between calls. A command that runs past its \
+                              timeout is interrupted; the session stays."
+                    .into(),
+                parameters: r#"{"type":"object","properties":{"command":{"type":"string"},"timeout":{"type":"number","description":"Seconds (default 600)."},"restart":{"type":"boolean","description":"Start a fresh session first."}},"required":["command"]}"#.into(),
+            },
+            ToolSpec {
+                name: "background_start".into(),
+                description: "Start a long-running command in the background (a server, a watcher). Returns its id; its output goes to a log.".into(),
+                parameters: r#"{"type":"object","properties":{"command":{"type":"string"},"cwd":{"type":"string"}},"required":["command"]}"#.into(),
+            },
+            ToolSpec {
+                name: "background_log".into(),
+                description: "Read a background process's output from a byte offset (0 for the start), and whether it still runs.".into(),
+                parameters: r#"{"type":"object","properties":{"id":{"type":"string"},"offset":{"type":"integer"}},"required":["id"]}"#.into(),
+            },
+            ToolSpec {
+                name: "background_signal".into(),
+                description: "Send a signal (TERM, KILL, INT...) to a background process.".into(),
+                parameters: r#"{"type":"object","properties":{"id":{"type":"string"},"signal":{"type":"string"}},"required":["id","signal"]}"#.into(),
             },
             ToolSpec {
                 name: "read_file".into(),
@@ -54,22 +112,53 @@ impl Guest for Shell {
                     timeout_ms: Some((timeout.max(0.001) * 1000.0) as u64),
                     stdin: None,
                 };
-                let r = sandbox::exec(&request)?;
-                let mut out = String::new();
-                if r.timed_out {
-                    out += &format!("[command timed out after {timeout} s]\n");
-                }
-                out += &format!("exit code: {}\n", r.exit_code);
-                if !r.stdout.is_empty() {
-                    out += &format!("stdout:\n{}", r.stdout);
-                    if !r.stdout.ends_with('\n') {
-                        out.push('\n');
+                Ok(render(&sandbox::exec(&request)?, timeout))
+            }
+            "bash_session" => {
+                let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(DEFAULT_TIMEOUT_S);
+                let command = text("command")?;
+                let restart = args.get("restart").and_then(Value::as_bool).unwrap_or(false);
+                let id = SESSION.with(|s| -> Result<String, Error> {
+                    let mut s = s.borrow_mut();
+                    if restart && let Some(old) = s.take() {
+                        let _ = sandbox::session_close(&old);
                     }
+                    if s.is_none() {
+                        *s = Some(sandbox::session_open(None, &[])?);
+                    }
+                    Ok(s.clone().expect("just opened"))
+                })?;
+                match sandbox::session_exec(&id, &command, Some((timeout.max(0.001) * 1000.0) as u64)) {
+                    Ok(r) => Ok(render(&r, timeout)),
+                    // The shell itself exited (`exit`): the next call starts a new one.
+                    Err(Error::Unavailable(m)) => {
+                        SESSION.with(|s| s.borrow_mut().take());
+                        Ok(text_output(format!("{m}; the next command starts a new session"), true))
+                    }
+                    Err(e) => Err(e),
                 }
-                if !r.stderr.is_empty() {
-                    out += &format!("stderr:\n{}", r.stderr);
-                }
-                Ok(ToolOutput { content: vec![ContentPart::Text(out)], is_error: r.exit_code != 0 })
+            }
+            "background_start" => {
+                let id =
+                    sandbox::process_start(&Command::Shell(text("command")?), args.get("cwd").and_then(Value::as_str))?;
+                Ok(text_output(format!("started background process {id}"), false))
+            }
+            "background_log" => {
+                let id = text("id")?;
+                let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0);
+                let (log, next) = sandbox::process_log(&id, offset)?;
+                let state = sandbox::process_status(&id)?;
+                let status = match (state.running, state.exit_code) {
+                    (true, _) => "running".to_string(),
+                    (false, Some(code)) => format!("exited with code {code}"),
+                    (false, None) => "exited".to_string(),
+                };
+                Ok(text_output(format!("[{status}; next offset {next}]\n{log}"), false))
+            }
+            "background_signal" => {
+                let (id, signal) = (text("id")?, text("signal")?);
+                sandbox::process_signal(&id, &signal)?;
+                Ok(text_output(format!("sent {signal} to {id}"), false))
             }
             "read_file" => match sandbox::read_file(&text("path")?) {
                 Ok(bytes) => Ok(ToolOutput {

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::{HostState, agent_error};
 use crate::bindings::WitError;
 use crate::bindings::tool_adapter::orchard::plugin::sandbox::{
-    Command, DirEntry, EntryKind, ExecRequest, ExecResult, Host, HttpRequest, HttpResponse,
+    Command, DirEntry, EntryKind, ExecRequest, ExecResult, Host, HttpRequest, HttpResponse, ProcessState,
 };
 use crate::manifest::Capability;
 use crate::trajectory::Step;
@@ -40,14 +40,99 @@ fn clip(text: &str, max: usize) -> String {
     format!("{}…", &text[..cut])
 }
 
+fn exec_result(result: orchard_protocol::ExecResult) -> ExecResult {
+    ExecResult {
+        exit_code: result.exit_code,
+        truncated: result.stdout.truncated || result.stderr.truncated,
+        timed_out: result.timed_out,
+        duration_ms: (result.wall_seconds * 1000.0) as u64,
+        stdout: result.stdout.text,
+        stderr: result.stderr.text,
+    }
+}
+
+fn to_protocol(command: Command) -> PCommand {
+    match command {
+        Command::Shell(s) => PCommand::Shell(s),
+        Command::Argv(a) => PCommand::Argv(a),
+    }
+}
+
 impl Host for HostState {
+    async fn session_open(&mut self, cwd: Option<String>, env: Vec<(String, String)>) -> Result<String, WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let req = orchard_protocol::SessionStart { cwd: cwd.clone(), env: env.into_iter().collect() };
+        let result = self.waiting(agent.start_session(&req)).await;
+        self.record_sandbox("session-open", json!({"cwd": cwd, "ok": result.is_ok()}), started);
+        result.map(|s| s.id).map_err(agent_error)
+    }
+
+    async fn session_exec(
+        &mut self,
+        session: String,
+        command: String,
+        timeout_ms: Option<u64>,
+    ) -> Result<ExecResult, WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let mut req = PExec::shell(command.clone());
+        req.timeout_ms = timeout_ms;
+        let result = self.waiting(agent.session_exec(&session, &req)).await.map_err(agent_error)?;
+        let out = exec_result(result);
+        self.record_sandbox(
+            "session-exec",
+            json!({"session": session, "command": command, "exit_code": out.exit_code, "timed_out": out.timed_out,
+                   "stdout": clip(&out.stdout, 2048), "stderr": clip(&out.stderr, 2048)}),
+            started,
+        );
+        Ok(out)
+    }
+
+    async fn session_close(&mut self, session: String) -> Result<(), WitError> {
+        let agent = self.agent()?;
+        self.waiting(agent.close_session(&session)).await.map_err(agent_error)
+    }
+
+    async fn process_start(&mut self, command: Command, cwd: Option<String>) -> Result<String, WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let command = to_protocol(command);
+        let shown = command.display();
+        let req = orchard_protocol::ProcessStart { command, cwd, env: Default::default() };
+        let result = self.waiting(agent.start_process(&req)).await;
+        self.record_sandbox("process-start", json!({"command": shown, "ok": result.is_ok()}), started);
+        result.map(|p| p.id).map_err(agent_error)
+    }
+
+    async fn process_status(&mut self, id: String) -> Result<ProcessState, WitError> {
+        let agent = self.agent()?;
+        let p = self.waiting(agent.process(&id)).await.map_err(agent_error)?;
+        Ok(ProcessState {
+            running: p.state == orchard_protocol::ProcessState::Running,
+            exit_code: p.exit_code,
+            log_path: p.log_path,
+        })
+    }
+
+    async fn process_log(&mut self, id: String, offset: u64) -> Result<(String, u64), WitError> {
+        let agent = self.agent()?;
+        let chunk = self.waiting(agent.process_log(&id, offset, None)).await.map_err(agent_error)?;
+        Ok((chunk.data, chunk.next_offset))
+    }
+
+    async fn process_signal(&mut self, id: String, signal: String) -> Result<(), WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let result = self.waiting(agent.signal_process(&id, &signal)).await;
+        self.record_sandbox("process-signal", json!({"id": id, "signal": signal, "ok": result.is_ok()}), started);
+        result.map(|_| ()).map_err(agent_error)
+    }
+
     async fn exec(&mut self, request: ExecRequest) -> Result<ExecResult, WitError> {
         let agent = self.agent()?;
         let started = self.at_ms();
-        let command = match request.command {
-            Command::Shell(s) => PCommand::Shell(s),
-            Command::Argv(a) => PCommand::Argv(a),
-        };
+        let command = to_protocol(request.command);
         let shown = command.display();
         let exec = PExec {
             command,
@@ -59,14 +144,7 @@ impl Host for HostState {
             output_limit: OutputLimit::default(),
         };
         let result = self.waiting(agent.exec(&exec)).await.map_err(agent_error)?;
-        let out = ExecResult {
-            exit_code: result.exit_code,
-            truncated: result.stdout.truncated || result.stderr.truncated,
-            timed_out: result.timed_out,
-            duration_ms: (result.wall_seconds * 1000.0) as u64,
-            stdout: result.stdout.text,
-            stderr: result.stderr.text,
-        };
+        let out = exec_result(result);
         self.record_sandbox(
             "exec",
             json!({"command": shown, "exit_code": out.exit_code, "timed_out": out.timed_out,
