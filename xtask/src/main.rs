@@ -165,7 +165,12 @@ fn plugins() -> anyhow::Result<()> {
         let rel = manifest_path.strip_prefix(&root).unwrap_or(&manifest_path).to_path_buf();
         let dir = rel.components().next().map(|c| c.as_os_str().to_string_lossy().into_owned()).unwrap_or_default();
         let fixture = rel.starts_with("tests/fixtures");
-        if !(dir == "plugins" || dir == "graders" || fixture) {
+        let is_component = package["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["crate_types"].as_array().into_iter().flatten().any(|c| c == "cdylib"));
+        if !(dir == "plugins" || dir == "graders" || fixture) || !is_component {
             continue;
         }
         crates.push((package.clone(), fixture));
