@@ -15,9 +15,10 @@ use orchard_sandbox_local::{Launcher, LocalBackend, LocalConfig};
 pub struct EvalArgs {
     /// A task folder, or a folder of task folders (Harbor layout).
     tasks: PathBuf,
-    /// The harness: a shipped plugin's name or a path to a .wasm.
-    #[arg(long)]
-    harness: String,
+    /// The harness: a shipped plugin's name or a path to a .wasm. Repeat it to run every task
+    /// under each harness and get a task × harness matrix.
+    #[arg(long = "harness", required = true)]
+    harnesses: Vec<String>,
     /// Tool adapters for the harness (repeatable).
     #[arg(long = "tools")]
     tools: Vec<String>,
@@ -78,7 +79,8 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         anyhow::ensure!(ok, "--{flag} {arg}: {} is a {}, not a {kind}", plugin.id(), plugin.kind());
         Ok(plugin)
     };
-    let harness = pick(&args.harness, PluginKind::Harness, "harness")?;
+    let harnesses =
+        args.harnesses.iter().map(|h| pick(h, PluginKind::Harness, "harness")).collect::<anyhow::Result<Vec<_>>>()?;
     let tools =
         args.tools.iter().map(|t| pick(t, PluginKind::ToolAdapter, "tools")).collect::<anyhow::Result<Vec<_>>>()?;
     let grader = pick(&args.grader, PluginKind::Grader, "grader")?;
@@ -101,7 +103,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         .map_err(|e| anyhow::anyhow!("--plugin-memory: {e}"))?;
     let job = Arc::new(Job {
         tasks,
-        harness,
+        harnesses,
         tools,
         grader,
         model,
@@ -119,12 +121,12 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
     let config = LocalConfig::new(&state_dir, crate::agent_bin::find(args.agent_bin.clone())?, launcher);
     let backend: Arc<dyn Backend> =
         LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?;
-    let total = (job.tasks.len() as u32 * job.attempts) as u64;
+    let total = (job.tasks.len() * job.harnesses.len()) as u64 * job.attempts as u64;
     eprintln!(
         "orchard eval: {} tasks × {} attempts with {} (tools: {}) graded by {}",
         job.tasks.len(),
         job.attempts,
-        job.harness.id(),
+        job.harnesses.iter().map(|h| h.id()).collect::<Vec<_>>().join(" and "),
         if job.tools.is_empty() {
             "none".into()
         } else {
@@ -163,7 +165,11 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         PathBuf::from("orchard-runs").join(stamp.to_string())
     });
     write_outputs(&out, &results, &summary)?;
-    print_summary(&summary);
+    if summary.harnesses.len() > 1 {
+        print_matrix(&summary);
+    } else {
+        print_summary(&summary);
+    }
     println!("results: {}", out.display());
     Ok(0)
 }
@@ -207,4 +213,60 @@ fn print_summary(s: &Summary) {
         s.passed,
         s.rollouts
     );
+}
+
+/// The cross-harness table: tasks down, harnesses across, mean reward and pass@k in each cell.
+fn print_matrix(s: &Summary) {
+    let names: Vec<&str> = s.harnesses.iter().map(|h| h.harness.as_str()).collect();
+    let mut task_ids: Vec<&str> = s.tasks.iter().map(|t| t.task_id.as_str()).collect();
+    task_ids.dedup();
+    let width = task_ids.iter().map(|t| t.len()).max().unwrap_or(4).max(8);
+    let col = names.iter().map(|n| n.len()).max().unwrap_or(8).max(17);
+    println!();
+    print!("{:<width$}", "task");
+    for n in &names {
+        print!("  {n:>col$}");
+    }
+    println!("\n{:<width$}  {}", "", format!("(cells: mean reward / pass@{})", s.k));
+    for t in &task_ids {
+        print!("{t:<width$}");
+        for n in &names {
+            let cell = s
+                .tasks
+                .iter()
+                .find(|x| x.task_id == *t && x.harness == *n)
+                .map(|x| format!("{} / {}", fmt(x.mean_reward), fmt(x.pass_at_k)))
+                .unwrap_or_else(|| "—".into());
+            print!("  {cell:>col$}");
+        }
+        println!();
+    }
+    print!("{:<width$}", "ALL");
+    for h in &s.harnesses {
+        print!("  {:>col$}", format!("{} / {}", fmt(h.mean_reward), fmt(h.pass_at_k)));
+    }
+    println!();
+    println!();
+    println!(
+        "{:<col$}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}",
+        "harness",
+        "rollouts",
+        "passed",
+        "unknown",
+        "errors",
+        "pass@1",
+        format!("pass@{}", s.k)
+    );
+    for h in &s.harnesses {
+        println!(
+            "{:<col$}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}",
+            h.harness,
+            h.rollouts,
+            h.passed,
+            h.unknown,
+            h.errors,
+            fmt(h.pass_at_1),
+            fmt(h.pass_at_k)
+        );
+    }
 }

@@ -2,6 +2,7 @@
 
 mod agent_bin;
 mod eval;
+mod export;
 mod plugins;
 mod run;
 mod serve;
@@ -23,6 +24,8 @@ enum Command {
     Run(run::RunArgs),
     /// Evaluate a harness on tasks, graded by a grader, on local sandboxes.
     Eval(Box<eval::EvalArgs>),
+    /// Export trajectories for training: openai, atif or sharegpt.
+    Export(export::ExportArgs),
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(plugins::PluginCommand),
@@ -64,6 +67,7 @@ fn run_command(cli: Cli) -> anyhow::Result<i32> {
             Command::Run(args) => run::run(args, launcher).await,
             Command::Eval(args) => eval::run(*args, launcher).await,
             Command::Plugin(command) => plugins::run(command),
+            Command::Export(args) => export::run(args),
         }
     })
 }

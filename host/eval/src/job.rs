@@ -18,7 +18,8 @@ use crate::task::Task;
 
 pub struct Job {
     pub tasks: Vec<Task>,
-    pub harness: Arc<Plugin>,
+    /// Every task runs under each harness (a cross-harness matrix when there are several).
+    pub harnesses: Vec<Arc<Plugin>>,
     pub tools: Vec<Arc<Plugin>>,
     pub grader: Arc<Plugin>,
     pub model: Option<Arc<ModelClient>>,
@@ -77,16 +78,21 @@ pub async fn run_job(
     let progress = Arc::new(progress);
     let mut work = Vec::new();
     for task_index in 0..job.tasks.len() {
-        for attempt in 1..=job.attempts.max(1) {
-            work.push((task_index, attempt));
+        for harness_index in 0..job.harnesses.len() {
+            for attempt in 1..=job.attempts.max(1) {
+                work.push((task_index, harness_index, attempt));
+            }
         }
     }
-    let runs = work.into_iter().map(|(t, attempt)| {
+    let runs = work.into_iter().map(|(t, h, attempt)| {
         let (job, backend, runtime, progress) = (job.clone(), backend.clone(), runtime.clone(), progress.clone());
         async move {
-            let result = tokio::spawn(async move { rollout(&job, &job.tasks[t], attempt, &*backend, &runtime).await })
-                .await
-                .unwrap_or_else(|e| panic_result(&e.to_string()));
+            let result = tokio::spawn(async move {
+                let harness = job.harnesses[h].clone();
+                rollout(&job, &harness, &job.tasks[t], attempt, &*backend, &runtime).await
+            })
+            .await
+            .unwrap_or_else(|e| panic_result(&e.to_string()));
             progress(&result);
             result
         }
@@ -118,13 +124,20 @@ fn panic_result(e: &str) -> RolloutResult {
     }
 }
 
-async fn rollout(job: &Job, task: &Task, attempt: u32, backend: &dyn Backend, runtime: &Runtime) -> RolloutResult {
+async fn rollout(
+    job: &Job,
+    harness: &Arc<Plugin>,
+    task: &Task,
+    attempt: u32,
+    backend: &dyn Backend,
+    runtime: &Runtime,
+) -> RolloutResult {
     let started = Instant::now();
     let mut result = RolloutResult {
-        rollout_id: format!("{}__{attempt}", task.id),
+        rollout_id: format!("{}__{}__{attempt}", task.id, harness.manifest.name),
         task_id: task.id.clone(),
         attempt,
-        harness: job.harness.id(),
+        harness: harness.id(),
         tools: job.tools.iter().map(|t| t.id()).collect(),
         grader: job.grader.id(),
         model: job.model.as_ref().map(|m| m.config().model.clone()),
@@ -158,7 +171,7 @@ async fn rollout(job: &Job, task: &Task, attempt: u32, backend: &dyn Backend, ru
     };
     result.sandbox_id = Some(sandbox.id.clone());
     let outcome = match backend.agent(&sandbox.id).await {
-        Ok(agent) => run_in_sandbox(job, task, &agent, runtime, &mut result).await,
+        Ok(agent) => run_in_sandbox(job, harness, task, &agent, runtime, &mut result).await,
         Err(e) => Err(format!("sandbox: {e}")),
     };
     if let Err(e) = outcome {
@@ -173,6 +186,7 @@ async fn rollout(job: &Job, task: &Task, attempt: u32, backend: &dyn Backend, ru
 
 async fn run_in_sandbox(
     job: &Job,
+    harness: &Arc<Plugin>,
     task: &Task,
     agent: &Arc<AgentClient>,
     runtime: &Runtime,
@@ -186,14 +200,14 @@ async fn run_in_sandbox(
     }
     // The reference solution reaches the sandbox only for a harness granted it (the oracle).
     let show_solution =
-        job.grants.allows(Capability::Solution) && job.harness.manifest.capabilities.contains(&Capability::Solution);
+        job.grants.allows(Capability::Solution) && harness.manifest.capabilities.contains(&Capability::Solution);
     if show_solution && let Some(dir) = &task.solution_dir {
         upload_dir(agent, dir, "/solution").await?;
     }
     let limits = Limits { wall: Duration::from_secs_f64(task.agent_timeout_sec), ..job.limits };
     let agent_started = Instant::now();
     let harness_run =
-        runtime.run_harness(&ctx, &job.harness, &job.tools, &input, &job.harness_config, &limits, &job.grants).await;
+        runtime.run_harness(&ctx, harness, &job.tools, &input, &job.harness_config, &limits, &job.grants).await;
     result.agent_seconds = agent_started.elapsed().as_secs_f64();
     let outcome = match harness_run {
         Ok(outcome) => outcome,

@@ -1,6 +1,7 @@
 //! Evaluations: tasks × harness (+ tool adapters) × model × grader × attempts, run as rollouts
 //! on sandboxes, graded, summarised with pass@k, and written to disk.
 
+pub mod export;
 mod job;
 mod metrics;
 mod report;
@@ -8,5 +9,5 @@ mod task;
 
 pub use job::{Job, RolloutResult, RolloutStatus, run_job};
 pub use metrics::{pass_at_k, pass_hat_k};
-pub use report::{Summary, TaskSummary, summarize, write_outputs};
+pub use report::{HarnessSummary, Summary, TaskSummary, summarize, write_outputs};
 pub use task::{Task, TaskError, load_tasks};

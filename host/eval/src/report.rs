@@ -12,6 +12,7 @@ use crate::metrics::{pass_at_k, pass_hat_k};
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskSummary {
     pub task_id: String,
+    pub harness: String,
     pub attempts: u32,
     pub graded: u32,
     pub passed: u32,
@@ -27,6 +28,19 @@ pub struct TaskSummary {
     pub pass_hat_k: Option<f64>,
 }
 
+/// One harness's totals (a column of the cross-harness matrix).
+#[derive(Debug, Clone, Serialize)]
+pub struct HarnessSummary {
+    pub harness: String,
+    pub rollouts: usize,
+    pub passed: usize,
+    pub unknown: usize,
+    pub errors: usize,
+    pub mean_reward: Option<f64>,
+    pub pass_at_1: Option<f64>,
+    pub pass_at_k: Option<f64>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub rollouts: usize,
@@ -39,6 +53,8 @@ pub struct Summary {
     pub pass_at_1: Option<f64>,
     pub pass_at_k: Option<f64>,
     pub pass_hat_k: Option<f64>,
+    pub harnesses: Vec<HarnessSummary>,
+    /// One row per task and harness.
     pub tasks: Vec<TaskSummary>,
 }
 
@@ -48,13 +64,13 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
 }
 
 pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
-    let mut by_task: BTreeMap<&str, Vec<&RolloutResult>> = BTreeMap::new();
+    let mut by_task: BTreeMap<(&str, &str), Vec<&RolloutResult>> = BTreeMap::new();
     for r in results {
-        by_task.entry(&r.task_id).or_default().push(r);
+        by_task.entry((&r.task_id, &r.harness)).or_default().push(r);
     }
     let tasks: Vec<TaskSummary> = by_task
         .into_iter()
-        .map(|(id, mut rs)| {
+        .map(|((id, harness), mut rs)| {
             rs.sort_by_key(|r| r.attempt);
             let count = |s: RolloutStatus| rs.iter().filter(|r| r.status == s).count() as u32;
             let (graded, unknown, errors) =
@@ -65,6 +81,7 @@ pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
             let at = |kk: u32| (n >= kk && kk > 0).then(|| pass_at_k(n, passed, kk));
             TaskSummary {
                 task_id: id.to_string(),
+                harness: harness.to_string(),
                 attempts: rs.len() as u32,
                 graded,
                 passed,
@@ -78,7 +95,28 @@ pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
             }
         })
         .collect();
+    let mut harness_names: Vec<&str> = results.iter().map(|r| r.harness.as_str()).collect();
+    harness_names.sort();
+    harness_names.dedup();
+    let harnesses = harness_names
+        .into_iter()
+        .map(|h| {
+            let rs: Vec<&RolloutResult> = results.iter().filter(|r| r.harness == h).collect();
+            let ts: Vec<&TaskSummary> = tasks.iter().filter(|t| t.harness == h).collect();
+            HarnessSummary {
+                harness: h.to_string(),
+                rollouts: rs.len(),
+                passed: rs.iter().filter(|r| r.passed).count(),
+                unknown: rs.iter().filter(|r| r.status == RolloutStatus::Unknown).count(),
+                errors: rs.iter().filter(|r| r.status == RolloutStatus::Error).count(),
+                mean_reward: mean(rs.iter().filter_map(|r| r.reward)),
+                pass_at_1: mean(ts.iter().filter_map(|t| t.pass_at_1)),
+                pass_at_k: mean(ts.iter().filter_map(|t| t.pass_at_k)),
+            }
+        })
+        .collect();
     Summary {
+        harnesses,
         rollouts: results.len(),
         graded: results.iter().filter(|r| r.status == RolloutStatus::Graded).count(),
         passed: results.iter().filter(|r| r.passed).count(),
@@ -104,9 +142,15 @@ pub fn write_outputs(dir: &Path, results: &[RolloutResult], summary: &Summary) -
             "task_id": r.task_id,
             "attempt": r.attempt,
             "harness": r.harness,
+            "tools": r.tools,
+            "grader": r.grader,
             "model": r.model,
+            "status": r.status,
             "reward": r.reward,
             "passed": r.passed,
+            "outcome": r.outcome,
+            "verdict": r.verdict,
+            "error": r.error,
             "trajectory": r.trajectory,
         });
         serde_json::to_writer(&mut trajectories, &line)?;

@@ -169,6 +169,7 @@ impl RolloutContext {
         plugin: &str,
         request: Vec<orchard_model::Message>,
         tools: Vec<orchard_model::ToolSpec>,
+        sampling: &orchard_model::Sampling,
         c: &orchard_model::Completion,
         at_ms: u64,
         duration_ms: u64,
@@ -191,6 +192,7 @@ impl RolloutContext {
         t.conversation = request;
         t.conversation.push(c.message.clone());
         t.tools = tools;
+        t.sampling = Some(sampling.clone());
         t.usage.prompt_tokens += c.usage.prompt_tokens;
         t.usage.completion_tokens += c.usage.completion_tokens;
         t.usage.total_tokens += c.usage.total_tokens;

@@ -74,6 +74,9 @@ pub struct Trajectory {
     pub conversation: Vec<Message>,
     /// The tools offered to the model.
     pub tools: Vec<ToolSpec>,
+    /// The sampling parameters of the last model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<orchard_model::Sampling>,
     pub usage: Usage,
     pub model_calls: u32,
     pub tool_calls: u32,
