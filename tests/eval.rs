@@ -1,31 +1,9 @@
 //! `orchard eval` end to end: real sandboxes, real plugins, a model played back at the wire.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
-use orchard_tests::orchard;
+use orchard_tests::evals::{completion, eval, examples, mock_model, read_json, write_task};
 use serde_json::{Value, json};
-
-fn examples() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/tasks").display().to_string()
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
-}
-
-fn eval(args: &[&str]) -> (Value, tempfile::TempDir, String) {
-    let out = tempfile::tempdir().unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let mut full = vec!["eval"];
-    full.extend_from_slice(args);
-    let out_s = out.path().display().to_string();
-    let state_s = state.path().display().to_string();
-    full.extend_from_slice(&["--out", &out_s, "--state-dir", &state_s]);
-    let (code, stdout, stderr) = orchard(&full);
-    assert_eq!(code, 0, "orchard eval failed:\n{stdout}\n{stderr}");
-    (read_json(&out.path().join("summary.json")), out, stdout)
-}
 
 #[test]
 fn the_oracle_passes_every_example_and_a_do_nothing_harness_passes_none() {
@@ -80,19 +58,6 @@ fn the_oracle_passes_every_example_and_a_do_nothing_harness_passes_none() {
     assert_eq!(summary["mean_reward"], 0.0);
 }
 
-/// A task folder with `[metadata]` keys (read by the fixture harness) and a test.sh body.
-fn write_task(root: &Path, name: &str, metadata: &str, test: &str) {
-    let dir = root.join(name);
-    std::fs::create_dir_all(dir.join("tests")).unwrap();
-    std::fs::write(dir.join("instruction.md"), "fixture task").unwrap();
-    std::fs::write(
-        dir.join("task.toml"),
-        format!("[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[metadata]\n{metadata}\n"),
-    )
-    .unwrap();
-    std::fs::write(dir.join("tests/test.sh"), test).unwrap();
-}
-
 #[test]
 fn misbehaving_plugins_fail_only_their_own_rollouts_and_unknowns_are_not_zeros() {
     let root = tempfile::tempdir().unwrap();
@@ -124,7 +89,7 @@ fn misbehaving_plugins_fail_only_their_own_rollouts_and_unknowns_are_not_zeros()
     assert_eq!(summary["passed"], 50, "{summary:#}");
     assert_eq!(summary["errors"], 3, "{summary:#}");
     assert_eq!(summary["unknown"], 2, "{summary:#}");
-    let rollout = |name: &str| read_json(&out.path().join("rollouts").join(format!("{name}__1.json")));
+    let rollout = |name: &str| read_json(&out.path().join("rollouts").join(format!("{name}__test-harness__1.json")));
     for (name, kind) in [("runaway-loop", "cpu_budget"), ("runaway-alloc", "memory"), ("runaway-trap", "trap")] {
         let r = rollout(name);
         assert_eq!(r["status"], "error");
@@ -144,45 +109,6 @@ fn misbehaving_plugins_fail_only_their_own_rollouts_and_unknowns_are_not_zeros()
     let task = summary["tasks"].as_array().unwrap().iter().find(|t| t["task_id"] == "no-reward").unwrap().clone();
     assert_eq!(task["mean_reward"], Value::Null);
     assert_eq!(task["pass_at_1"], Value::Null);
-}
-
-/// An OpenAI-compatible endpoint that plays back a script, with a 429 and a 500 on the way.
-async fn mock_model(script: Vec<(u16, Value)>) -> (String, Arc<Mutex<Vec<Value>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let script = Arc::new(Mutex::new(script.into_iter()));
-    let (seen2, script2) = (seen.clone(), script.clone());
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-            let (seen, script) = (seen2.clone(), script2.clone());
-            async move {
-                seen.lock().unwrap().push(body);
-                let (status, reply) =
-                    script.lock().unwrap().next().unwrap_or((500, json!({"error": "script exhausted"})));
-                let mut response = axum::response::IntoResponse::into_response((
-                    axum::http::StatusCode::from_u16(status).unwrap(),
-                    axum::Json(reply),
-                ));
-                response.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("0"));
-                response
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, seen)
-}
-
-fn completion(message: Value, finish: &str, tokens: (u32, u32)) -> (u16, Value) {
-    (
-        200,
-        json!({
-            "model": "mock-1",
-            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
-            "usage": {"prompt_tokens": tokens.0, "completion_tokens": tokens.1, "total_tokens": tokens.0 + tokens.1},
-        }),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -253,7 +179,7 @@ async fn the_react_harness_solves_a_task_with_a_model_and_the_trajectory_holds_e
     assert_eq!(tool_steps[0]["adapter"], "shell@0.1.0");
     let conversation = t["conversation"].as_array().unwrap();
     assert_eq!(conversation.last().unwrap()["content"][0]["text"], "Done: the file is written.");
-    let rollout = read_json(&out.path().join("rollouts/hello-file__1.json"));
+    let rollout = read_json(&out.path().join("rollouts/hello-file__react__1.json"));
     assert_eq!(rollout["outcome"]["answer"], "Done: the file is written.");
     assert_eq!(rollout["outcome"]["steps"], 3);
     assert_eq!(rollout["model"], "mock-1");

@@ -1,5 +1,6 @@
 //! Test support: a real `orchard serve` process with its own state directory, and a client.
 
+pub mod evals;
 pub mod images;
 
 use std::io::{BufRead, BufReader};

@@ -47,6 +47,10 @@ fn text_output(text: String, is_error: bool) -> ToolOutput {
 /// Commands without a timeout of their own stop after this long.
 const DEFAULT_TIMEOUT_S: f64 = 600.0;
 
+/// Every tool this adapter offers, for the error that names an unknown one.
+const TOOL_NAMES: [&str; 7] =
+    ["bash", "bash_session", "background_start", "background_log", "background_signal", "read_file", "write_file"];
+
 impl Guest for Shell {
     fn list() -> Vec<ToolSpec> {
         vec![
@@ -94,99 +98,92 @@ impl Guest for Shell {
     }
 
     fn call(call: ToolCall) -> Result<ToolOutput, Error> {
-        let args: Value = serde_json::from_str(&call.arguments)
-            .map_err(|e| Error::InvalidInput(format!("{}: arguments are not JSON: {e}", call.name)))?;
-        let text = |key: &str| -> Result<String, Error> {
-            args.get(key)
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .ok_or_else(|| Error::InvalidInput(format!("{}: missing string argument `{key}`", call.name)))
-        };
-        match call.name.as_str() {
-            "bash" => {
-                let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(DEFAULT_TIMEOUT_S);
-                let request = ExecRequest {
-                    command: Command::Shell(text("command")?),
-                    cwd: args.get("cwd").and_then(Value::as_str).map(str::to_string),
-                    env: vec![],
-                    timeout_ms: Some((timeout.max(0.001) * 1000.0) as u64),
-                    stdin: None,
-                };
-                Ok(render(&sandbox::exec(&request)?, timeout))
-            }
-            "bash_session" => {
-                let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(DEFAULT_TIMEOUT_S);
-                let command = text("command")?;
-                let restart = args.get("restart").and_then(Value::as_bool).unwrap_or(false);
-                let id = SESSION.with(|s| -> Result<String, Error> {
-                    let mut s = s.borrow_mut();
-                    if restart && let Some(old) = s.take() {
-                        let _ = sandbox::session_close(&old);
-                    }
-                    if s.is_none() {
-                        *s = Some(sandbox::session_open(None, &[])?);
-                    }
-                    Ok(s.clone().expect("just opened"))
-                })?;
-                match sandbox::session_exec(&id, &command, Some((timeout.max(0.001) * 1000.0) as u64)) {
-                    Ok(r) => Ok(render(&r, timeout)),
-                    // The shell itself exited (`exit`): the next call starts a new one.
-                    Err(Error::Unavailable(m)) => {
-                        SESSION.with(|s| s.borrow_mut().take());
-                        Ok(text_output(format!("{m}; the next command starts a new session"), true))
-                    }
-                    Err(e) => Err(e),
+        // The model's mistakes (a bad argument, a missing file or process, a denied path) are
+        // answers it can act on; only the sandbox failing is an error of the call.
+        match dispatch(&call) {
+            Err(Error::NotFound(m)) | Err(Error::Denied(m)) | Err(Error::InvalidInput(m)) => Ok(text_output(m, true)),
+            other => other,
+        }
+    }
+}
+
+fn dispatch(call: &ToolCall) -> Result<ToolOutput, Error> {
+    let args: Value = serde_json::from_str(&call.arguments)
+        .map_err(|e| Error::InvalidInput(format!("{}: arguments are not JSON: {e}", call.name)))?;
+    let text = |key: &str| -> Result<String, Error> {
+        args.get(key)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| Error::InvalidInput(format!("{}: missing string argument `{key}`", call.name)))
+    };
+    match call.name.as_str() {
+        "bash" => {
+            let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(DEFAULT_TIMEOUT_S);
+            let request = ExecRequest {
+                command: Command::Shell(text("command")?),
+                cwd: args.get("cwd").and_then(Value::as_str).map(str::to_string),
+                env: vec![],
+                timeout_ms: Some((timeout.max(0.001) * 1000.0) as u64),
+                stdin: None,
+            };
+            Ok(render(&sandbox::exec(&request)?, timeout))
+        }
+        "bash_session" => {
+            let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(DEFAULT_TIMEOUT_S);
+            let command = text("command")?;
+            let restart = args.get("restart").and_then(Value::as_bool).unwrap_or(false);
+            let id = SESSION.with(|s| -> Result<String, Error> {
+                let mut s = s.borrow_mut();
+                if restart && let Some(old) = s.take() {
+                    let _ = sandbox::session_close(&old);
                 }
-            }
-            "background_start" => {
-                let id =
-                    sandbox::process_start(&Command::Shell(text("command")?), args.get("cwd").and_then(Value::as_str))?;
-                Ok(text_output(format!("started background process {id}"), false))
-            }
-            "background_log" => {
-                let id = text("id")?;
-                let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0);
-                let (log, next) = sandbox::process_log(&id, offset)?;
-                let state = sandbox::process_status(&id)?;
-                let status = match (state.running, state.exit_code) {
-                    (true, _) => "running".to_string(),
-                    (false, Some(code)) => format!("exited with code {code}"),
-                    (false, None) => "exited".to_string(),
-                };
-                Ok(text_output(format!("[{status}; next offset {next}]\n{log}"), false))
-            }
-            "background_signal" => {
-                let (id, signal) = (text("id")?, text("signal")?);
-                sandbox::process_signal(&id, &signal)?;
-                Ok(text_output(format!("sent {signal} to {id}"), false))
-            }
-            "read_file" => match sandbox::read_file(&text("path")?) {
-                Ok(bytes) => Ok(ToolOutput {
-                    content: vec![ContentPart::Text(String::from_utf8_lossy(&bytes).into_owned())],
-                    is_error: false,
-                }),
-                Err(Error::NotFound(m)) | Err(Error::Denied(m)) | Err(Error::InvalidInput(m)) => {
-                    Ok(ToolOutput { content: vec![ContentPart::Text(m)], is_error: true })
+                if s.is_none() {
+                    *s = Some(sandbox::session_open(None, &[])?);
+                }
+                Ok(s.clone().expect("just opened"))
+            })?;
+            match sandbox::session_exec(&id, &command, Some((timeout.max(0.001) * 1000.0) as u64)) {
+                Ok(r) => Ok(render(&r, timeout)),
+                // The shell itself exited (`exit`): the next call starts a new one.
+                Err(Error::Unavailable(m)) => {
+                    SESSION.with(|s| s.borrow_mut().take());
+                    Ok(text_output(format!("{m}; the next command starts a new session"), true))
                 }
                 Err(e) => Err(e),
-            },
-            "write_file" => {
-                let (path, content) = (text("path")?, text("content")?);
-                match sandbox::write_file(&path, content.as_bytes()) {
-                    Ok(()) => Ok(ToolOutput {
-                        content: vec![ContentPart::Text(format!("wrote {} bytes to {path}", content.len()))],
-                        is_error: false,
-                    }),
-                    Err(Error::Denied(m)) | Err(Error::InvalidInput(m)) | Err(Error::NotFound(m)) => {
-                        Ok(ToolOutput { content: vec![ContentPart::Text(m)], is_error: true })
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            other => {
-                Err(Error::NotFound(format!("no tool named {other:?} (this adapter has bash, read_file, write_file)")))
             }
         }
+        "background_start" => {
+            let id =
+                sandbox::process_start(&Command::Shell(text("command")?), args.get("cwd").and_then(Value::as_str))?;
+            Ok(text_output(format!("started background process {id}"), false))
+        }
+        "background_log" => {
+            let id = text("id")?;
+            let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0);
+            let (log, next) = sandbox::process_log(&id, offset)?;
+            let state = sandbox::process_status(&id)?;
+            let status = match (state.running, state.exit_code) {
+                (true, _) => "running".to_string(),
+                (false, Some(code)) => format!("exited with code {code}"),
+                (false, None) => "exited".to_string(),
+            };
+            Ok(text_output(format!("[{status}; next offset {next}]\n{log}"), false))
+        }
+        "background_signal" => {
+            let (id, signal) = (text("id")?, text("signal")?);
+            sandbox::process_signal(&id, &signal)?;
+            Ok(text_output(format!("sent {signal} to {id}"), false))
+        }
+        "read_file" => {
+            let bytes = sandbox::read_file(&text("path")?)?;
+            Ok(text_output(String::from_utf8_lossy(&bytes).into_owned(), false))
+        }
+        "write_file" => {
+            let (path, content) = (text("path")?, text("content")?);
+            sandbox::write_file(&path, content.as_bytes())?;
+            Ok(text_output(format!("wrote {} bytes to {path}", content.len()), false))
+        }
+        other => Err(Error::NotFound(format!("no tool named {other:?} (this adapter has {})", TOOL_NAMES.join(", ")))),
     }
 }
 

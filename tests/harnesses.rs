@@ -1,0 +1,514 @@
+//! The shipped harnesses and tool adapters, driven through real sandboxes by a model played back
+//! at the wire: each harness in its own action format, with malformed actions, parallel calls,
+//! reasoning, a 429 and a 500 on the way; the adapters against their documented semantics; a
+//! cross-harness matrix and its exports.
+
+use std::path::Path;
+
+use orchard_tests::evals::{completion, eval, examples, mock_model, read_json};
+use serde_json::{Value, json};
+
+fn task(name: &str) -> String {
+    Path::new(&examples()).join(name).display().to_string()
+}
+
+fn assistant(text: &str) -> Value {
+    json!({"role": "assistant", "content": text})
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
+}
+
+fn calls(text: &str, calls: Vec<Value>) -> Value {
+    json!({"role": "assistant", "content": text, "tool_calls": calls})
+}
+
+/// `orchard eval` on a blocking thread (the mock model lives on this test's runtime).
+async fn eval_async(args: Vec<String>) -> (Value, tempfile::TempDir, String) {
+    tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn last_message(request: &Value) -> Value {
+    request["messages"].as_array().unwrap().last().unwrap().clone()
+}
+
+fn only_rollout(out: &Path) -> Value {
+    let dir = out.join("rollouts");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    read_json(&files.remove(0))
+}
+
+fn trajectory(out: &Path) -> Value {
+    let lines = std::fs::read_to_string(out.join("trajectories.jsonl")).unwrap();
+    serde_json::from_str(lines.lines().next().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mini_swe_feeds_malformed_actions_back_and_submits_with_its_sentinel() {
+    let (url, seen) = mock_model(vec![
+        (429, json!({"error": "slow down"})),
+        completion(assistant("THOUGHT: I will just think about it."), "stop", (300, 10)),
+        completion(
+            assistant("THOUGHT: two at once.\n\n```bash\nls\n```\n\n```bash\npwd\n```"),
+            "stop",
+            (320, 20),
+        ),
+        (500, json!({"error": "oops"})),
+        completion(
+            assistant(
+                "THOUGHT: write the file and show it.\n\n```bash\necho 'Hello, Orchard!' > /workspace/hello.txt && cat /workspace/hello.txt && ls /nonexistent\n```",
+            ),
+            "stop",
+            (350, 30),
+        ),
+        completion(
+            assistant("THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo 'the file is written'\n```"),
+            "stop",
+            (400, 15),
+        ),
+    ])
+    .await;
+    let (summary, out, _) = eval_async(args(&[
+        &task("hello-file"),
+        "--harness",
+        "mini-swe",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+    ]))
+    .await;
+    assert_eq!(summary["passed"], 1, "{summary:#}");
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 6, "a 429 and a 500 retried, then four turns");
+    // The markdown format offers no function tools.
+    assert!(requests[1].get("tools").is_none_or(|t| t.as_array().is_none_or(Vec::is_empty)), "{:#}", requests[1]);
+    let system = requests[1]["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(system.contains("exactly ONE bash code block"), "{system}");
+    assert!(requests[1]["messages"][1]["content"].as_str().unwrap().contains("/workspace/hello.txt"));
+    // Malformed replies come back as format errors naming what was found.
+    let error = last_message(&requests[2]);
+    assert_eq!(error["role"], "user");
+    assert!(
+        error["content"].as_str().unwrap().contains("EXACTLY ONE bash code block")
+            && error["content"].as_str().unwrap().contains("found 0"),
+        "{error:#}"
+    );
+    assert!(last_message(&requests[3])["content"].as_str().unwrap().contains("found 2"));
+    // The observation takes mini-swe-agent's shape, stderr merged into the output.
+    let observation = last_message(&requests[5]);
+    let text = observation["content"].as_str().unwrap();
+    assert!(text.starts_with("<returncode>2</returncode>\n<output>\nHello, Orchard!\nls: "), "{text}");
+    assert!(text.ends_with("</output>"), "{text}");
+
+    let rollout = only_rollout(out.path());
+    assert_eq!(rollout["outcome"]["status"], "completed");
+    assert_eq!(rollout["outcome"]["answer"], "the file is written\n");
+    assert_eq!(rollout["outcome"]["steps"], 4);
+    let t = &trajectory(out.path())["trajectory"];
+    assert_eq!(t["model_calls"], 4);
+    let events: Vec<&Value> =
+        t["steps"].as_array().unwrap().iter().filter(|s| s["type"] == "event" && s["name"] == "format-error").collect();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[1]["data"]["actions"], 2);
+    let commands: Vec<String> = t["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["type"] == "tool_call")
+        .map(|s| {
+            serde_json::from_str::<Value>(s["call"]["arguments"].as_str().unwrap()).unwrap()["command"].to_string()
+        })
+        .collect();
+    assert_eq!(commands.len(), 2, "only well-formed actions ran: {commands:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mini_swe_ends_on_three_malformed_replies_and_at_its_step_limit() {
+    let malformed = || completion(assistant("I am not sure what to do."), "stop", (100, 5));
+    let (url, seen) = mock_model(vec![malformed(), malformed(), malformed(), malformed()]).await;
+    let (summary, out, _) = eval_async(args(&[
+        &task("hello-file"),
+        "--harness",
+        "mini-swe",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+    ]))
+    .await;
+    assert_eq!(seen.lock().unwrap().len(), 3, "the run stopped at the third malformed reply");
+    let rollout = only_rollout(out.path());
+    assert_eq!(rollout["outcome"]["status"], "format_error", "{rollout:#}");
+    assert_eq!(rollout["outcome"]["steps"], 3);
+    // The sandbox is still graded: the task was not done.
+    assert_eq!((summary["graded"].as_u64(), summary["passed"].as_u64()), (Some(1), Some(0)), "{summary:#}");
+
+    // The function-tool format: one `bash` call per turn; two calls are a format error answered
+    // call by call; the step limit ends the run.
+    let bash = |id: &str, cmd: &str| call(id, "bash", json!({"command": cmd}));
+    let (url, seen) = mock_model(vec![
+        completion(calls("Look first.", vec![bash("a1", "ls /workspace")]), "tool_calls", (100, 5)),
+        completion(calls("Both.", vec![bash("b1", "true"), bash("b2", "true")]), "tool_calls", (120, 5)),
+        completion(calls("Again.", vec![bash("c1", "echo again")]), "tool_calls", (140, 5)),
+        completion(calls("More.", vec![bash("d1", "echo more")]), "tool_calls", (160, 5)),
+    ])
+    .await;
+    let (_, out, _) = eval_async(args(&[
+        &task("hello-file"),
+        "--harness",
+        "mini-swe",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--config",
+        r#"{"action_format": "tool", "step_limit": 3}"#,
+    ]))
+    .await;
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3, "three steps, then the limit");
+    let offered: Vec<&str> =
+        requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(offered, ["bash"]);
+    let answer = last_message(&requests[1]);
+    assert_eq!((answer["role"].as_str(), answer["tool_call_id"].as_str()), (Some("tool"), Some("a1")));
+    assert!(answer["content"].as_str().unwrap().starts_with("<returncode>0</returncode>"), "{answer:#}");
+    let messages = requests[2]["messages"].as_array().unwrap();
+    let errors: Vec<&Value> = messages.iter().rev().take(2).collect();
+    assert!(errors.iter().all(|m| m["role"] == "tool" && m["content"].as_str().unwrap().contains("found 2")));
+    let rollout = only_rollout(out.path());
+    assert_eq!(rollout["outcome"]["status"], "limit_reached", "{rollout:#}");
+    assert_eq!(rollout["outcome"]["message"], "step limit 3 reached");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openhands_fixes_a_bug_with_its_codeact_tools() {
+    let bash = |id: &str, cmd: &str| call(id, "execute_bash", json!({"command": cmd}));
+    let edit = |id: &str, args: Value| call(id, "str_replace_editor", args);
+    let path = "/workspace/stats.py";
+    let turns = vec![
+        completion(
+            json!({"role": "assistant", "content": "", "reasoning_content": "Start by moving into the project.",
+                "tool_calls": [bash("o1", "cd /workspace && export ANSWER=42")]}),
+            "tool_calls",
+            (500, 10),
+        ),
+        (429, json!({"error": "slow down"})),
+        // Parallel calls: state carried over in the session, a thought, and a view.
+        completion(
+            calls(
+                "",
+                vec![
+                    bash("o2", "pwd && echo $ANSWER && python3 -c 'import stats; print(stats.mean([1, 2]))'"),
+                    call("o3", "think", json!({"thought": "Floor division is the bug; [] divides by zero."})),
+                    edit("o4", json!({"command": "view", "path": path})),
+                ],
+            ),
+            "tool_calls",
+            (700, 40),
+        ),
+        completion(
+            calls(
+                "",
+                vec![edit("o5", json!({"command": "str_replace", "path": path, "old_str": "values", "new_str": "xs"}))],
+            ),
+            "tool_calls",
+            (900, 20),
+        ),
+        (500, json!({"error": "oops"})),
+        completion(
+            calls(
+                "",
+                vec![edit(
+                    "o6",
+                    json!({"command": "str_replace", "path": path, "old_str": "    return sum(values) // len(values)",
+                        "new_str": "    if not values:\n        return 0.0\n    return sum(values) / len(values)"}),
+                )],
+            ),
+            "tool_calls",
+            (1000, 30),
+        ),
+        completion(
+            calls("", vec![call("o7", "execute_bash", json!({"command": "sleep 5", "timeout": 1}))]),
+            "tool_calls",
+            (1100, 10),
+        ),
+        completion(
+            calls("", vec![call("o8", "execute_bash", json!({"command": "y", "is_input": "true"}))]),
+            "tool_calls",
+            (1150, 10),
+        ),
+        completion(assistant("I believe the fix is complete."), "stop", (1200, 10)),
+        completion(
+            calls("", vec![call("o9", "finish", json!({"message": "mean() now divides exactly and handles []."}))]),
+            "tool_calls",
+            (1300, 10),
+        ),
+    ];
+    let (url, seen) = mock_model(turns).await;
+    let (summary, out, _) = eval_async(args(&[
+        &task("fix-python-bug"),
+        "--harness",
+        "openhands",
+        "--tools",
+        "shell",
+        "--tools",
+        "editor",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+    ]))
+    .await;
+    assert_eq!(summary["passed"], 1, "{summary:#}");
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 10);
+    let offered: Vec<&str> =
+        requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(offered, ["execute_bash", "str_replace_editor", "think", "finish"]);
+    // The request after the parallel calls holds their three answers, in order.
+    let messages = requests[3]["messages"].as_array().unwrap();
+    let tools: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool").collect();
+    assert_eq!(tools.len(), 4);
+    let ran = tools[1]["content"].as_str().unwrap();
+    assert_eq!(ran, "/workspace\n42\n1\n\n[The command completed with exit code 0.]", "the session kept cd and export");
+    assert_eq!(tools[2]["content"], "Your thought has been logged.");
+    assert!(
+        tools[3]["content"].as_str().unwrap().contains("     3\t    return sum(values) // len(values)"),
+        "{:#}",
+        tools[3]
+    );
+    // The reasoning went back with its turn.
+    assert_eq!(messages[2]["reasoning_content"], "Start by moving into the project.");
+    // A non-unique old_str is refused, precisely.
+    let refused = last_message(&requests[4]);
+    assert!(
+        refused["content"]
+            .as_str()
+            .unwrap()
+            .contains("No replacement was performed. Multiple occurrences of old_str `values` in lines [3, 3]")
+            || refused["content"]
+                .as_str()
+                .unwrap()
+                .contains("No replacement was performed. Multiple occurrences of old_str `values`"),
+        "{refused:#}"
+    );
+    let edited = last_message(&requests[6]);
+    assert!(
+        edited["content"].as_str().unwrap().starts_with("The file /workspace/stats.py has been edited."),
+        "{edited:#}"
+    );
+    let slow = last_message(&requests[7])["content"].as_str().unwrap().to_string();
+    assert!(slow.contains("timed out after 1 seconds and was interrupted with C-c"), "{slow}");
+    let input = last_message(&requests[8])["content"].as_str().unwrap().to_string();
+    assert!(input.starts_with("ERROR: No previous running command"), "{input}");
+    // A turn without a tool call is nudged, not ended.
+    assert!(
+        last_message(&requests[9])["content"].as_str().unwrap().contains("finish the interaction with the finish tool")
+    );
+
+    let rollout = only_rollout(out.path());
+    assert_eq!(rollout["outcome"]["answer"], "mean() now divides exactly and handles [].");
+    let t = &trajectory(out.path())["trajectory"];
+    let steps = t["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["type"] == "event" && s["name"] == "think"));
+    let adapters: Vec<&str> =
+        steps.iter().filter(|s| s["type"] == "tool_call").map(|s| s["adapter"].as_str().unwrap()).collect();
+    assert!(adapters.contains(&"shell@0.1.0") && adapters.contains(&"editor@0.1.0"), "{adapters:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn react_compacts_older_turns_when_the_context_budget_is_reached() {
+    let bash = |id: &str, cmd: &str| call(id, "bash", json!({"command": cmd}));
+    let (url, seen) = mock_model(vec![
+        completion(
+            calls("First a note.", vec![bash("r1", "echo noted > /workspace/notes.txt")]),
+            "tool_calls",
+            (200, 10),
+        ),
+        // The endpoint counts 5000 prompt tokens: over the 1000-token budget.
+        completion(
+            calls("Now the file.", vec![bash("r2", "echo 'Hello, Orchard!' > /workspace/hello.txt")]),
+            "tool_calls",
+            (5000, 10),
+        ),
+        completion(assistant("Wrote notes.txt; hello.txt remains to check."), "stop", (300, 20)),
+        completion(assistant("Done."), "stop", (400, 5)),
+    ])
+    .await;
+    let (summary, out, _) = eval_async(args(&[
+        &task("hello-file"),
+        "--harness",
+        "react",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--config",
+        r#"{"context_tokens": 1000, "keep_recent_messages": 2}"#,
+    ]))
+    .await;
+    assert_eq!(summary["passed"], 1, "{summary:#}");
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 4);
+    // The third request is the summary: the folded turns, rendered for the model.
+    let summary_request = requests[2]["messages"].as_array().unwrap();
+    assert!(summary_request[0]["content"].as_str().unwrap().contains("compress an agent's working history"));
+    assert!(summary_request[1]["content"].as_str().unwrap().contains("assistant called bash"), "{summary_request:#?}");
+    // The next turn carries the system prompt, the task, the summary, and the recent exchange.
+    let messages = requests[3]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "user", "assistant", "tool"], "{messages:#?}");
+    assert_eq!(
+        messages[2]["content"],
+        "[Context compacted: 2 earlier messages, summarised]\nWrote notes.txt; hello.txt remains to check."
+    );
+    assert_eq!(messages[3]["tool_calls"][0]["id"], "r2", "a tool result stays with its call");
+    let t = &trajectory(out.path())["trajectory"];
+    let compaction =
+        t["steps"].as_array().unwrap().iter().find(|s| s["type"] == "event" && s["name"] == "compaction").unwrap();
+    assert_eq!(compaction["data"]["folded"], 2);
+    assert_eq!(compaction["data"]["budget"], 1000);
+}
+
+/// Runs the fixture harness's `tools` mode: the calls in order, their answers joined.
+fn run_calls(tools: &[&str], calls: Value) -> Vec<String> {
+    let harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let config = json!({"mode": "tools", "calls": calls}).to_string();
+    let mut list = vec![task("hello-file"), "--harness".into(), harness, "--grader".into(), "script".into()];
+    for t in tools {
+        list.extend(["--tools".to_string(), t.to_string()]);
+    }
+    list.extend(["--config".to_string(), config]);
+    let (_, out, _) = eval(&list.iter().map(String::as_str).collect::<Vec<_>>());
+    let rollout = only_rollout(out.path());
+    assert_eq!(rollout["outcome"]["status"], "completed", "{rollout:#}");
+    rollout["outcome"]["answer"].as_str().unwrap().split("\n---\n").map(str::to_string).collect()
+}
+
+#[test]
+fn the_editor_and_files_adapters_keep_their_documented_semantics() {
+    let editor = |args: Value| json!({"tool": "str_replace_editor", "arguments": args});
+    let files = |tool: &str, args: Value| json!({"tool": tool, "arguments": args});
+    let p = "/workspace/a.py";
+    let answers = run_calls(
+        &["editor", "files"],
+        json!([
+            editor(json!({"command": "create", "path": p, "file_text": "x = 1\nx = 1\ny = 2\n"})),
+            editor(json!({"command": "create", "path": p, "file_text": "again"})),
+            editor(json!({"command": "str_replace", "path": p, "old_str": "x = 1", "new_str": "x = 0"})),
+            editor(json!({"command": "str_replace", "path": p, "old_str": "z = 9", "new_str": "z = 0"})),
+            editor(json!({"command": "str_replace", "path": p, "old_str": "y = 2", "new_str": "y = 3"})),
+            editor(json!({"command": "insert", "path": p, "insert_line": 0, "new_str": "# top"})),
+            editor(json!({"command": "undo_edit", "path": p})),
+            editor(json!({"command": "view", "path": p})),
+            editor(json!({"command": "view", "path": "a.py"})),
+            editor(json!({"command": "undo_edit", "path": "/workspace/never.py"})),
+            files("read_lines", json!({"path": p, "start_line": 2, "end_line": 3})),
+            files("read_lines", json!({"path": p, "start_line": 9, "end_line": 12})),
+            files("write_file", json!({"path": "/workspace/sub/b.txt", "content": "y = 3 too\n"})),
+            files("grep", json!({"pattern": "y = 3", "path": "/workspace"})),
+            files("find_files", json!({"path": "/workspace", "name": "*.txt"})),
+            files("list_dir", json!({"path": "/workspace/sub"})),
+            files("read_lines", json!({"path": "/workspace/missing.txt"})),
+        ]),
+    );
+    assert_eq!(answers.len(), 17, "{answers:#?}");
+    assert_eq!(answers[0], format!("File created successfully at: {p}"));
+    assert_eq!(
+        answers[1],
+        format!("ERROR File already exists at: {p}. Cannot overwrite files using command `create`.")
+    );
+    assert_eq!(
+        answers[2],
+        "ERROR No replacement was performed. Multiple occurrences of old_str `x = 1` in lines [1, 2]. Please ensure it is unique."
+    );
+    assert_eq!(
+        answers[3],
+        format!("ERROR No replacement was performed, old_str `z = 9` did not appear verbatim in {p}.")
+    );
+    assert!(
+        answers[4].starts_with(&format!("The file {p} has been edited.")) && answers[4].contains("     3\ty = 3"),
+        "{}",
+        answers[4]
+    );
+    assert!(answers[5].contains("     1\t# top"), "{}", answers[5]);
+    assert!(answers[6].starts_with(&format!("Last edit to {p} undone successfully.")), "{}", answers[6]);
+    // After the undo: the replacement stays, the insertion is gone.
+    assert!(answers[7].contains("     1\tx = 1\n     2\tx = 1\n     3\ty = 3"), "{}", answers[7]);
+    assert!(!answers[7].contains("# top"));
+    assert_eq!(answers[8], "ERROR The path a.py is not an absolute path, it should start with `/`.");
+    assert!(answers[9].starts_with("ERROR "), "{}", answers[9]);
+    assert_eq!(answers[10], format!("[{p}: lines 2-3 of 3]\nx = 1\ny = 3"));
+    assert!(answers[11].starts_with("ERROR ") && answers[11].contains("do not exist"), "{}", answers[11]);
+    assert_eq!(answers[12], "wrote 10 bytes to /workspace/sub/b.txt");
+    assert!(
+        answers[13].contains("/workspace/a.py:3:y = 3") && answers[13].contains("/workspace/sub/b.txt:1:y = 3 too"),
+        "{}",
+        answers[13]
+    );
+    assert!(answers[14].contains("/workspace/sub/b.txt") && !answers[14].contains("a.py"), "{}", answers[14]);
+    assert!(answers[15].contains("b.txt  (10 bytes)"), "{}", answers[15]);
+    assert!(answers[16].starts_with("ERROR "), "{}", answers[16]);
+}
+
+#[test]
+fn the_shell_adapter_keeps_a_session_and_runs_background_processes() {
+    let shell = |tool: &str, args: Value| json!({"tool": tool, "arguments": args});
+    // The agent numbers sessions, commands and processes from one counter per sandbox, so in a
+    // fresh sandbox the ids below are known in advance: session-1, exec-2, exec-3, proc-4, ...
+    let answers = run_calls(
+        &["shell"],
+        json!([
+            shell("bash_session", json!({"command": "cd /tmp && export LEVEL=7"})),
+            shell("bash_session", json!({"command": "pwd; echo $LEVEL"})),
+            shell("bash", json!({"command": "pwd; echo \"[$LEVEL]\"", "cwd": "/workspace"})),
+            shell("bash", json!({"command": "sleep 5; echo late", "timeout": 0.5})),
+            shell("background_start", json!({"command": "for i in 1 2 3; do echo tick $i; sleep 0.2; done"})),
+            shell("bash", json!({"command": "sleep 1.5"})),
+            shell("background_log", json!({"id": "proc-4"})),
+            shell("background_start", json!({"command": "echo waiting; sleep 30"})),
+            shell("bash", json!({"command": "sleep 0.5"})),
+            shell("background_log", json!({"id": "proc-6"})),
+            shell("background_signal", json!({"id": "proc-6", "signal": "TERM"})),
+            shell("bash", json!({"command": "sleep 0.5"})),
+            shell("background_log", json!({"id": "proc-6", "offset": 8})),
+            shell("background_log", json!({"id": "proc-99"})),
+            shell("bash_session", json!({"command": "exit 3"})),
+            shell("bash_session", json!({"command": "pwd; echo \"[$LEVEL]\""})),
+            shell("bash", json!({})),
+        ]),
+    );
+    assert_eq!(answers.len(), 17, "{answers:#?}");
+    assert_eq!(answers[1], "exit code: 0\nstdout:\n/tmp\n7\n", "the session kept cd and export");
+    assert_eq!(answers[2], "exit code: 0\nstdout:\n/workspace\n[]\n", "a fresh bash sees neither");
+    assert_eq!(answers[3], "ERROR [command timed out after 0.5 s and was interrupted]\nexit code: 124\n");
+    assert_eq!(answers[4], "started background process proc-4");
+    assert_eq!(answers[6], "[exited with code 0; next offset 21]\ntick 1\ntick 2\ntick 3\n");
+    assert_eq!(answers[7], "started background process proc-6");
+    assert_eq!(answers[9], "[running; next offset 8]\nwaiting\n");
+    assert_eq!(answers[10], "sent TERM to proc-6");
+    assert!(answers[12].starts_with("[exited") && answers[12].ends_with("; next offset 8]\n"), "{}", answers[12]);
+    assert_eq!(answers[13], "ERROR no process proc-99");
+    assert_eq!(
+        answers[14],
+        "ERROR session session-1 exited while running the command; the next command starts a new session"
+    );
+    assert_eq!(answers[15], "exit code: 0\nstdout:\n/workspace\n[]\n", "a new session starts clean in the workdir");
+    assert_eq!(answers[16], "ERROR bash: missing string argument `command`");
+}

@@ -1,0 +1,87 @@
+//! Shared pieces of the evaluation tests: `orchard eval` runs, task folders, and an
+//! OpenAI-compatible endpoint that plays back a script (the one thing that cannot run here).
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use crate::orchard;
+
+/// The shipped example tasks.
+pub fn examples() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/tasks").display().to_string()
+}
+
+/// Reads a JSON file, naming it when it is missing.
+pub fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// Runs `orchard eval ARGS` into fresh output and state directories; returns the summary,
+/// the output directory and stdout.
+pub fn eval(args: &[&str]) -> (Value, tempfile::TempDir, String) {
+    let out = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut full = vec!["eval"];
+    full.extend_from_slice(args);
+    let out_s = out.path().display().to_string();
+    let state_s = state.path().display().to_string();
+    full.extend_from_slice(&["--out", &out_s, "--state-dir", &state_s]);
+    let (code, stdout, stderr) = orchard(&full);
+    assert_eq!(code, 0, "orchard eval failed:\n{stdout}\n{stderr}");
+    (read_json(&out.path().join("summary.json")), out, stdout)
+}
+
+/// A task folder with `[metadata]` keys (read by the fixture harness) and a test.sh body.
+pub fn write_task(root: &Path, name: &str, metadata: &str, test: &str) {
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(dir.join("instruction.md"), "fixture task").unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        format!("[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[metadata]\n{metadata}\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("tests/test.sh"), test).unwrap();
+}
+
+/// An OpenAI-compatible endpoint that plays back a script, with a 429 and a 500 on the way.
+pub async fn mock_model(script: Vec<(u16, Value)>) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let script = Arc::new(Mutex::new(script.into_iter()));
+    let (seen2, script2) = (seen.clone(), script.clone());
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let (seen, script) = (seen2.clone(), script2.clone());
+            async move {
+                seen.lock().unwrap().push(body);
+                let (status, reply) =
+                    script.lock().unwrap().next().unwrap_or((500, json!({"error": "script exhausted"})));
+                let mut response = axum::response::IntoResponse::into_response((
+                    axum::http::StatusCode::from_u16(status).unwrap(),
+                    axum::Json(reply),
+                ));
+                response.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("0"));
+                response
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen)
+}
+
+/// One chat-completion reply.
+pub fn completion(message: Value, finish: &str, tokens: (u32, u32)) -> (u16, Value) {
+    (
+        200,
+        json!({
+            "model": "mock-1",
+            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+            "usage": {"prompt_tokens": tokens.0, "completion_tokens": tokens.1, "total_tokens": tokens.0 + tokens.1},
+        }),
+    )
+}
