@@ -512,3 +512,192 @@ fn the_shell_adapter_keeps_a_session_and_runs_background_processes() {
     assert_eq!(answers[15], "exit code: 0\nstdout:\n/workspace\n[]\n", "a new session starts clean in the workdir");
     assert_eq!(answers[16], "ERROR bash: missing string argument `command`");
 }
+
+/// Validates every line of a JSONL export against one of `tests/schemas/`.
+fn check_against_schema(lines: &[Value], schema: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas").join(schema);
+    let validator = jsonschema::validator_for(&read_json(&path)).unwrap();
+    for line in lines {
+        let errors: Vec<String> = validator.iter_errors(line).map(|e| format!("{e} at {}", e.instance_path)).collect();
+        assert!(errors.is_empty(), "{schema}: {errors:#?}\n{line:#}");
+    }
+    // The schema has teeth: the same record with an unknown field is refused.
+    let mut broken = lines[0].clone();
+    broken["unexpected"] = json!(1);
+    assert!(!validator.is_valid(&broken), "{schema} accepts anything");
+}
+
+fn export(run: &Path, extra: &[&str]) -> Vec<Value> {
+    let file = run.join(format!("export-{}.jsonl", extra.join("_").replace(['-', '.'], "")));
+    let mut list = vec!["export", run.to_str().unwrap()];
+    list.extend(extra);
+    list.extend(["--out", file.to_str().unwrap()]);
+    let (code, _, stderr) = orchard_tests::orchard(&list);
+    assert_eq!(code, 0, "{stderr}");
+    std::fs::read_to_string(&file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Replies by the request's shape, so that rollouts of several harnesses can run at once:
+/// function calling (react) writes the file with two parallel calls, with reasoning, logprobs and
+/// token ids; mini-swe's markdown acts then submits; the fixture harness just says hello.
+fn reply_by_format(request: &Value) -> (u16, Value) {
+    let messages = request["messages"].as_array().unwrap();
+    let has_tools = request["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let answered = |needle: &str| messages.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains(needle)));
+    if messages.len() == 1 {
+        return completion(assistant("hello from the mock"), "stop", (5, 4));
+    }
+    if has_tools {
+        if messages.iter().any(|m| m["role"] == "tool") {
+            return completion(assistant("hello.txt is written."), "stop", (420, 6));
+        }
+        let turn = calls(
+            "Writing, then checking.",
+            vec![
+                call("w1", "bash", json!({"command": "echo 'Hello, Orchard!' > /workspace/hello.txt"})),
+                call("w2", "bash", json!({"command": "ls /workspace"})),
+            ],
+        );
+        let mut turn = turn;
+        turn["reasoning_content"] = "The task wants one file with one line.".into();
+        let (status, mut body) = completion(turn, "tool_calls", (300, 3));
+        body["choices"][0]["logprobs"] = json!({"content": [{"token": "a", "logprob": -0.25}, {"token": "b", "logprob": -0.5}, {"token": "c", "logprob": 0.0}]});
+        body["choices"][0]["token_ids"] = json!([101, 102, 103]);
+        return (status, body);
+    }
+    if answered("<returncode>") {
+        return completion(
+            assistant("THOUGHT: submit.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"),
+            "stop",
+            (500, 9),
+        );
+    }
+    completion(
+        assistant("THOUGHT: write it.\n\n```bash\necho 'Hello, Orchard!' > /workspace/hello.txt\n```"),
+        "stop",
+        (350, 12),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_by_harness_matrix_exports_to_every_training_format() {
+    let (url, seen) = orchard_tests::evals::mock_model_with(reply_by_format).await;
+    let user_harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let (summary, out, stdout) = eval_async(args(&[
+        &task("hello-file"),
+        "--harness",
+        "react",
+        "--harness",
+        "mini-swe",
+        "--harness",
+        &user_harness,
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--model-name",
+        "mock-1",
+        "--logprobs",
+        "--attempts",
+        "2",
+        "--config",
+        r#"{"mode": "model"}"#,
+    ]))
+    .await;
+    // The matrix: the user's own component is a column like the shipped ones.
+    let columns: Vec<(&str, u64, f64)> = summary["harnesses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["harness"].as_str().unwrap(), h["passed"].as_u64().unwrap(), h["pass_at_k"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(columns.len(), 3, "{summary:#}");
+    assert!(columns[0].0.starts_with("react@") && columns[1].0.starts_with("mini-swe@"), "{columns:?}");
+    assert_eq!(columns.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>(), [(2, 1.0), (2, 1.0), (0, 0.0)]);
+    assert!(stdout.contains("(cells: mean reward / pass@2)"), "{stdout}");
+    let row = stdout.lines().find(|l| l.starts_with("hello-file")).unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(row.matches("1.000 / 1.000").count(), 2, "{row}");
+    assert!(row.trim_end().ends_with("0.000 / 0.000"), "{row}");
+    assert!(seen.lock().unwrap().iter().all(|r| r["logprobs"] == true && r["model"] == "mock-1"));
+
+    let run = out.path();
+    let all = export(run, &["--format", "openai"]);
+    assert_eq!(all.len(), 6);
+    check_against_schema(&all, "openai-chat.schema.json");
+    assert_eq!(export(run, &["--format", "openai", "--only-passed"]).len(), 4);
+    assert_eq!(export(run, &["--format", "openai", "--min-reward", "0.5"]).len(), 4);
+    assert_eq!(export(run, &["--format", "openai", "--min-reward", "1.5"]).len(), 0);
+
+    // OpenAI round trip: a react record is the last request the endpoint saw plus its reply.
+    let react = all.iter().find(|r| r["messages"][2]["tool_calls"].is_array()).unwrap();
+    let messages = react["messages"].as_array().unwrap();
+    let last_request = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool"))
+        .last()
+        .unwrap()
+        .clone();
+    let sent = last_request["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), sent.len() + 1);
+    for (exported, wire) in messages.iter().zip(sent) {
+        assert_eq!(exported["role"], wire["role"]);
+        assert_eq!(exported["content"].as_str().unwrap_or(""), wire["content"].as_str().unwrap_or(""));
+        assert_eq!(exported["tool_calls"], wire["tool_calls"]);
+        assert_eq!(exported["tool_call_id"], wire["tool_call_id"]);
+        assert_eq!(exported.get("reasoning_content"), wire.get("reasoning_content"));
+    }
+    assert_eq!(messages.last().unwrap()["content"], "hello.txt is written.");
+    assert_eq!(react["tools"].as_array().unwrap().len(), 7, "the shell adapter's tools");
+
+    let atif = export(run, &["--format", "atif"]);
+    check_against_schema(&atif, "atif-v1.4.schema.json");
+    let react = atif.iter().find(|a| a["agent"]["name"] == "react").unwrap();
+    assert_eq!(react["agent"]["model_name"], "mock-1");
+    let agent_step = react["steps"].as_array().unwrap().iter().find(|s| s["tool_calls"].is_array()).unwrap();
+    assert_eq!(agent_step["reasoning_content"], "The task wants one file with one line.");
+    assert_eq!(agent_step["tool_calls"][0]["arguments"]["command"], "echo 'Hello, Orchard!' > /workspace/hello.txt");
+    let sources: Vec<&str> = agent_step["observation"]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["source_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["w1", "w2"]);
+    assert!(agent_step["observation"]["results"][1]["content"].as_str().unwrap().contains("hello.txt"));
+    assert_eq!(agent_step["metrics"]["logprobs"], json!([-0.25, -0.5, 0.0]));
+    assert_eq!(agent_step["metrics"]["completion_token_ids"], json!([101, 102, 103]));
+    assert_eq!(agent_step["metrics"]["prompt_tokens"], 300);
+    assert_eq!(react["final_metrics"]["total_prompt_tokens"], 720);
+    assert_eq!(react["extra"]["passed"], true);
+    let user = atif.iter().find(|a| a["agent"]["name"] == "test-harness").unwrap();
+    assert_eq!(user["extra"]["passed"], false);
+
+    let sharegpt = export(run, &["--format", "sharegpt", "--only-passed"]);
+    assert_eq!(sharegpt.len(), 4);
+    check_against_schema(&sharegpt, "sharegpt.schema.json");
+    for record in &sharegpt {
+        let froms: Vec<&str> =
+            record["conversations"].as_array().unwrap().iter().map(|t| t["from"].as_str().unwrap()).collect();
+        for (i, from) in froms.iter().enumerate() {
+            let user_side = matches!(*from, "human" | "observation");
+            assert_eq!(user_side, i % 2 == 0, "turns alternate, user first: {froms:?}");
+        }
+        assert_eq!(froms.len() % 2, 0, "the model has the last word: {froms:?}");
+    }
+    let react = sharegpt.iter().find(|r| r["conversations"][1]["from"] == "function_call").unwrap();
+    let results: Vec<String> = serde_json::from_str(react["conversations"][2]["value"].as_str().unwrap()).unwrap();
+    assert_eq!(results.len(), 2, "parallel results, one observation");
+    let mini = sharegpt.iter().find(|r| r["conversations"][1]["from"] == "gpt").unwrap();
+    assert!(mini["conversations"][1]["value"].as_str().unwrap().contains("```bash"));
+
+    let (code, _, stderr) = orchard_tests::orchard(&["export", run.to_str().unwrap(), "--format", "alpaca"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("unknown format \"alpaca\" (openai, atif, sharegpt)"), "{stderr}");
+    let (code, _, stderr) = orchard_tests::orchard(&["export", "/nonexistent-run", "--format", "atif"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("is this an `orchard eval --out` directory?"), "{stderr}");
+}

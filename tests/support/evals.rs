@@ -48,20 +48,28 @@ pub fn write_task(root: &Path, name: &str, metadata: &str, test: &str) {
 
 /// An OpenAI-compatible endpoint that plays back a script, with a 429 and a 500 on the way.
 pub async fn mock_model(script: Vec<(u16, Value)>) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let script = Mutex::new(script.into_iter());
+    mock_model_with(move |_| script.lock().unwrap().next().unwrap_or((500, json!({"error": "script exhausted"})))).await
+}
+
+/// An OpenAI-compatible endpoint whose reply is a function of the request: for rollouts that run
+/// at once, where no fixed order of turns exists.
+pub async fn mock_model_with(
+    reply: impl Fn(&Value) -> (u16, Value) + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<Value>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let script = Arc::new(Mutex::new(script.into_iter()));
-    let (seen2, script2) = (seen.clone(), script.clone());
+    let reply = Arc::new(reply);
+    let seen2 = seen.clone();
     let app = axum::Router::new().route(
         "/v1/chat/completions",
         axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-            let (seen, script) = (seen2.clone(), script2.clone());
+            let (seen, reply) = (seen2.clone(), reply.clone());
             async move {
+                let (status, answer) = reply(&body);
                 seen.lock().unwrap().push(body);
-                let (status, reply) =
-                    script.lock().unwrap().next().unwrap_or((500, json!({"error": "script exhausted"})));
                 let mut response = axum::response::IntoResponse::into_response((
                     axum::http::StatusCode::from_u16(status).unwrap(),
-                    axum::Json(reply),
+                    axum::Json(answer),
                 ));
                 response.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("0"));
                 response

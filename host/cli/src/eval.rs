@@ -33,6 +33,9 @@ pub struct EvalArgs {
     model_name: String,
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Ask the endpoint for token logprobs (kept in the trajectory and in ATIF exports).
+    #[arg(long)]
+    logprobs: bool,
     /// Most model requests in flight at once.
     #[arg(long, default_value_t = 32)]
     model_concurrency: usize,
@@ -93,6 +96,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
             let mut config = ModelConfig::new(url, &args.model_name);
             config.api_key = args.api_key.clone();
             config.concurrency = args.model_concurrency;
+            config.logprobs = args.logprobs;
             Some(Arc::new(ModelClient::new(config).map_err(|e| anyhow::anyhow!("{e}"))?))
         }
         None => None,

@@ -199,9 +199,7 @@ pub fn atif(rollout: &Value) -> Value {
     }
     let harness = rollout["harness"].as_str().unwrap_or_default();
     let (name, version) = harness.split_once('@').unwrap_or((harness, "0"));
-    json!({
-        "schema_version": "ATIF-v1.4",
-        "session_id": rollout["rollout_id"],
+    let mut core = json!({
         "agent": {"name": name, "version": version, "model_name": rollout["model"], "extra": {"tools": rollout["tools"]}},
         "steps": steps,
         "final_metrics": {
@@ -209,13 +207,34 @@ pub fn atif(rollout: &Value) -> Value {
             "total_completion_tokens": trajectory["usage"]["completion_tokens"],
             "total_steps": steps.len(),
         },
-        "extra": {"task_id": rollout["task_id"], "reward": rollout["reward"], "passed": rollout["passed"], "outcome": rollout["outcome"]},
-    })
+    });
+    // ATIF's optional fields are absent, never null (a rollout without a model has no model
+    // name; a tool message whose call was compacted away has no call id).
+    drop_nulls(&mut core);
+    core["schema_version"] = "ATIF-v1.4".into();
+    core["session_id"] = rollout["rollout_id"].clone();
+    // `extra` keeps nulls: a null reward is a grade of `unknown`, which is information.
+    core["extra"] = json!({"task_id": rollout["task_id"], "reward": rollout["reward"], "passed": rollout["passed"], "outcome": rollout["outcome"]});
+    core
+}
+
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|_, x| !x.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
 }
 
 /// ShareGPT as LLaMA-Factory reads it: `system` and `tools` apart; turns `human`, `gpt`,
 /// `function_call` (the calls as JSON: an object, or an array for parallel calls) and
-/// `observation` (one per call result).
+/// `observation`. LLaMA-Factory drops any record whose turns do not alternate user side
+/// (`human`, `observation`) and model side (`gpt`, `function_call`), starting with the user and
+/// ending with the model, so runs of one side are merged (see [`alternate`]) and trailing
+/// user-side turns, which teach nothing, are dropped.
 pub fn sharegpt(rollout: &Value) -> Value {
     let mut system = String::new();
     let mut turns: Vec<Value> = Vec::new();
@@ -240,7 +259,57 @@ pub fn sharegpt(rollout: &Value) -> Value {
         }
     }
     let tools: Vec<Value> = tools_openai(rollout).into_iter().map(|t| t["function"].clone()).collect();
-    json!({"system": system, "tools": Value::Array(tools).to_string(), "conversations": turns})
+    json!({"system": system, "tools": Value::Array(tools).to_string(), "conversations": alternate(turns)})
+}
+
+fn model_side(turn: &Value) -> bool {
+    matches!(turn["from"].as_str(), Some("gpt" | "function_call"))
+}
+
+/// Merges each run of same-side turns into one: the results of parallel calls become one
+/// `observation` holding a JSON array of their texts; a user message after tool results (a
+/// format error, a nudge) joins them as text; two model turns in a row are joined as text.
+fn alternate(turns: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    let mut run: Vec<Value> = Vec::new();
+    let flush = |run: &mut Vec<Value>, out: &mut Vec<Value>| {
+        let merged = match run.len() {
+            0 => return,
+            1 => run[0].clone(),
+            _ if run.iter().all(|t| t["from"] == "observation") => {
+                let texts: Vec<Value> = run.iter().map(|t| t["value"].clone()).collect();
+                json!({"from": "observation", "value": Value::Array(texts).to_string()})
+            }
+            _ => {
+                let from = if model_side(&run[0]) {
+                    if run.iter().any(|t| t["from"] == "function_call") { "function_call" } else { "gpt" }
+                } else if run.iter().any(|t| t["from"] == "observation") {
+                    "observation"
+                } else {
+                    "human"
+                };
+                let texts: Vec<&str> = run.iter().filter_map(|t| t["value"].as_str()).collect();
+                json!({"from": from, "value": texts.join("\n\n")})
+            }
+        };
+        out.push(merged);
+        run.clear();
+    };
+    for turn in turns {
+        if run.last().is_some_and(|last| model_side(last) != model_side(&turn)) {
+            flush(&mut run, &mut out);
+        }
+        run.push(turn);
+    }
+    flush(&mut run, &mut out);
+    // A record starts with the user and ends with the model.
+    while out.first().is_some_and(model_side) {
+        out.remove(0);
+    }
+    while out.last().is_some_and(|t| !model_side(t)) {
+        out.pop();
+    }
+    out
 }
 
 #[cfg(test)]
@@ -339,14 +408,37 @@ mod tests {
         assert_eq!(s["system"], "be useful");
         let froms: Vec<&str> =
             s["conversations"].as_array().unwrap().iter().map(|t| t["from"].as_str().unwrap()).collect();
-        assert_eq!(
-            froms,
-            ["human", "function_call", "observation", "function_call", "observation", "observation", "gpt"]
-        );
+        assert_eq!(froms, ["human", "function_call", "observation", "function_call", "observation", "gpt"]);
         let parallel: Value = serde_json::from_str(s["conversations"][3]["value"].as_str().unwrap()).unwrap();
         assert_eq!(parallel.as_array().unwrap().len(), 2);
+        let results: Value = serde_json::from_str(s["conversations"][4]["value"].as_str().unwrap()).unwrap();
+        assert_eq!(results, json!(["A", "/w"]), "parallel results become one observation");
         let tools: Value = serde_json::from_str(s["tools"].as_str().unwrap()).unwrap();
         assert_eq!(tools[0]["name"], "bash");
+    }
+
+    #[test]
+    fn sharegpt_turns_alternate_even_when_the_conversation_does_not() {
+        let turn = |from: &str, value: &str| json!({"from": from, "value": value});
+        let turns = vec![
+            turn("human", "task"),
+            turn("human", "[summary of earlier turns]"),
+            turn("function_call", "{}"),
+            turn("observation", "out"),
+            turn("human", "format error"),
+            turn("gpt", "thinking"),
+            turn("gpt", "done"),
+            turn("observation", "dangling"),
+        ];
+        assert_eq!(
+            alternate(turns),
+            vec![
+                turn("human", "task\n\n[summary of earlier turns]"),
+                turn("function_call", "{}"),
+                turn("observation", "out\n\nformat error"),
+                turn("gpt", "thinking\n\ndone"),
+            ]
+        );
     }
 
     #[test]

@@ -84,28 +84,35 @@ pub async fn run_job(
             }
         }
     }
-    let runs = work.into_iter().map(|(t, h, attempt)| {
+    let runs = work.into_iter().enumerate().map(|(index, (t, h, attempt))| {
         let (job, backend, runtime, progress) = (job.clone(), backend.clone(), runtime.clone(), progress.clone());
         async move {
+            let (task_id, harness_id) = (job.tasks[t].id.clone(), job.harnesses[h].id());
             let result = tokio::spawn(async move {
                 let harness = job.harnesses[h].clone();
                 rollout(&job, &harness, &job.tasks[t], attempt, &*backend, &runtime).await
             })
             .await
-            .unwrap_or_else(|e| panic_result(&e.to_string()));
+            .unwrap_or_else(|e| panic_result(&task_id, &harness_id, attempt, &e.to_string()));
             progress(&result);
-            result
+            (index, result)
         }
     });
-    futures::stream::iter(runs).buffer_unordered(job.concurrency.max(1)).collect().await
+    let mut done: Vec<(usize, RolloutResult)> =
+        futures::stream::iter(runs).buffer_unordered(job.concurrency.max(1)).collect().await;
+    // Back in the order of the work (task, then harness as given, then attempt), whatever order
+    // they finished in: summaries, matrices and trajectories.jsonl read the same on every run.
+    done.sort_by_key(|(index, _)| *index);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
-fn panic_result(e: &str) -> RolloutResult {
+/// A rollout whose task panicked (a host bug): recorded as an error under its own name.
+fn panic_result(task_id: &str, harness: &str, attempt: u32, e: &str) -> RolloutResult {
     RolloutResult {
-        rollout_id: "?".into(),
-        task_id: "?".into(),
-        attempt: 0,
-        harness: String::new(),
+        rollout_id: format!("{task_id}__{}__{attempt}", harness.split('@').next().unwrap_or(harness)),
+        task_id: task_id.into(),
+        attempt,
+        harness: harness.into(),
         tools: vec![],
         grader: String::new(),
         model: None,

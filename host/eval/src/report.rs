@@ -95,9 +95,13 @@ pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
             }
         })
         .collect();
-    let mut harness_names: Vec<&str> = results.iter().map(|r| r.harness.as_str()).collect();
-    harness_names.sort();
-    harness_names.dedup();
+    // Columns in the order the harnesses were given (the results come in work order).
+    let mut harness_names: Vec<&str> = Vec::new();
+    for r in results {
+        if !harness_names.contains(&r.harness.as_str()) {
+            harness_names.push(&r.harness);
+        }
+    }
     let harnesses = harness_names
         .into_iter()
         .map(|h| {
