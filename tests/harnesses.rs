@@ -199,6 +199,9 @@ async fn openhands_fixes_a_bug_with_its_codeact_tools() {
     let bash = |id: &str, cmd: &str| call(id, "execute_bash", json!({"command": cmd}));
     let edit = |id: &str, args: Value| call(id, "str_replace_editor", args);
     let path = "/workspace/stats.py";
+    let bash_turn = |id: &str, arguments: Value| {
+        completion(calls("", vec![call(id, "execute_bash", arguments)]), "tool_calls", (1100, 10))
+    };
     let turns = vec![
         completion(
             json!({"role": "assistant", "content": "", "reasoning_content": "Start by moving into the project.",
@@ -241,16 +244,21 @@ async fn openhands_fixes_a_bug_with_its_codeact_tools() {
             "tool_calls",
             (1000, 30),
         ),
-        completion(
-            calls("", vec![call("o7", "execute_bash", json!({"command": "sleep 5", "timeout": 1}))]),
-            "tool_calls",
-            (1100, 10),
+        // OpenHands' soft timeout (1 s here): a command waiting for input goes quiet and is left
+        // running; other commands are refused; input is typed into it.
+        bash_turn(
+            "o7",
+            json!({"command": "for i in 1 2; do echo step $i; sleep 0.3; done; read -r name; echo \"hi $name\""}),
         ),
-        completion(
-            calls("", vec![call("o8", "execute_bash", json!({"command": "y", "is_input": "true"}))]),
-            "tool_calls",
-            (1150, 10),
-        ),
+        bash_turn("o8", json!({"command": "ls"})),
+        bash_turn("o8b", json!({"command": "Orchard", "is_input": "true"})),
+        // A silent command, then C-c.
+        bash_turn("o9", json!({"command": "sleep 30"})),
+        bash_turn("o10", json!({"command": "C-c", "is_input": "true"})),
+        bash_turn("o11", json!({"command": ""})),
+        // A command that never goes quiet meets its hard timeout, keeps running, and is stopped.
+        bash_turn("o12", json!({"command": "while true; do echo tick; sleep 0.2; done", "timeout": 1})),
+        bash_turn("o13", json!({"command": "C-c", "is_input": "true"})),
         completion(assistant("I believe the fix is complete."), "stop", (1200, 10)),
         completion(
             calls("", vec![call("o9", "finish", json!({"message": "mean() now divides exactly and handles []."}))]),
@@ -271,11 +279,13 @@ async fn openhands_fixes_a_bug_with_its_codeact_tools() {
         "script",
         "--model",
         &url,
+        "--config",
+        r#"{"soft_timeout": 1}"#,
     ]))
     .await;
     assert_eq!(summary["passed"], 1, "{summary:#}");
     let requests = seen.lock().unwrap().clone();
-    assert_eq!(requests.len(), 10);
+    assert_eq!(requests.len(), 16);
     let offered: Vec<&str> =
         requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
     assert_eq!(offered, ["execute_bash", "str_replace_editor", "think", "finish"]);
@@ -311,14 +321,25 @@ async fn openhands_fixes_a_bug_with_its_codeact_tools() {
         edited["content"].as_str().unwrap().starts_with("The file /workspace/stats.py has been edited."),
         "{edited:#}"
     );
-    let slow = last_message(&requests[7])["content"].as_str().unwrap().to_string();
-    assert!(slow.contains("timed out after 1 seconds and was interrupted with C-c"), "{slow}");
-    let input = last_message(&requests[8])["content"].as_str().unwrap().to_string();
-    assert!(input.starts_with("ERROR: No previous running command"), "{input}");
-    // A turn without a tool call is nudged, not ended.
+    let answer = |i: usize| last_message(&requests[i])["content"].as_str().unwrap().to_string();
+    let waiting = answer(7);
     assert!(
-        last_message(&requests[9])["content"].as_str().unwrap().contains("finish the interaction with the finish tool")
+        waiting.starts_with("step 1\nstep 2\n\n[The command has no new output after 1 seconds. You may wait longer"),
+        "{waiting}"
     );
+    assert!(answer(8).starts_with("[Your command \"ls\" is NOT executed. The previous command is still running"));
+    assert_eq!(answer(9), "hi Orchard\n\n[The command completed with exit code 0.]", "typed into the running command");
+    assert!(answer(10).starts_with("\n[The command has no new output after 1 seconds."), "{}", answer(10));
+    assert_eq!(answer(11), "\n[The command completed with exit code 130. CTRL+C was sent.]");
+    assert_eq!(answer(12), "ERROR: No previous running command to retrieve logs from.");
+    let ticking = answer(13);
+    assert!(
+        ticking.starts_with("tick\ntick\n") && ticking.contains("[The command timed out after 1 seconds."),
+        "{ticking}"
+    );
+    assert!(answer(14).ends_with("[The command completed with exit code 130. CTRL+C was sent.]"), "{}", answer(14));
+    // A turn without a tool call is nudged, not ended.
+    assert!(answer(15).contains("finish the interaction with the finish tool"));
 
     let rollout = only_rollout(out.path());
     assert_eq!(rollout["outcome"]["answer"], "mean() now divides exactly and handles [].");

@@ -159,6 +159,11 @@ impl AgentClient {
         self.call_json(Method::POST, &format!("/sessions/{}/exec", encode(id)), req).await
     }
 
+    /// Continues, types into or interrupts the command a session left running.
+    pub async fn session_continue(&self, id: &str, req: &orchard_protocol::SessionContinue) -> Result<ExecResult> {
+        self.call_json(Method::POST, &format!("/sessions/{}/continue", encode(id)), req).await
+    }
+
     pub async fn close_session(&self, id: &str) -> Result<()> {
         self.call_empty(Method::DELETE, &format!("/sessions/{}", encode(id))).await
     }

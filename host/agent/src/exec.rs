@@ -25,6 +25,9 @@ pub async fn run(
     req: ExecRequest,
     frames: Option<mpsc::Sender<ExecFrame>>,
 ) -> AgentResult<ExecResult> {
+    if req.idle_timeout_ms.is_some() {
+        return Err(AgentError::invalid("idle_timeout_ms applies to session commands only (POST /sessions/{id}/exec)"));
+    }
     let mut command = spawn::build(&state.config.shell, &req.command, req.cwd.as_deref(), &req.env, req.login_shell)?;
     command.process_group(0);
     command.stdin(if req.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
@@ -95,6 +98,7 @@ pub async fn run(
         wall_seconds: started.elapsed().as_secs_f64(),
         cpu_seconds: info.cpu_seconds,
         peak_rss_kb: info.peak_rss_kb,
+        running: false,
     })
 }
 

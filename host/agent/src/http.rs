@@ -79,6 +79,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions", post(session_start).get(session_list))
         .route("/sessions/{id}", axum::routing::delete(session_delete))
         .route("/sessions/{id}/exec", post(session_exec))
+        .route("/sessions/{id}/continue", post(session_continue))
         .route("/files", get(file_read).put(file_write).delete(file_remove))
         .route("/files/list", get(file_list))
         .route("/files/stat", get(file_stat))
@@ -251,6 +252,21 @@ async fn session_exec(
         .cloned()
         .ok_or_else(|| AgentError::not_found(format!("no session {id}")))?;
     Ok(Json(s.exec(req).await?).into_response())
+}
+
+async fn session_continue(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<orchard_protocol::SessionContinue>,
+) -> AgentResult<Response> {
+    let s = state
+        .sessions
+        .lock()
+        .await
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| AgentError::not_found(format!("no session {id}")))?;
+    Ok(Json(s.resume(req).await?).into_response())
 }
 
 async fn session_delete(State(state): State<AppState>, Path(id): Path<String>) -> AgentResult<StatusCode> {

@@ -110,35 +110,41 @@ impl BoundedOutput {
     }
 }
 
-/// The bounded view of a whole stream that already sits in a file (a session command's output):
-/// the file itself is the spill; it is removed when nothing was truncated.
-pub fn bounded_from_file(path: &std::path::Path, limit: OutputLimit) -> Output {
+/// The bounded view of a stream that sits in a file (a session command's output), from byte
+/// `from` to the file's current end, and that end. A command that is still running (`finished`
+/// false) keeps its file; a finished one's file is the spill when truncated and is removed
+/// otherwise.
+pub fn bounded_from_file(path: &std::path::Path, from: u64, limit: OutputLimit, finished: bool) -> (Output, u64) {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut file) = File::open(path) else {
-        return Output::default();
+        return (Output::default(), from);
     };
-    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let end = file.metadata().map(|m| m.len()).unwrap_or(0).max(from);
+    let total = end - from;
     let mut read_at = |offset: u64, len: u64| {
         let mut buf = Vec::new();
-        if file.seek(SeekFrom::Start(offset)).is_ok() {
+        if file.seek(SeekFrom::Start(from + offset)).is_ok() {
             let _ = (&mut file).take(len).read_to_end(&mut buf);
         }
         buf
     };
     if total <= limit.head_bytes + limit.tail_bytes {
         let all = read_at(0, total);
-        let _ = std::fs::remove_file(path);
-        return Output {
+        if finished && from == 0 {
+            let _ = std::fs::remove_file(path);
+        }
+        let output = Output {
             text: String::from_utf8_lossy(&all).into_owned(),
             total_bytes: total,
             truncated: false,
             full_output_path: None,
         };
+        return (output, end);
     }
     let head = read_at(0, limit.head_bytes);
     let tail = read_at(total - limit.tail_bytes, limit.tail_bytes);
     let omitted = total - limit.head_bytes - limit.tail_bytes;
-    Output {
+    let output = Output {
         text: format!(
             "{}\n[... orchard: {omitted} bytes omitted; full output in {} ...]\n{}",
             String::from_utf8_lossy(&head),
@@ -148,7 +154,8 @@ pub fn bounded_from_file(path: &std::path::Path, limit: OutputLimit) -> Output {
         total_bytes: total,
         truncated: true,
         full_output_path: Some(path.display().to_string()),
-    }
+    };
+    (output, end)
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use orchard_protocol::{EXIT_CODE_TIMEOUT, ExecRequest, ExecResult, SessionInfo, SessionStart};
+use orchard_protocol::{
+    EXIT_CODE_TIMEOUT, ExecRequest, ExecResult, OutputLimit, SessionContinue, SessionInfo, SessionStart,
+};
 use tokio::sync::Mutex;
 
 use crate::error::{AgentError, AgentResult};
@@ -26,6 +28,8 @@ use crate::state::AgentState;
 
 /// How long the shell may take to come up or to answer a resync after SIGKILL.
 const SYNC_WAIT: Duration = Duration::from_secs(3);
+/// How often an idle-mode wait looks at the command's output files.
+const IDLE_POLL: Duration = Duration::from_millis(100);
 /// How long an interrupted command gets to die of SIGINT before SIGKILL.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
 
@@ -43,6 +47,37 @@ struct SessionIo {
     /// Terminal output not yet consumed (noise such as job notices, and markers).
     pending: Vec<u8>,
     commands: u64,
+    /// The command left running by an idle answer, if any.
+    running: Option<Running>,
+}
+
+/// A command sent to the shell whose end marker has not been read yet.
+struct Running {
+    script: PathBuf,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    marker: String,
+    /// How much of stdout and stderr earlier answers already returned.
+    offsets: (u64, u64),
+    started: Instant,
+}
+
+/// How long one call waits.
+#[derive(Clone, Copy)]
+struct Wait {
+    deadline: Option<Instant>,
+    idle: Option<Duration>,
+    limit: OutputLimit,
+}
+
+impl Wait {
+    fn new(timeout_ms: Option<u64>, idle_ms: Option<u64>, limit: OutputLimit) -> Wait {
+        Wait {
+            deadline: timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
+            idle: idle_ms.map(Duration::from_millis),
+            limit,
+        }
+    }
 }
 
 impl Session {
@@ -91,7 +126,7 @@ impl Session {
             dir,
             master: child.master,
             alive,
-            io: Mutex::new(SessionIo { pending: Vec::new(), commands: 0 }),
+            io: Mutex::new(SessionIo { pending: Vec::new(), commands: 0, running: None }),
         });
         let mut io = session.io.lock().await;
         if session.sync(&mut io, Instant::now() + SYNC_WAIT).await.is_none() {
@@ -103,63 +138,163 @@ impl Session {
         Ok(session)
     }
 
-    /// Runs one command in the session. Commands in one session run one at a time.
+    /// Runs one command in the session. Commands in one session run one at a time: while one is
+    /// still running (after an idle answer), only [`Session::resume`] may touch the session.
     pub async fn exec(&self, req: ExecRequest) -> AgentResult<ExecResult> {
         let script = match &req.command {
             orchard_protocol::Command::Shell(s) => s.clone(),
             orchard_protocol::Command::Argv(argv) => argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "),
         };
         let mut io = self.io.lock().await;
-        if !self.alive.load(Ordering::Relaxed) {
-            return Err(AgentError::new(
-                orchard_protocol::ErrorKind::Unavailable,
-                format!("session {} has exited", self.id),
-            ));
+        self.check_alive()?;
+        if let Some(running) = &io.running {
+            return Err(AgentError::invalid(format!(
+                "session {} is still running a command (for {:.0} s): continue it, type into it or interrupt it \
+                 before sending another",
+                self.id,
+                running.started.elapsed().as_secs_f64()
+            )));
         }
         io.commands += 1;
         let n = io.commands;
-        let script_path = self.dir.join(format!("{n}.sh"));
-        let out_path = self.dir.join(format!("{n}.stdout"));
-        let err_path = self.dir.join(format!("{n}.stderr"));
-        std::fs::write(&script_path, script).map_err(|e| AgentError::io("writing the command file", e))?;
-        let nonce = crate::ids::nonce();
-        let cd = req.cwd.as_deref().map(|c| format!("cd {} && ", shell_quote(c))).unwrap_or_default();
-        let line = format!(
-            " {cd}. {} </dev/null >{} 2>{}; printf '\\n__ORCH%sARD_{nonce}_%s__\\n' '' \"$?\"\n",
-            shell_quote(&script_path.display().to_string()),
-            shell_quote(&out_path.display().to_string()),
-            shell_quote(&err_path.display().to_string()),
-        );
-        let started = Instant::now();
-        self.write_all(line.as_bytes()).await?;
-        let deadline = req.timeout_ms.map(|ms| started + Duration::from_millis(ms));
-        let marker = format!("__ORCHARD_{nonce}_");
-        let status = self.read_marker(&mut io, &marker, deadline).await;
-        let (exit_code, timed_out) = match status {
-            MarkerRead::Found(code) => (code, false),
-            MarkerRead::ShellGone => {
-                let _ = std::fs::remove_file(&script_path);
-                return Err(AgentError::new(
-                    orchard_protocol::ErrorKind::Unavailable,
-                    format!("session {} exited while running the command", self.id),
-                ));
-            }
-            MarkerRead::TimedOut => {
-                self.interrupt(&mut io).await?;
-                (EXIT_CODE_TIMEOUT, true)
-            }
+        let running = Running {
+            script: self.dir.join(format!("{n}.sh")),
+            stdout: self.dir.join(format!("{n}.stdout")),
+            stderr: self.dir.join(format!("{n}.stderr")),
+            marker: format!("__ORCHARD_{}_", crate::ids::nonce()),
+            offsets: (0, 0),
+            started: Instant::now(),
         };
-        let _ = std::fs::remove_file(&script_path);
-        Ok(ExecResult {
+        std::fs::write(&running.script, script).map_err(|e| AgentError::io("writing the command file", e))?;
+        let cd = req.cwd.as_deref().map(|c| format!("cd {} && ", shell_quote(c))).unwrap_or_default();
+        // An idle-mode command reads the terminal, so that it can be typed into; otherwise stdin
+        // is empty and a command waiting for input ends instead of hanging.
+        let stdin = if req.idle_timeout_ms.is_some() { "" } else { " </dev/null" };
+        let nonce = running.marker.trim_start_matches("__ORCHARD_").trim_end_matches('_');
+        let line = format!(
+            " {cd}. {}{stdin} >{} 2>{}; printf '\\n__ORCH%sARD_{nonce}_%s__\\n' '' \"$?\"\n",
+            shell_quote(&running.script.display().to_string()),
+            shell_quote(&running.stdout.display().to_string()),
+            shell_quote(&running.stderr.display().to_string()),
+        );
+        self.write_all(line.as_bytes()).await?;
+        let wait = Wait::new(req.timeout_ms, req.idle_timeout_ms, req.output_limit);
+        self.wait(&mut io, running, wait).await
+    }
+
+    /// Continues the command left running by an idle answer: types `input`, or interrupts it,
+    /// then waits again. The answer holds the output printed since the previous answer.
+    pub async fn resume(&self, req: SessionContinue) -> AgentResult<ExecResult> {
+        let mut io = self.io.lock().await;
+        self.check_alive()?;
+        let running = io
+            .running
+            .take()
+            .ok_or_else(|| AgentError::invalid(format!("session {} has no running command to continue", self.id)))?;
+        if req.interrupt {
+            self.interrupt(&mut io).await?;
+            return Ok(self.answer(&running, 128 + Signal::SIGINT as i32, false, req.output_limit));
+        }
+        if let Some(input) = &req.input
+            && let Err(e) = self.write_all(input.as_bytes()).await
+        {
+            io.running = Some(running);
+            return Err(e);
+        }
+        let wait = Wait::new(req.timeout_ms, req.idle_timeout_ms, req.output_limit);
+        self.wait(&mut io, running, wait).await
+    }
+
+    fn check_alive(&self) -> AgentResult<()> {
+        if self.alive.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        Err(AgentError::new(orchard_protocol::ErrorKind::Unavailable, format!("session {} has exited", self.id)))
+    }
+
+    /// Waits for the command's end marker, its timeout (interrupt) or, in idle mode, for its
+    /// output files to stop growing for the idle time (the command is left running).
+    async fn wait(&self, io: &mut SessionIo, mut running: Running, wait: Wait) -> AgentResult<ExecResult> {
+        let size = |r: &Running| {
+            let len = |p: &PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+            (len(&r.stdout), len(&r.stderr))
+        };
+        let (mut last_size, mut last_change) = (size(&running), Instant::now());
+        loop {
+            let step = match (wait.deadline, wait.idle) {
+                (None, None) => None,
+                (Some(d), None) => Some(d),
+                (d, Some(_)) => Some(d.map_or(Instant::now() + IDLE_POLL, |d| d.min(Instant::now() + IDLE_POLL))),
+            };
+            match self.read_marker(io, &running.marker, step).await {
+                MarkerRead::Found(code) => return Ok(self.answer(&running, code, false, wait.limit)),
+                MarkerRead::ShellGone => {
+                    let _ = std::fs::remove_file(&running.script);
+                    return Err(AgentError::new(
+                        orchard_protocol::ErrorKind::Unavailable,
+                        format!("session {} exited while running the command", self.id),
+                    ));
+                }
+                MarkerRead::TimedOut => {
+                    if wait.deadline.is_some_and(|d| Instant::now() >= d) {
+                        if wait.idle.is_none() {
+                            self.interrupt(io).await?;
+                            return Ok(self.answer(&running, EXIT_CODE_TIMEOUT, true, wait.limit));
+                        }
+                        // Idle mode: the timeout bounds the wait, the command keeps running.
+                        let result = self.partial(&mut running, wait.limit, true);
+                        io.running = Some(running);
+                        return Ok(result);
+                    }
+                    let Some(idle) = wait.idle else { continue };
+                    let now = size(&running);
+                    if now != last_size {
+                        (last_size, last_change) = (now, Instant::now());
+                    } else if last_change.elapsed() >= idle {
+                        let result = self.partial(&mut running, wait.limit, false);
+                        io.running = Some(running);
+                        return Ok(result);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The answer for a command that ended (or was interrupted): output since the last answer.
+    fn answer(&self, running: &Running, exit_code: i32, timed_out: bool, limit: OutputLimit) -> ExecResult {
+        let _ = std::fs::remove_file(&running.script);
+        let (stdout, _) = bounded_from_file(&running.stdout, running.offsets.0, limit, true);
+        let (stderr, _) = bounded_from_file(&running.stderr, running.offsets.1, limit, true);
+        ExecResult {
             exit_code,
             signal: None,
             timed_out,
-            stdout: bounded_from_file(&out_path, req.output_limit),
-            stderr: bounded_from_file(&err_path, req.output_limit),
-            wall_seconds: started.elapsed().as_secs_f64(),
+            stdout,
+            stderr,
+            wall_seconds: running.started.elapsed().as_secs_f64(),
             cpu_seconds: 0.0,
             peak_rss_kb: 0,
-        })
+            running: false,
+        }
+    }
+
+    /// The answer for a command still running: its output so far, remembered as read.
+    /// `timed_out` says the wait hit its timeout rather than the idle time.
+    fn partial(&self, running: &mut Running, limit: OutputLimit, timed_out: bool) -> ExecResult {
+        let (stdout, out_end) = bounded_from_file(&running.stdout, running.offsets.0, limit, false);
+        let (stderr, err_end) = bounded_from_file(&running.stderr, running.offsets.1, limit, false);
+        running.offsets = (out_end, err_end);
+        ExecResult {
+            exit_code: 0,
+            signal: None,
+            timed_out,
+            stdout,
+            stderr,
+            wall_seconds: running.started.elapsed().as_secs_f64(),
+            cpu_seconds: 0.0,
+            peak_rss_kb: 0,
+            running: true,
+        }
     }
 
     /// Interrupts the running command: SIGINT to the foreground group, then SIGKILL, until the

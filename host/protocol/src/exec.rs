@@ -50,6 +50,13 @@ pub struct ExecRequest {
     /// Kill the command's whole process group after this many milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Sessions only: return as soon as the command has printed nothing for this long, leaving
+    /// it running with the terminal as its stdin (`running` in the result says so). Continue it,
+    /// type into it or interrupt it with `POST /sessions/{id}/continue`. Without this, a session
+    /// command's stdin is empty and the call waits for it to end. With it, `timeout_ms` bounds
+    /// the wait instead of killing: the answer comes by then, `running` and `timed_out` set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
     /// Run a shell command through `bash -lc` so that profile files are read.
     #[serde(default)]
     pub login_shell: bool,
@@ -73,6 +80,7 @@ impl ExecRequest {
             env: BTreeMap::new(),
             stdin: None,
             timeout_ms: None,
+            idle_timeout_ms: None,
             login_shell: false,
             output_limit: OutputLimit::default(),
         }
@@ -117,6 +125,10 @@ pub struct ExecResult {
     pub cpu_seconds: f64,
     /// Peak resident set size of the largest process of the command, in KiB.
     pub peak_rss_kb: u64,
+    /// Sessions only: the command is still running (it went quiet for `idle_timeout_ms`); the
+    /// output is what it printed so far and `exit_code` means nothing yet.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub running: bool,
 }
 
 /// One frame of a streamed exec (`POST /exec?stream=true`): newline-delimited JSON.

@@ -61,6 +61,26 @@ pub struct SessionStart {
     pub env: BTreeMap<String, String>,
 }
 
+/// Body of `POST /sessions/{id}/continue`: what to do with the command a session is still
+/// running, then how long to wait. The answer holds only output printed since the last answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SessionContinue {
+    /// Text typed into the terminal (include the newline to press Enter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// Interrupt the command (SIGINT to its process group, then SIGKILL), as C-c would.
+    #[serde(default)]
+    pub interrupt: bool,
+    /// Answer by then at the latest (`running` and `timed_out` set), leaving the command running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Answer once the command has printed nothing for this long (default: wait for it to end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub output_limit: crate::OutputLimit,
+}
+
 /// A persistent shell session.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SessionInfo {

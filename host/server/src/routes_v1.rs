@@ -39,6 +39,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/sandboxes/{id}/sessions", post(session_start).get(session_list))
         .route("/sandboxes/{id}/sessions/{sid}", axum::routing::delete(session_close))
         .route("/sandboxes/{id}/sessions/{sid}/exec", post(session_exec))
+        .route("/sandboxes/{id}/sessions/{sid}/continue", post(session_continue))
         .route("/sandboxes/{id}/processes", post(process_start).get(process_list))
         .route("/sandboxes/{id}/processes/{pid}", get(process_get))
         .route("/sandboxes/{id}/processes/{pid}/signal", post(process_signal))
@@ -223,8 +224,52 @@ struct SessionExecBody {
     command: Value,
     #[serde(default)]
     timeout_seconds: Option<f64>,
+    /// Answer once the command has been quiet this long, leaving it running (see `continue`).
+    #[serde(default)]
+    idle_seconds: Option<f64>,
     #[serde(default)]
     output_limit: Option<OutputLimit>,
+}
+
+/// Body of `POST /v1/sandboxes/{id}/sessions/{sid}/continue`.
+#[derive(Deserialize)]
+struct SessionContinueBody {
+    #[serde(default)]
+    input: Option<String>,
+    #[serde(default)]
+    interrupt: bool,
+    #[serde(default)]
+    timeout_seconds: Option<f64>,
+    #[serde(default)]
+    idle_seconds: Option<f64>,
+    #[serde(default)]
+    output_limit: Option<OutputLimit>,
+}
+
+fn idle_ms(seconds: Option<f64>) -> ApiResult<Option<u64>> {
+    seconds
+        .map(|s| {
+            timeout_ms(Some(s))
+                .map_err(|_| ApiError::unprocessable(format!("idle_seconds: {s} is out of range (0, 86400]")))
+        })
+        .transpose()
+}
+
+async fn session_continue(
+    State(state): S,
+    Extension(tenant): T,
+    Path((id, sid)): Path<(String, String)>,
+    JsonBody(body): JsonBody<SessionContinueBody>,
+) -> ApiResult<Json<Value>> {
+    let req = orchard_protocol::SessionContinue {
+        input: body.input,
+        interrupt: body.interrupt,
+        timeout_ms: Some(timeout_ms(body.timeout_seconds)?),
+        idle_timeout_ms: idle_ms(body.idle_seconds)?,
+        output_limit: body.output_limit.unwrap_or_default(),
+    };
+    let agent = state.agent(&tenant, &id).await?;
+    Ok(Json(json!(agent.session_continue(&sid, &req).await?)))
 }
 
 async fn session_exec(
@@ -235,6 +280,7 @@ async fn session_exec(
 ) -> ApiResult<Json<Value>> {
     let mut req = ExecRequest::new(parse_command(&body.command)?);
     req.timeout_ms = Some(timeout_ms(body.timeout_seconds)?);
+    req.idle_timeout_ms = idle_ms(body.idle_seconds)?;
     if let Some(limit) = body.output_limit {
         req.output_limit = limit;
     }

@@ -2,11 +2,11 @@
 //!
 //! The model sees four tools:
 //! - `execute_bash {command, is_input?, timeout?}`: runs in a persistent bash session (the shell
-//!   adapter's `bash_session`): cwd, variables and virtualenvs carry over. A command is waited
-//!   for up to `timeout` seconds (default `soft_timeout`, 30); one that runs longer is interrupted
-//!   (C-c) and the observation says so, keeping whatever it printed. Because commands never keep
-//!   running between turns, `is_input` (typing into a running command) and a lone `C-c` are
-//!   answered with a message that explains this.
+//!   adapter's `bash_session`): cwd, variables and virtualenvs carry over. A command that prints
+//!   nothing for `soft_timeout` seconds (default 30), or is still running at its `timeout`, is
+//!   left running and the observation says so; the model then sends an empty command to wait,
+//!   `is_input` text to type into it, or `C-c` (`C-d`) to interrupt it (end its input), and other
+//!   commands are refused until it ends — OpenHands' semantics and messages.
 //! - `str_replace_editor`: the editor adapter's, as it is (view, create, str_replace, insert,
 //!   undo_edit).
 //! - `think {thought}`: logged; changes nothing.
@@ -77,20 +77,55 @@ fn own_tools(editor: ToolSpec) -> Vec<ToolSpec> {
     ]
 }
 
-/// The observation of an `execute_bash` call, from the shell adapter's `bash_session` answer.
-pub fn bash_observation(answer: &str, timeout: f64) -> String {
-    let timed_out = answer.starts_with("[command timed out");
-    let body = if timed_out { answer.split_once('\n').map(|(_, r)| r).unwrap_or("") } else { answer };
-    let (first, rest) = body.split_once('\n').unwrap_or((body, ""));
-    let code = first.strip_prefix("exit code: ").unwrap_or("?").trim();
+/// What the shell adapter's `bash_session` answered, parsed back.
+#[derive(Debug, PartialEq)]
+pub enum BashAnswer {
+    Finished {
+        code: String,
+        output: String,
+    },
+    /// Still running: quiet for the soft timeout, or (`hard`) still going at its timeout.
+    Running {
+        hard: bool,
+        output: String,
+    },
+    /// Not an answer about a command (an error of the call, e.g. the shell exited).
+    Other(String),
+}
+
+pub fn parse_bash_answer(answer: &str) -> BashAnswer {
+    let (first, rest) = answer.split_once('\n').unwrap_or((answer, ""));
     let output = rest.replacen("stdout:\n", "", 1).replacen("stderr:\n", "", 1);
-    if timed_out {
-        format!(
-            "{output}\n[The command timed out after {timeout} seconds and was interrupted with C-c. Run it in the background, \
-             or with a longer timeout.]"
-        )
-    } else {
-        format!("{output}\n[The command completed with exit code {code}.]")
+    if let Some(code) = first.strip_prefix("exit code: ") {
+        return BashAnswer::Finished { code: code.trim().to_string(), output };
+    }
+    if first.starts_with("[still running") {
+        return BashAnswer::Running { hard: first.starts_with("[still running after"), output };
+    }
+    BashAnswer::Other(answer.to_string())
+}
+
+const KEEP_WAITING: &str = "You may wait longer to see additional output by sending empty command '', send other commands \
+     to interact with the current process, send keys (\"C-c\", \"C-z\", \"C-d\") to interrupt/kill the command, or use the \
+     timeout parameter in execute_bash for future commands.";
+
+/// The observation of an `execute_bash` call, in OpenHands' words.
+pub fn bash_observation(answer: &BashAnswer, soft_timeout: f64, timeout: Option<f64>, interrupted: bool) -> String {
+    match answer {
+        BashAnswer::Finished { code, output } if interrupted => {
+            format!("{output}\n[The command completed with exit code {code}. CTRL+C was sent.]")
+        }
+        BashAnswer::Finished { code, output } => format!("{output}\n[The command completed with exit code {code}.]"),
+        BashAnswer::Running { hard: false, output } => {
+            format!("{output}\n[The command has no new output after {soft_timeout} seconds. {KEEP_WAITING}]")
+        }
+        BashAnswer::Running { hard: true, output } => {
+            format!(
+                "{output}\n[The command timed out after {} seconds. {KEEP_WAITING}]",
+                timeout.unwrap_or(soft_timeout)
+            )
+        }
+        BashAnswer::Other(text) => format!("ERROR: {text}"),
     }
 }
 
@@ -114,6 +149,8 @@ impl Guest for OpenHands {
         }
         let offered = own_tools(editor);
         let system = config.get("system_prompt").and_then(Value::as_str).unwrap_or(SYSTEM).to_string();
+        // Whether the session is still running the last command (soft or hard timeout).
+        let mut running = false;
         let mut messages: Vec<Message> =
             vec![message(Role::System, system), message(Role::User, task.instruction.clone())];
         let mut idle_turns = 0;
@@ -160,21 +197,40 @@ impl Guest for OpenHands {
                         let command = text("command");
                         let is_input =
                             matches!(args.get("is_input"), Some(Value::Bool(true))) || text("is_input") == "true";
-                        if is_input || command.trim() == "C-c" {
-                            "ERROR: No previous running command to interact with: commands here run to completion or to their \
-                             timeout. Run long commands in the background and check their output."
-                                .to_string()
-                        } else if command.trim().is_empty() {
-                            "ERROR: No command given.".to_string()
+                        let timeout = args.get("timeout").and_then(Value::as_f64);
+                        let continuing = running && (is_input || command.trim().is_empty());
+                        if running && !continuing {
+                            format!(
+                                "[Your command \"{command}\" is NOT executed. The previous command is still running - You \
+                                 CANNOT send new commands until the previous command is completed. By setting `is_input` to \
+                                 `true`, you can interact with the current process: {KEEP_WAITING}]"
+                            )
+                        } else if !running && (is_input || command.trim().is_empty()) {
+                            if is_input {
+                                "ERROR: No previous running command to interact with.".to_string()
+                            } else {
+                                "ERROR: No previous running command to retrieve logs from.".to_string()
+                            }
+                        } else if continuing && command.trim() == "C-z" {
+                            "ERROR: C-z (suspend) is not supported here; send C-c to interrupt the command.".to_string()
                         } else {
-                            let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(soft_timeout);
+                            let mut arguments = json!({"command": command.trim_end_matches('\n'), "idle_timeout": soft_timeout,
+                                "is_input": continuing});
+                            if let Some(t) = timeout {
+                                arguments["timeout"] = t.into();
+                            }
                             let forward = ToolCall {
                                 id: call.id.clone(),
                                 name: "bash_session".into(),
-                                arguments: json!({"command": command, "timeout": timeout}).to_string(),
+                                arguments: arguments.to_string(),
                             };
                             match tools::call(&forward) {
-                                Ok(out) => policy.cap(&bash_observation(&text_of(&out.content), timeout)),
+                                Ok(out) => {
+                                    let answer = parse_bash_answer(&text_of(&out.content));
+                                    running = matches!(answer, BashAnswer::Running { .. });
+                                    let interrupted = continuing && command.trim() == "C-c";
+                                    policy.cap(&bash_observation(&answer, soft_timeout, timeout, interrupted))
+                                }
                                 Err(e) => format!("ERROR: {e:?}"),
                             }
                         }
@@ -203,11 +259,21 @@ orchard_harness_kit::export_harness!(OpenHands);
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn bash_answers_become_openhands_observations() {
-        let o = super::bash_observation("exit code: 0\nstdout:\nhello\n", 30.0);
-        assert_eq!(o, "hello\n\n[The command completed with exit code 0.]");
-        let o = super::bash_observation("[command timed out after 2 s and was interrupted]\nexit code: 124\n", 2.0);
-        assert!(o.contains("timed out after 2 seconds"), "{o}");
+        let done = parse_bash_answer("exit code: 0\nstdout:\nhello\n");
+        assert_eq!(bash_observation(&done, 30.0, None, false), "hello\n\n[The command completed with exit code 0.]");
+        let quiet = parse_bash_answer("[still running: no new output for 30 s]\nstdout:\nstep 1\n");
+        assert_eq!(quiet, BashAnswer::Running { hard: false, output: "step 1\n".into() });
+        assert!(
+            bash_observation(&quiet, 30.0, None, false)
+                .ends_with(&format!("no new output after 30 seconds. {KEEP_WAITING}]"))
+        );
+        let hard = parse_bash_answer("[still running after 2 s]\n");
+        assert!(bash_observation(&hard, 30.0, Some(2.0), false).contains("[The command timed out after 2 seconds."));
+        let stopped = parse_bash_answer("exit code: 130\n");
+        assert!(bash_observation(&stopped, 30.0, None, true).ends_with("exit code 130. CTRL+C was sent.]"));
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! - `bash`: a command in a fresh process (nothing carries over; mini-swe-agent's semantics);
 //! - `bash_session`: a command in a persistent bash (cwd, variables, functions and virtualenvs
-//!   carry over; a timeout interrupts the command, not the session; OpenHands' semantics);
+//!   carry over; a timeout interrupts the command, not the session). With `idle_timeout` the
+//!   answer comes when the command goes quiet, leaving it running to be waited on, typed into or
+//!   interrupted with `is_input` (OpenHands' soft timeout);
 //! - `background_start`, `background_log`, `background_signal`: long-running processes;
 //! - `read_file`, `write_file`.
 
@@ -11,7 +13,7 @@ wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "tool-adapter" });
 use exports::orchard::plugin::tools::Guest;
 use std::cell::RefCell;
 
-use orchard::plugin::sandbox::{self, Command, ExecRequest, ExecResult};
+use orchard::plugin::sandbox::{self, Command, ExecRequest, ExecResult, SessionAnswer, SessionInput};
 use orchard::plugin::types::{ContentPart, Error, ToolCall, ToolOutput, ToolSpec};
 use serde_json::Value;
 
@@ -28,6 +30,24 @@ fn render(r: &ExecResult, timeout: f64) -> ToolOutput {
         out += &format!("[command timed out after {timeout} s and was interrupted]\n");
     }
     out += &format!("exit code: {}\n", r.exit_code);
+    out += &streams(r);
+    ToolOutput { content: vec![ContentPart::Text(out)], is_error: r.exit_code != 0 }
+}
+
+/// A session answer in idle mode: still running (first line says why), or finished.
+fn render_answer(a: &SessionAnswer, idle: f64, timeout: Option<f64>) -> ToolOutput {
+    if !a.running {
+        return render(&a.output, timeout.unwrap_or(0.0));
+    }
+    let why = match timeout {
+        Some(t) if a.output.timed_out => format!("[still running after {t} s]\n"),
+        _ => format!("[still running: no new output for {idle} s]\n"),
+    };
+    ToolOutput { content: vec![ContentPart::Text(why + &streams(&a.output))], is_error: false }
+}
+
+fn streams(r: &ExecResult) -> String {
+    let mut out = String::new();
     if !r.stdout.is_empty() {
         out += &format!("stdout:\n{}", r.stdout);
         if !r.stdout.ends_with('\n') {
@@ -37,7 +57,7 @@ fn render(r: &ExecResult, timeout: f64) -> ToolOutput {
     if !r.stderr.is_empty() {
         out += &format!("stderr:\n{}", r.stderr);
     }
-    ToolOutput { content: vec![ContentPart::Text(out)], is_error: r.exit_code != 0 }
+    out
 }
 
 fn text_output(text: String, is_error: bool) -> ToolOutput {
@@ -46,6 +66,8 @@ fn text_output(text: String, is_error: bool) -> ToolOutput {
 
 /// Commands without a timeout of their own stop after this long.
 const DEFAULT_TIMEOUT_S: f64 = 600.0;
+/// `is_input` without `idle_timeout`: answer after this long without new output.
+const DEFAULT_IDLE_S: f64 = 30.0;
 
 /// Every tool this adapter offers, for the error that names an unknown one.
 const TOOL_NAMES: [&str; 7] =
@@ -65,9 +87,12 @@ impl Guest for Shell {
                 name: "bash_session".into(),
                 description: "Run a command in a persistent bash session: the working directory, exported variables, \
                               functions and activated virtualenvs carry over between calls. A command that runs past its \
-                              timeout is interrupted; the session stays."
+                              timeout is interrupted; the session stays. With idle_timeout, the answer comes once the \
+                              command has printed nothing for that long (or at its timeout) and the command keeps \
+                              running: send is_input with an empty command to wait, with text to type into it, or with \
+                              C-c to interrupt it (C-d sends end-of-input)."
                     .into(),
-                parameters: r#"{"type":"object","properties":{"command":{"type":"string"},"timeout":{"type":"number","description":"Seconds (default 600)."},"restart":{"type":"boolean","description":"Start a fresh session first."}},"required":["command"]}"#.into(),
+                parameters: r#"{"type":"object","properties":{"command":{"type":"string"},"timeout":{"type":"number","description":"Seconds (default 600); with idle_timeout or is_input, the longest wait for an answer."},"idle_timeout":{"type":"number","description":"Answer after this many seconds without new output, leaving the command running."},"is_input":{"type":"boolean","description":"The command is input for the running command: empty to wait, C-c to interrupt, C-d for end-of-input, other text is typed followed by Enter."},"restart":{"type":"boolean","description":"Start a fresh session first."}},"required":["command"]}"#.into(),
             },
             ToolSpec {
                 name: "background_start".into(),
@@ -129,9 +154,10 @@ fn dispatch(call: &ToolCall) -> Result<ToolOutput, Error> {
             Ok(render(&sandbox::exec(&request)?, timeout))
         }
         "bash_session" => {
-            let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(DEFAULT_TIMEOUT_S);
             let command = text("command")?;
             let restart = args.get("restart").and_then(Value::as_bool).unwrap_or(false);
+            let idle = args.get("idle_timeout").and_then(Value::as_f64);
+            let is_input = args.get("is_input").and_then(Value::as_bool).unwrap_or(false);
             let id = SESSION.with(|s| -> Result<String, Error> {
                 let mut s = s.borrow_mut();
                 if restart && let Some(old) = s.take() {
@@ -142,8 +168,32 @@ fn dispatch(call: &ToolCall) -> Result<ToolOutput, Error> {
                 }
                 Ok(s.clone().expect("just opened"))
             })?;
-            match sandbox::session_exec(&id, &command, Some((timeout.max(0.001) * 1000.0) as u64)) {
-                Ok(r) => Ok(render(&r, timeout)),
+            let ms = |seconds: f64| (seconds.max(0.001) * 1000.0) as u64;
+            let answer = match (idle, is_input) {
+                (None, false) => {
+                    let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(DEFAULT_TIMEOUT_S);
+                    sandbox::session_exec(&id, &command, Some(ms(timeout))).map(|r| render(&r, timeout))
+                }
+                (idle, is_input) => {
+                    let idle = idle.unwrap_or(DEFAULT_IDLE_S);
+                    // A command that never goes quiet is still answered, at the default timeout.
+                    let timeout = Some(args.get("timeout").and_then(Value::as_f64).unwrap_or(DEFAULT_TIMEOUT_S));
+                    let result = if is_input {
+                        let input = match command.as_str() {
+                            "" => SessionInput::Wait,
+                            "C-c" => SessionInput::Interrupt,
+                            "C-d" => SessionInput::Text("\u{4}".into()),
+                            text => SessionInput::Text(format!("{text}\n")),
+                        };
+                        sandbox::session_continue(&id, &input, ms(idle), timeout.map(ms))
+                    } else {
+                        sandbox::session_run(&id, &command, ms(idle), timeout.map(ms))
+                    };
+                    result.map(|a| render_answer(&a, idle, timeout))
+                }
+            };
+            match answer {
+                Ok(out) => Ok(out),
                 // The shell itself exited (`exit`): the next call starts a new one.
                 Err(Error::Unavailable(m)) => {
                     SESSION.with(|s| s.borrow_mut().take());

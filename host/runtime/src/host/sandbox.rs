@@ -7,6 +7,7 @@ use super::{HostState, agent_error};
 use crate::bindings::WitError;
 use crate::bindings::tool_adapter::orchard::plugin::sandbox::{
     Command, DirEntry, EntryKind, ExecRequest, ExecResult, Host, HttpRequest, HttpResponse, ProcessState,
+    SessionAnswer, SessionInput,
 };
 use crate::manifest::Capability;
 use crate::trajectory::Step;
@@ -89,6 +90,63 @@ impl Host for HostState {
         Ok(out)
     }
 
+    async fn session_run(
+        &mut self,
+        session: String,
+        command: String,
+        idle_ms: u64,
+        timeout_ms: Option<u64>,
+    ) -> Result<SessionAnswer, WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let mut req = PExec::shell(command.clone());
+        req.timeout_ms = timeout_ms;
+        req.idle_timeout_ms = Some(idle_ms.max(1));
+        let result = self.waiting(agent.session_exec(&session, &req)).await.map_err(agent_error)?;
+        let running = result.running;
+        let out = exec_result(result);
+        self.record_sandbox(
+            "session-run",
+            json!({"session": session, "command": command, "running": running, "exit_code": out.exit_code,
+                   "timed_out": out.timed_out, "stdout": clip(&out.stdout, 2048), "stderr": clip(&out.stderr, 2048)}),
+            started,
+        );
+        Ok(SessionAnswer { output: out, running })
+    }
+
+    async fn session_continue(
+        &mut self,
+        session: String,
+        input: SessionInput,
+        idle_ms: u64,
+        timeout_ms: Option<u64>,
+    ) -> Result<SessionAnswer, WitError> {
+        let agent = self.agent()?;
+        let started = self.at_ms();
+        let (text, interrupt) = match &input {
+            SessionInput::Wait => (None, false),
+            SessionInput::Text(t) => (Some(t.clone()), false),
+            SessionInput::Interrupt => (None, true),
+        };
+        let req = orchard_protocol::SessionContinue {
+            input: text.clone(),
+            interrupt,
+            timeout_ms,
+            idle_timeout_ms: Some(idle_ms.max(1)),
+            output_limit: Default::default(),
+        };
+        let result = self.waiting(agent.session_continue(&session, &req)).await.map_err(agent_error)?;
+        let running = result.running;
+        let out = exec_result(result);
+        self.record_sandbox(
+            "session-continue",
+            json!({"session": session, "input": text, "interrupt": interrupt, "running": running,
+                   "exit_code": out.exit_code, "stdout": clip(&out.stdout, 2048), "stderr": clip(&out.stderr, 2048)}),
+            started,
+        );
+        Ok(SessionAnswer { output: out, running })
+    }
+
     async fn session_close(&mut self, session: String) -> Result<(), WitError> {
         let agent = self.agent()?;
         self.waiting(agent.close_session(&session)).await.map_err(agent_error)
@@ -140,6 +198,7 @@ impl Host for HostState {
             env: request.env.into_iter().collect(),
             stdin: request.stdin.map(|b| String::from_utf8_lossy(&b).into_owned()),
             timeout_ms: request.timeout_ms,
+            idle_timeout_ms: None,
             login_shell: false,
             output_limit: OutputLimit::default(),
         };
