@@ -658,8 +658,7 @@ async fn a_task_by_harness_matrix_exports_to_every_training_format() {
         .lock()
         .unwrap()
         .iter()
-        .filter(|r| r["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool"))
-        .last()
+        .rfind(|r| r["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool"))
         .unwrap()
         .clone();
     let sent = last_request["messages"].as_array().unwrap();

@@ -231,7 +231,7 @@ fn print_matrix(s: &Summary) {
     for n in &names {
         print!("  {n:>col$}");
     }
-    println!("\n{:<width$}  {}", "", format!("(cells: mean reward / pass@{})", s.k));
+    println!("\n{:<width$}  (cells: mean reward / pass@{})", "", s.k);
     for t in &task_ids {
         print!("{t:<width$}");
         for n in &names {

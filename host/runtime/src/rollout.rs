@@ -164,15 +164,15 @@ impl RolloutContext {
         self.trajectory.lock().unwrap_or_else(|p| p.into_inner()).steps.push(step);
     }
 
+    /// Records a model call; `(at_ms, duration_ms)` is when it started in the rollout and how
+    /// long it took.
     pub(crate) fn record_model_call(
         &self,
         plugin: &str,
-        request: Vec<orchard_model::Message>,
-        tools: Vec<orchard_model::ToolSpec>,
+        (request, tools): (Vec<orchard_model::Message>, Vec<orchard_model::ToolSpec>),
         sampling: &orchard_model::Sampling,
         c: &orchard_model::Completion,
-        at_ms: u64,
-        duration_ms: u64,
+        (at_ms, duration_ms): (u64, u64),
     ) {
         let mut t = self.trajectory.lock().unwrap_or_else(|p| p.into_inner());
         t.steps.push(Step::ModelCall {

@@ -26,7 +26,7 @@ impl Host for HostState {
         let duration_ms = self.at_ms() - started;
         match result {
             Ok(c) => {
-                self.run.record_model_call(&self.plugin, request, specs, &sampling, &c, started, duration_ms);
+                self.run.record_model_call(&self.plugin, (request, specs), &sampling, &c, (started, duration_ms));
                 Ok(Completion {
                     message: convert::message_from_model(&c.message),
                     finish_reason: convert::finish_from_model(c.finish_reason),
