@@ -152,7 +152,10 @@ async fn the_react_harness_solves_a_task_with_a_model_and_the_trajectory_holds_e
     assert_eq!(requests.len(), 5, "two failures retried, then three turns");
     let tools: Vec<&str> =
         requests[2]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    assert_eq!(tools, ["bash", "read_file", "write_file"]);
+    assert_eq!(
+        tools,
+        ["bash", "bash_session", "background_start", "background_log", "background_signal", "read_file", "write_file"]
+    );
     assert_eq!(requests[2]["model"], "mock-1");
     // The reasoning went back to the endpoint with the assistant turn it belongs to.
     let last = requests[4]["messages"].as_array().unwrap();

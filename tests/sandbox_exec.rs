@@ -166,6 +166,55 @@ async fn a_session_keeps_cwd_env_functions_and_survives_interrupts() {
 }
 
 #[tokio::test]
+async fn a_quiet_session_command_is_left_running_to_be_continued_typed_into_or_interrupted() {
+    let server = Server::start().await;
+    let id = server.create_host().await;
+    let (_, s) = server.call(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/sessions"), Some(json!({}))).await;
+    let sid = s["id"].as_str().unwrap().to_string();
+    let call = |what: &str, body: Value| {
+        let (server, path) = (&server, format!("/v1/sandboxes/{id}/sessions/{sid}/{what}"));
+        async move { server.call(reqwest::Method::POST, &path, Some(body)).await }
+    };
+    let result = |(status, v): (u16, Value)| {
+        assert_eq!(status, 200, "{v}");
+        serde_json::from_value::<orchard_protocol::ExecResult>(v).unwrap()
+    };
+    // Quiet for 0.5 s: answered, still running, with what it printed so far.
+    let started = Instant::now();
+    let script = "echo ready; read -r a; echo \"got $a\"; sleep 2; echo slow; read -r b; echo \"then $b\"; exit 7";
+    let r = result(call("exec", json!({"command": script, "idle_seconds": 0.5})).await);
+    assert!(r.running && !r.timed_out, "{r:?}");
+    assert_eq!(r.stdout.text, "ready\n");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    // Other commands wait their turn, and are told why.
+    let (status, v) = call("exec", json!({"command": "true"})).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap_or(&v.to_string()).contains("still running a command"), "{v}");
+    // Typed input reaches it; the answer holds only the new output.
+    let r = result(call("continue", json!({"input": "one\n", "idle_seconds": 0.5})).await);
+    assert!(r.running && r.stdout.text == "got one\n", "{r:?}");
+    // Typed ahead while it sleeps: the terminal keeps it for the next read.
+    let r = result(call("continue", json!({"input": "two\n", "idle_seconds": 0.5})).await);
+    assert!(!r.running && r.exit_code == 7 && r.stdout.text == "slow\nthen two\n", "{r:?}");
+    // Waiting with a hard limit: the answer comes at the limit, the command keeps going.
+    let r = result(
+        call(
+            "exec",
+            json!({"command": "while true; do echo tick; sleep 0.1; done", "idle_seconds": 5, "timeout_seconds": 1}),
+        )
+        .await,
+    );
+    assert!(r.running && r.timed_out && r.stdout.text.starts_with("tick\n"), "{r:?}");
+    let r = result(call("continue", json!({"interrupt": true})).await);
+    assert!(!r.running && r.exit_code == 130, "{r:?}");
+    // The session carries on.
+    let r = result(call("exec", json!({"command": "echo after"})).await);
+    assert_eq!(r.stdout.text, "after\n");
+    let (status, v) = call("continue", json!({})).await;
+    assert_eq!(status, 400, "nothing is running: {v}");
+}
+
+#[tokio::test]
 async fn streamed_exec_delivers_frames_as_they_happen() {
     let server = Server::start().await;
     let id = server.create_host().await;
