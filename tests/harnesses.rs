@@ -192,6 +192,28 @@ async fn mini_swe_ends_on_three_malformed_replies_and_at_its_step_limit() {
     let rollout = only_rollout(out.path());
     assert_eq!(rollout["outcome"]["status"], "limit_reached", "{rollout:#}");
     assert_eq!(rollout["outcome"]["message"], "step limit 3 reached");
+
+    // The cost limit: $2 per million prompt tokens, 600 000 tokens a turn, $2 allowed.
+    let act = || completion(assistant("THOUGHT: look.\n\n```bash\nls\n```"), "stop", (600_000, 10));
+    let (url, seen) = mock_model(vec![act(), act(), act(), act()]).await;
+    let (_, out, _) = eval_async(args(&[
+        &task("hello-file"),
+        "--harness",
+        "mini-swe",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--config",
+        r#"{"cost_limit": 2.0, "prices": {"prompt": 2.0, "completion": 0.0}}"#,
+    ]))
+    .await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "$1.20 after one call, $2.40 after two");
+    let rollout = only_rollout(out.path());
+    assert_eq!(rollout["outcome"]["status"], "limit_reached", "{rollout:#}");
+    assert_eq!(rollout["outcome"]["message"], "cost limit $2 reached ($2.4000 spent)");
 }
 
 #[tokio::test(flavor = "multi_thread")]

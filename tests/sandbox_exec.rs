@@ -181,7 +181,7 @@ async fn a_quiet_session_command_is_left_running_to_be_continued_typed_into_or_i
     };
     // Quiet for 0.5 s: answered, still running, with what it printed so far.
     let started = Instant::now();
-    let script = "echo ready; read -r a; echo \"got $a\"; sleep 2; echo slow; read -r b; echo \"then $b\"; exit 7";
+    let script = "echo ready; read -r a; echo \"got $a\"; sleep 2; echo slow; read -r b; echo \"then $b\"; false";
     let r = result(call("exec", json!({"command": script, "idle_seconds": 0.5})).await);
     assert!(r.running && !r.timed_out, "{r:?}");
     assert_eq!(r.stdout.text, "ready\n");
@@ -193,9 +193,10 @@ async fn a_quiet_session_command_is_left_running_to_be_continued_typed_into_or_i
     // Typed input reaches it; the answer holds only the new output.
     let r = result(call("continue", json!({"input": "one\n", "idle_seconds": 0.5})).await);
     assert!(r.running && r.stdout.text == "got one\n", "{r:?}");
-    // Typed ahead while it sleeps: the terminal keeps it for the next read.
-    let r = result(call("continue", json!({"input": "two\n", "idle_seconds": 0.5})).await);
-    assert!(!r.running && r.exit_code == 7 && r.stdout.text == "slow\nthen two\n", "{r:?}");
+    // Typed ahead while it sleeps: the terminal keeps it for the next read. (Quiet for 3 s, not
+    // 0.5: the sleep itself is silent.)
+    let r = result(call("continue", json!({"input": "two\n", "idle_seconds": 3})).await);
+    assert!(!r.running && r.exit_code == 1 && r.stdout.text == "slow\nthen two\n", "{r:?}");
     // Waiting with a hard limit: the answer comes at the limit, the command keeps going.
     let r = result(
         call(

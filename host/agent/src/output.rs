@@ -111,10 +111,10 @@ impl BoundedOutput {
 }
 
 /// The bounded view of a stream that sits in a file (a session command's output), from byte
-/// `from` to the file's current end, and that end. A command that is still running (`finished`
-/// false) keeps its file; a finished one's file is the spill when truncated and is removed
-/// otherwise.
-pub fn bounded_from_file(path: &std::path::Path, from: u64, limit: OutputLimit, finished: bool) -> (Output, u64) {
+/// `from` to the file's current end, and that end. The file is the spill when this view is
+/// truncated; otherwise it is removed if `remove` (the command ended and no earlier view
+/// pointed at the file).
+pub fn bounded_from_file(path: &std::path::Path, from: u64, limit: OutputLimit, remove: bool) -> (Output, u64) {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut file) = File::open(path) else {
         return (Output::default(), from);
@@ -130,7 +130,7 @@ pub fn bounded_from_file(path: &std::path::Path, from: u64, limit: OutputLimit, 
     };
     if total <= limit.head_bytes + limit.tail_bytes {
         let all = read_at(0, total);
-        if finished && from == 0 {
+        if remove {
             let _ = std::fs::remove_file(path);
         }
         let output = Output {

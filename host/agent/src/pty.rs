@@ -93,6 +93,13 @@ impl PtyMaster {
         Ok(())
     }
 
+    /// Drops input written to the terminal that nothing has read yet (typed-ahead text of an
+    /// interrupted command must not become the shell's next command, nor eat our sync line).
+    pub fn discard_input(&self) {
+        // On a pty master, the output queue is the slave's unread input.
+        let _ = nix::sys::termios::tcflush(self.fd.get_ref().as_fd(), nix::sys::termios::FlushArg::TCOFLUSH);
+    }
+
     /// The terminal's foreground process group, if any.
     pub fn foreground_group(&self) -> Option<i32> {
         nix::unistd::tcgetpgrp(self.fd.get_ref().as_fd()).ok().map(|p| p.as_raw()).filter(|p| *p > 0)

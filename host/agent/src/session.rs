@@ -30,6 +30,8 @@ use crate::state::AgentState;
 const SYNC_WAIT: Duration = Duration::from_secs(3);
 /// How often an idle-mode wait looks at the command's output files.
 const IDLE_POLL: Duration = Duration::from_millis(100);
+/// How long a signal gets to reach its target before the shell is asked for a marker.
+const SIGNAL_SETTLE: Duration = Duration::from_millis(50);
 /// How long an interrupted command gets to die of SIGINT before SIGKILL.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
 
@@ -59,6 +61,8 @@ struct Running {
     marker: String,
     /// How much of stdout and stderr earlier answers already returned.
     offsets: (u64, u64),
+    /// An earlier answer pointed at the output files (truncated): keep them.
+    spilled: bool,
     started: Instant,
 }
 
@@ -163,6 +167,7 @@ impl Session {
             stderr: self.dir.join(format!("{n}.stderr")),
             marker: format!("__ORCHARD_{}_", crate::ids::nonce()),
             offsets: (0, 0),
+            spilled: false,
             started: Instant::now(),
         };
         std::fs::write(&running.script, script).map_err(|e| AgentError::io("writing the command file", e))?;
@@ -177,6 +182,8 @@ impl Session {
             shell_quote(&running.stdout.display().to_string()),
             shell_quote(&running.stderr.display().to_string()),
         );
+        // Text typed into an earlier command that it never read must not run as a command.
+        self.master.discard_input();
         self.write_all(line.as_bytes()).await?;
         let wait = Wait::new(req.timeout_ms, req.idle_timeout_ms, req.output_limit);
         self.wait(&mut io, running, wait).await
@@ -229,6 +236,8 @@ impl Session {
             match self.read_marker(io, &running.marker, step).await {
                 MarkerRead::Found(code) => return Ok(self.answer(&running, code, false, wait.limit)),
                 MarkerRead::ShellGone => {
+                    // The terminal closed: the shell is gone, whether or not its exit was reaped yet.
+                    self.alive.store(false, Ordering::Relaxed);
                     let _ = std::fs::remove_file(&running.script);
                     return Err(AgentError::new(
                         orchard_protocol::ErrorKind::Unavailable,
@@ -263,8 +272,8 @@ impl Session {
     /// The answer for a command that ended (or was interrupted): output since the last answer.
     fn answer(&self, running: &Running, exit_code: i32, timed_out: bool, limit: OutputLimit) -> ExecResult {
         let _ = std::fs::remove_file(&running.script);
-        let (stdout, _) = bounded_from_file(&running.stdout, running.offsets.0, limit, true);
-        let (stderr, _) = bounded_from_file(&running.stderr, running.offsets.1, limit, true);
+        let (stdout, _) = bounded_from_file(&running.stdout, running.offsets.0, limit, !running.spilled);
+        let (stderr, _) = bounded_from_file(&running.stderr, running.offsets.1, limit, !running.spilled);
         ExecResult {
             exit_code,
             signal: None,
@@ -284,6 +293,7 @@ impl Session {
         let (stdout, out_end) = bounded_from_file(&running.stdout, running.offsets.0, limit, false);
         let (stderr, err_end) = bounded_from_file(&running.stderr, running.offsets.1, limit, false);
         running.offsets = (out_end, err_end);
+        running.spilled |= stdout.truncated || stderr.truncated;
         ExecResult {
             exit_code: 0,
             signal: None,
@@ -308,6 +318,10 @@ impl Session {
                 // A builtin loop runs in the shell itself; an interactive shell abandons it on SIGINT.
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), Signal::SIGINT);
             }
+            // Let the signal land before the sync line goes in: a command reading the terminal
+            // (`read` in the shell itself) would otherwise take that line as its input.
+            tokio::time::sleep(SIGNAL_SETTLE).await;
+            self.master.discard_input();
             let wait = if signal == Signal::SIGINT { INTERRUPT_GRACE } else { SYNC_WAIT };
             if self.sync(io, Instant::now() + wait).await.is_some() {
                 return Ok(());

@@ -175,7 +175,13 @@ impl Budget {
 impl Guest for MiniSwe {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
         let config: Value = serde_json::from_str(&config).unwrap_or(Value::Null);
-        let tool_mode = config.get("action_format").and_then(Value::as_str) == Some("tool");
+        let tool_mode = match config.get("action_format").and_then(Value::as_str) {
+            None | Some("markdown") => false,
+            Some("tool") => true,
+            Some(other) => {
+                return Err(Error::InvalidInput(format!("action_format {other:?}: expected \"markdown\" or \"tool\"")));
+            }
+        };
         let step_limit = config.get("step_limit").and_then(Value::as_u64).unwrap_or(250) as u32;
         let timeout = config.get("timeout").and_then(Value::as_f64).unwrap_or(60.0);
         let mut budget = Budget {
@@ -187,6 +193,11 @@ impl Guest for MiniSwe {
             tokens: 0,
             cost: 0.0,
         };
+        if budget.cost_limit.is_some() && budget.prices.is_none() {
+            return Err(Error::InvalidInput(
+                "cost_limit needs prices: {\"prompt\": USD, \"completion\": USD} per million tokens".into(),
+            ));
+        }
         let sampling = orchard_harness_kit::sampling(&config);
         let policy = Policy::from_config(&config);
         if !tools::list().iter().any(|t| t.name == "bash") {
