@@ -23,7 +23,7 @@ mod judge;
 mod junit;
 mod python;
 
-pub use judge::{Judgement, Resolution, judge};
+pub use judge::{Judgement, Resolution, judge, suite_ran};
 
 /// One test's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
