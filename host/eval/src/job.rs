@@ -205,6 +205,9 @@ async fn run_in_sandbox(
     for (src, dest) in &task.copies {
         copy_in(agent, src, dest).await?;
     }
+    for (archive, dest) in &task.archives {
+        unpack_in(agent, archive, dest).await?;
+    }
     // The reference solution reaches the sandbox only for a harness granted it (the oracle).
     let show_solution =
         job.grants.allows(Capability::Solution) && harness.manifest.capabilities.contains(&Capability::Solution);
@@ -293,6 +296,29 @@ async fn copy_in(agent: &AgentClient, src: &Path, dest: &str) -> Result<(), Stri
         .write_file(&target, orchard_agent_client::full(bytes), mode, true)
         .await
         .map_err(|e| format!("COPY {} {target}: {e}", src.display()))?;
+    Ok(())
+}
+
+/// Unpacks a local tar archive (gzipped or not) at `dest` in the sandbox, as Docker's ADD does.
+async fn unpack_in(agent: &AgentClient, archive: &Path, dest: &str) -> Result<(), String> {
+    let path = archive.to_path_buf();
+    let tar = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+        let bytes = std::fs::read(&path)?;
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out)?;
+            Ok(out)
+        } else {
+            Ok(bytes)
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("ADD {}: {e}", archive.display()))?;
+    agent
+        .tar_upload(dest, orchard_agent_client::full(tar))
+        .await
+        .map_err(|e| format!("ADD {} {dest}: {e}", archive.display()))?;
     Ok(())
 }
 

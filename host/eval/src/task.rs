@@ -42,6 +42,9 @@ pub struct Task {
     pub env: BTreeMap<String, String>,
     /// Files the Dockerfile copies in: (file or directory on the host, destination).
     pub copies: Vec<(PathBuf, String)>,
+    /// Local tar archives (`.tar`, `.tar.gz`, `.tgz`) the Dockerfile ADDs: unpacked at the
+    /// destination, as Docker does (how a task ships a repository with its git history).
+    pub archives: Vec<(PathBuf, String)>,
     pub tests_dir: Option<PathBuf>,
     pub solution_dir: Option<PathBuf>,
     /// task.toml as JSON (all of it), plus what the verifier needs.
@@ -94,19 +97,25 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     let mut workdir = None;
     let mut copies = Vec::new();
+    let mut archives = Vec::new();
     let dockerfile = dir.join("environment/Dockerfile");
     if let Ok(text) = std::fs::read_to_string(&dockerfile) {
         let parsed = parse_dockerfile(&text);
         workdir = parsed.workdir;
         env.extend(parsed.env);
         let context = dir.join("environment");
+        let in_context = |src: &str| {
+            let host = context.join(src);
+            host.canonicalize()
+                .ok()
+                .filter(|p| p.starts_with(context.canonicalize().unwrap_or_default()))
+                .ok_or_else(|| err(format!("environment/Dockerfile: COPY {src}: no such file in environment/")))
+        };
         for (src, dest) in parsed.copies {
-            let host = context.join(&src);
-            let inside = host.canonicalize().ok().filter(|p| p.starts_with(context.canonicalize().unwrap_or_default()));
-            let Some(host) = inside else {
-                return Err(err(format!("environment/Dockerfile: COPY {src}: no such file in environment/")));
-            };
-            copies.push((host, dest));
+            copies.push((in_context(&src)?, dest));
+        }
+        for (src, dest) in parsed.archives {
+            archives.push((in_context(&src)?, dest));
         }
     }
     if let Some(toml::Value::Table(t)) = environment.get("env") {
@@ -147,6 +156,7 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
         workdir,
         env,
         copies,
+        archives,
         tests_dir: sub("tests"),
         solution_dir: sub("solution"),
         metadata,
@@ -174,12 +184,14 @@ struct Dockerfile {
     env: Vec<(String, String)>,
     /// (source in the build context, absolute destination).
     copies: Vec<(String, String)>,
+    /// ADDed local tar archives: unpacked at the destination.
+    archives: Vec<(String, String)>,
 }
 
 /// What we honour of a Dockerfile: WORKDIR, ENV (`K=V ...` and `K V`), and COPY/ADD of local
 /// files (not `--from`, not URLs). Destinations are resolved against the WORKDIR of their line.
 fn parse_dockerfile(text: &str) -> Dockerfile {
-    let mut d = Dockerfile { workdir: None, env: Vec::new(), copies: Vec::new() };
+    let mut d = Dockerfile { workdir: None, env: Vec::new(), copies: Vec::new(), archives: Vec::new() };
     // Continuation lines joined first.
     let joined = text.replace("\\\n", " ");
     for line in joined.lines().map(str::trim) {
@@ -217,7 +229,13 @@ fn parse_dockerfile(text: &str) -> Dockerfile {
                     target.push('/');
                 }
                 for src in sources.iter().filter(|s| !s.contains("://")) {
-                    d.copies.push((src.trim_matches('"').to_string(), target.clone()));
+                    let src = src.trim_matches('"').to_string();
+                    let archive = [".tar", ".tar.gz", ".tgz"].iter().any(|ext| src.ends_with(ext));
+                    if word == "ADD" && archive {
+                        d.archives.push((src, target.trim_end_matches('/').to_string()));
+                    } else {
+                        d.copies.push((src, target.clone()));
+                    }
                 }
             }
             _ => {}
@@ -270,7 +288,7 @@ mod tests {
     #[test]
     fn dockerfile_workdir_and_env_are_read() {
         let d = parse_dockerfile(
-            "FROM python:3.12\nWORKDIR /app\nCOPY data.txt .\nWORKDIR src\nENV A=1 B=\"two words\"\nENV C three\nRUN echo hi \\\n  there\nCOPY a.py b.py lib/\nCOPY --from=builder /x /y\nADD conf /etc/conf\n",
+            "FROM python:3.12\nWORKDIR /app\nCOPY data.txt .\nWORKDIR src\nENV A=1 B=\"two words\"\nENV C three\nRUN echo hi \\\n  there\nCOPY a.py b.py lib/\nCOPY --from=builder /x /y\nADD conf /etc/conf\nADD repo.tar.gz /work\nCOPY keep.tar /k/\n",
         );
         assert_eq!(d.workdir.as_deref(), Some("/app/src"));
         assert_eq!(
@@ -280,8 +298,16 @@ mod tests {
         let copies: Vec<(&str, &str)> = d.copies.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
         assert_eq!(
             copies,
-            [("data.txt", "/app/"), ("a.py", "/app/src/lib/"), ("b.py", "/app/src/lib/"), ("conf", "/etc/conf")]
+            [
+                ("data.txt", "/app/"),
+                ("a.py", "/app/src/lib/"),
+                ("b.py", "/app/src/lib/"),
+                ("conf", "/etc/conf"),
+                ("keep.tar", "/k/")
+            ]
         );
+        // ADD unpacks a local archive (COPY does not).
+        assert_eq!(d.archives, vec![("repo.tar.gz".to_string(), "/work".to_string())]);
     }
 
     #[test]
