@@ -29,6 +29,9 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("runc", "runc"),
     ("docker-registry", "docker-registry"),
     ("patch", "patch"),
+    // For the SWE-style example tasks and the swe grader's tests: run inside the `host` image.
+    ("pytest-3", "python3-pytest"),
+    ("go", "golang-go"),
 ];
 
 fn main() -> anyhow::Result<()> {
@@ -122,12 +125,62 @@ fn setup() -> anyhow::Result<()> {
     if is_root() && !Command::new("id").arg(ROOTLESS_USER).output().is_ok_and(|o| o.status.success()) {
         run(Command::new("useradd").args(["--create-home", "--shell", "/bin/sh", ROOTLESS_USER]))?;
     }
+    swe_repos()?;
     let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
     let installed = targets.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     for target in [MUSL, "wasm32-wasip2"] {
         if !installed.lines().any(|l| l.trim() == target) {
             run(Command::new("rustup").args(["target", "add", target]))?;
         }
+    }
+    Ok(())
+}
+
+/// Packs each `examples/swe-mini/<task>/repo/` as a git repository with one commit, made with a
+/// fixed author and date so that its hash is the `base_commit` the task names, into the task's
+/// `environment/repo.tar.gz` (which its Dockerfile ADDs).
+fn swe_repos() -> anyhow::Result<()> {
+    let root = workspace_root().join("examples/swe-mini");
+    let Ok(entries) = std::fs::read_dir(&root) else { return Ok(()) };
+    for entry in entries {
+        let task = entry?.path();
+        let source = task.join("repo");
+        if !source.is_dir() {
+            continue;
+        }
+        let scratch = std::env::temp_dir().join(format!("orchard-swe-repo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&scratch);
+        run(Command::new("cp").arg("-r").arg(&source).arg(&scratch))?;
+        let git = |args: &[&str]| {
+            let mut c = Command::new("git");
+            c.current_dir(&scratch).args(args);
+            for (k, v) in [
+                ("GIT_AUTHOR_NAME", "Orchard examples"),
+                ("GIT_AUTHOR_EMAIL", "examples@orchard.invalid"),
+                ("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z"),
+                ("GIT_COMMITTER_NAME", "Orchard examples"),
+                ("GIT_COMMITTER_EMAIL", "examples@orchard.invalid"),
+                ("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z"),
+                ("GIT_CONFIG_GLOBAL", "/dev/null"),
+            ] {
+                c.env(k, v);
+            }
+            c
+        };
+        run(&mut git(&["init", "--quiet", "--initial-branch", "main"]))?;
+        run(&mut git(&["add", "--all"]))?;
+        run(&mut git(&["commit", "--quiet", "--no-gpg-sign", "--message", "base"]))?;
+        let head = git(&["rev-parse", "HEAD"]).output()?;
+        let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+        let toml = std::fs::read_to_string(task.join("task.toml"))?;
+        anyhow::ensure!(
+            toml.contains(&format!("base_commit = \"{head}\"")),
+            "{}: the packed repository's commit is {head}, but task.toml names another base_commit",
+            task.display()
+        );
+        let archive = task.join("environment/repo.tar.gz");
+        run(Command::new("tar").arg("-czf").arg(&archive).arg("-C").arg(&scratch).arg("."))?;
+        std::fs::remove_dir_all(&scratch)?;
     }
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! `eval_command` (or `test_cmd`), `base_commit`, `test_framework` (`pytest`, `unittest`,
 //! `django`, `sympy`, `jest`, `mocha`, `go`, `cargo`, `maven`, `gradle`; inferred from the command
 //! when absent), `repo` (for the explanation), `repo_dir` or `workdir` (where the repository is),
-//! `eval_timeout_sec` (default 1800).
+//! `eval_timeout_sec` (default: the verifier timeout, or 1800). Read from task.toml's `[metadata]`
+//! table, or from a bare row.
 //!
 //! Steps: the files the test patch touches are put back as they were at `base_commit` (an
 //! agent's edits to the tests do not count), the patch is applied (`git apply`, then `patch
@@ -54,7 +55,7 @@ fn quote(s: &str) -> String {
 
 fn grade(task: &Task) -> Result<Verdict, Error> {
     let raw: Value = serde_json::from_str(&task.metadata).unwrap_or(Value::Null);
-    let m = match meta::SweMeta::read(&raw) {
+    let m = match meta::SweMeta::read(&meta::row(&raw)) {
         Ok(m) => m,
         Err(reason) => return Ok(Verdict::Unknown(format!("task metadata: {reason}"))),
     };

@@ -17,6 +17,16 @@ pub struct SweMeta {
     pub timeout_s: f64,
 }
 
+/// The SWE-bench row in a task's metadata: the task.toml's `[metadata]` table over its other
+/// keys (`workdir`, `verifier_timeout_sec`, ...), or the metadata itself when it is a bare row.
+pub fn row(task_metadata: &Value) -> Value {
+    let mut merged = task_metadata.as_object().cloned().unwrap_or_default();
+    if let Some(Value::Object(table)) = task_metadata.get("metadata") {
+        merged.extend(table.clone());
+    }
+    Value::Object(merged)
+}
+
 /// A list of test ids: a JSON array, or JSON text of one (as SWE-bench's datasets store them).
 fn id_list(v: &Value, key: &str) -> Result<Vec<String>, String> {
     let parsed;
@@ -101,7 +111,11 @@ impl SweMeta {
                 (f, name)
             }
         };
-        let timeout_s = m.get("eval_timeout_sec").and_then(Value::as_f64).unwrap_or(1800.0);
+        let timeout_s = m
+            .get("eval_timeout_sec")
+            .or_else(|| m.get("verifier_timeout_sec"))
+            .and_then(Value::as_f64)
+            .unwrap_or(1800.0);
         if !(timeout_s.is_finite() && timeout_s > 0.0) {
             return Err(format!("eval_timeout_sec {timeout_s} must be a positive number"));
         }
@@ -138,6 +152,15 @@ mod tests {
         assert_eq!(m.fail_to_pass, ["tests/test_a.py::test_x"]);
         assert_eq!(m.framework, Framework::Pytest);
         assert_eq!(m.test_patch_path, "/tests/test.patch");
+    }
+
+    #[test]
+    fn the_metadata_table_overlays_the_task() {
+        let r = row(
+            &json!({"workdir": "/w", "verifier_timeout_sec": 60, "metadata": {"eval_command": "pytest", "FAIL_TO_PASS": ["t"]}}),
+        );
+        let m = SweMeta::read(&r).unwrap();
+        assert_eq!((m.repo_dir.as_deref(), m.timeout_s, m.eval_command.as_str()), (Some("/w"), 60.0, "pytest"));
     }
 
     #[test]

@@ -1,0 +1,3 @@
+module example.com/wordcount
+
+go 1.19
