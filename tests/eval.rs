@@ -24,7 +24,8 @@ fn the_oracle_passes_every_example_and_a_do_nothing_harness_passes_none() {
     assert_eq!(summary["rollouts"], tasks * 2);
     assert_eq!(summary["passed"], tasks * 2, "{summary:#}");
     assert_eq!(summary["pass_at_k"], 1.0);
-    assert!(stdout.contains("pass@2") && stdout.contains("ALL"), "{stdout}");
+    assert_eq!(summary["pass_hat_k"], 1.0, "every attempt of every task passed");
+    assert!(stdout.contains("pass@2") && stdout.contains("pass^2") && stdout.contains("ALL"), "{stdout}");
     assert_eq!(std::fs::read_dir(out.path().join("rollouts")).unwrap().count(), tasks * 2);
     let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), tasks * 2);

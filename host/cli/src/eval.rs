@@ -183,35 +183,37 @@ fn fmt(v: Option<f64>) -> String {
 }
 
 fn print_summary(s: &Summary) {
-    let kcol = format!("pass@{}", s.k);
+    let (kcol, hatcol) = (format!("pass@{}", s.k), format!("pass^{}", s.k));
     let width = s.tasks.iter().map(|t| t.task_id.len()).max().unwrap_or(4).max(4);
     println!();
     println!(
-        "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>7}  {:>6}  rewards",
-        "task", "attempts", "mean", "pass@1", kcol, "unknown", "errors"
+        "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {:>6}  rewards",
+        "task", "attempts", "mean", "pass@1", kcol, hatcol, "unknown", "errors"
     );
     for t in &s.tasks {
         let rewards: Vec<String> =
             t.rewards.iter().map(|r| r.map(|x| format!("{x:.2}")).unwrap_or_else(|| "?".into())).collect();
         println!(
-            "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>7}  {:>6}  {}",
+            "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {:>6}  {}",
             t.task_id,
             t.attempts,
             fmt(t.mean_reward),
             fmt(t.pass_at_1),
             fmt(t.pass_at_k),
+            fmt(t.pass_hat_k),
             t.unknown,
             t.errors,
             rewards.join(" ")
         );
     }
     println!(
-        "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>7}  {:>6}  {} passed of {} rollouts",
+        "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {:>6}  {} passed of {} rollouts",
         "ALL",
         s.rollouts,
         fmt(s.mean_reward),
         fmt(s.pass_at_1),
         fmt(s.pass_at_k),
+        fmt(s.pass_hat_k),
         s.unknown,
         s.errors,
         s.passed,
