@@ -39,6 +39,14 @@ pub fn tool_message(call_id: &str, body: impl Into<String>) -> Message {
     }
 }
 
+/// A tool message with the tool's images after its (capped) text: screenshots reach a vision
+/// model, and the trajectory, as the tool gave them.
+pub fn tool_message_with_images(call_id: &str, body: impl Into<String>, parts: &[ContentPart]) -> Message {
+    let mut m = tool_message(call_id, body);
+    m.content.extend(parts.iter().filter(|p| matches!(p, ContentPart::Image(_))).cloned());
+    m
+}
+
 /// The text parts of a message (or a tool output), joined.
 pub fn text_of(parts: &[ContentPart]) -> String {
     parts

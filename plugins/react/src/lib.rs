@@ -8,7 +8,7 @@
 use orchard_harness_kit::context::Policy;
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
 use orchard_harness_kit::orchard::plugin::{log, model, tools};
-use orchard_harness_kit::{Error, Outcome, Role, RunStatus, Task, message, text_of, tool_message};
+use orchard_harness_kit::{Error, Outcome, Role, RunStatus, Task, message, text_of, tool_message_with_images};
 use serde_json::{Value, json};
 
 struct React;
@@ -43,8 +43,12 @@ impl Guest for React {
                 });
             }
             for call in calls {
+                let mut images = Vec::new();
                 let observation = match tools::call(&call) {
-                    Ok(out) => policy.cap(&text_of(&out.content)),
+                    Ok(out) => {
+                        images = out.content.clone();
+                        policy.cap(&text_of(&out.content))
+                    }
                     // The model asked for something impossible: tell it, and let it try again.
                     Err(e) => {
                         log::event(
@@ -55,7 +59,7 @@ impl Guest for React {
                         format!("error: {e:?}")
                     }
                 };
-                messages.push(tool_message(&call.id, observation));
+                messages.push(tool_message_with_images(&call.id, observation, &images));
             }
         }
         Ok(Outcome {
