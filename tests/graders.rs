@@ -256,3 +256,40 @@ fn the_rubric_grader_weighs_checks_behind_a_safety_gate() {
     let score = partial["reward"].as_f64().unwrap();
     assert!((score - 0.6).abs() < 1e-9 && partial["passed"] == false, "{partial:#}");
 }
+
+/// The graders written in Python (`json`) and JavaScript (`keywords`), built by the project's
+/// build and loaded like the Rust ones.
+#[test]
+fn graders_written_in_python_and_javascript_grade_like_the_others() {
+    let harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let config = r#"{"mode": "answer", "answer": "{\"total\": 42.0, \"items\": [\"tea\", \"cake\"]}"}"#;
+    let dir = tempfile::tempdir().unwrap();
+    task(dir.path(), "a-all", "Totals?", "expected = { total = 42, items = [\"tea\", \"cake\"] }");
+    task(dir.path(), "b-half", "Totals?", "expected = { total = 42, currency = \"EUR\" }");
+    task(dir.path(), "c-none", "Totals?", "");
+    let root = dir.path().display().to_string();
+    let (_, out, _) = eval(&[&root, "--harness", &harness, "--grader", "json", "--config", config]);
+    let r = rollouts(out.path());
+    assert_eq!((r[0]["reward"].as_f64(), r[0]["passed"].as_bool()), (Some(1.0), Some(true)), "{:#}", r[0]);
+    assert_eq!((r[1]["reward"].as_f64(), r[1]["passed"].as_bool()), (Some(0.5), Some(false)), "{:#}", r[1]);
+    assert!(
+        r[1]["verdict"]["explanation"].as_str().unwrap().contains("$.currency: want \"EUR\", got missing"),
+        "{:#}",
+        r[1]
+    );
+    assert_eq!(r[2]["status"], "unknown");
+    assert_eq!(r[2]["verdict"]["reason"], "task metadata: no `expected` JSON to compare with");
+
+    let dir = tempfile::tempdir().unwrap();
+    task(dir.path(), "a-found", "Totals?", "required = [\"TOTAL\", \"cake\"]");
+    task(dir.path(), "b-forbidden", "Totals?", "required = [\"total\"]\nforbidden = [\"tea\"]");
+    task(dir.path(), "c-none", "Totals?", "");
+    let root = dir.path().display().to_string();
+    let (_, out, _) = eval(&[&root, "--harness", &harness, "--grader", "keywords", "--config", config]);
+    let r = rollouts(out.path());
+    assert_eq!((r[0]["reward"].as_f64(), r[0]["passed"].as_bool()), (Some(1.0), Some(true)), "{:#}", r[0]);
+    assert_eq!(r[0]["verdict"]["explanation"], "2 of 2 required keywords found");
+    assert_eq!((r[1]["reward"].as_f64(), r[1]["passed"].as_bool()), (Some(0.0), Some(false)), "{:#}", r[1]);
+    assert!(r[1]["verdict"]["explanation"].as_str().unwrap().ends_with("forbidden present: tea"));
+    assert_eq!(r[2]["status"], "unknown", "{:#}", r[2]);
+}

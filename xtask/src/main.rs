@@ -32,7 +32,12 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     // For the SWE-style example tasks and the swe grader's tests: run inside the `host` image.
     ("pytest-3", "python3-pytest"),
     ("go", "golang-go"),
+    // The graders written in JavaScript are built with componentize-js from npm.
+    ("npm", "npm"),
 ];
+
+/// componentize-py, from PyPI: builds the graders written in Python.
+const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -126,6 +131,14 @@ fn setup() -> anyhow::Result<()> {
         run(Command::new("useradd").args(["--create-home", "--shell", "/bin/sh", ROOTLESS_USER]))?;
     }
     swe_repos()?;
+    if componentize_py().is_none() {
+        run(Command::new("python3").args(["-m", "pip", "install", "--quiet", COMPONENTIZE_PY]))?;
+    }
+    for dir in foreign_plugin_dirs("package.json")? {
+        if !dir.join("node_modules").is_dir() {
+            run(Command::new("npm").args(["ci", "--silent", "--no-audit", "--no-fund"]).current_dir(&dir))?;
+        }
+    }
     let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
     let installed = targets.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     for target in [MUSL, "wasm32-wasip2"] {
@@ -181,6 +194,95 @@ fn swe_repos() -> anyhow::Result<()> {
         let archive = task.join("environment/repo.tar.gz");
         run(Command::new("tar").arg("-czf").arg(&archive).arg("-C").arg(&scratch).arg("."))?;
         std::fs::remove_dir_all(&scratch)?;
+    }
+    Ok(())
+}
+
+/// The componentize-py program: on PATH, or in the scripts directory of the python3 that has it.
+fn componentize_py() -> Option<PathBuf> {
+    if have("componentize-py") {
+        return Some(PathBuf::from("componentize-py"));
+    }
+    let out =
+        Command::new("python3").args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]).output().ok()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("componentize-py");
+    path.is_file().then_some(path)
+}
+
+/// `graders/*` and `plugins/*` folders written in other languages: an `orchard.toml` manifest
+/// beside `marker` (`app.py` for Python, `package.json` for JavaScript).
+fn foreign_plugin_dirs(marker: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let mut dirs = Vec::new();
+    for parent in ["graders", "plugins"] {
+        let Ok(entries) = std::fs::read_dir(workspace_root().join(parent)) else { continue };
+        for entry in entries {
+            let dir = entry?.path();
+            if dir.join("orchard.toml").is_file() && dir.join(marker).is_file() {
+                dirs.push(dir);
+            }
+        }
+    }
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// Newest modification time of the files a foreign plugin is built from (its folder's own
+/// files, not node_modules, and the WIT).
+fn newest_input(dir: &Path) -> std::time::SystemTime {
+    let mut newest = std::time::UNIX_EPOCH;
+    let mut visit = |path: &Path| {
+        if let Ok(m) = std::fs::metadata(path).and_then(|m| m.modified()) {
+            newest = newest.max(m);
+        }
+    };
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            visit(&entry.path());
+        }
+    }
+    for entry in std::fs::read_dir(workspace_root().join("wit/0.1.0")).into_iter().flatten().flatten() {
+        visit(&entry.path());
+    }
+    newest
+}
+
+/// Builds the Python (componentize-py) and JavaScript (componentize-js) plugins into
+/// `target/plugins/`, each with its manifest; skipped when the component is newer than its
+/// sources (each build takes 15–20 s).
+fn foreign_plugins() -> anyhow::Result<()> {
+    let root = workspace_root();
+    let dest = root.join("target/plugins");
+    std::fs::create_dir_all(&dest)?;
+    let wit = root.join("wit/0.1.0");
+    for (marker, python) in [("app.py", true), ("package.json", false)] {
+        for dir in foreign_plugin_dirs(marker)? {
+            let manifest: toml::Value = toml::from_str(&std::fs::read_to_string(dir.join("orchard.toml"))?)?;
+            let name = manifest.get("name").and_then(|n| n.as_str()).context("orchard.toml has no name")?.to_string();
+            let world = manifest.get("world").and_then(|n| n.as_str()).unwrap_or("grader").to_string();
+            let out = dest.join(format!("{name}.wasm"));
+            let fresh = std::fs::metadata(&out).and_then(|m| m.modified()).is_ok_and(|t| t > newest_input(&dir));
+            if !fresh {
+                eprintln!("xtask: building {name} from {}", dir.display());
+                if python {
+                    let program = componentize_py().context("componentize-py is missing: run `cargo xtask setup`")?;
+                    run(Command::new(program)
+                        .arg("-d")
+                        .arg(&wit)
+                        .args(["-w", &world, "componentize", "app", "-o"])
+                        .arg(&out)
+                        .current_dir(&dir))?;
+                } else {
+                    run(Command::new("npx")
+                        .args(["--no-install", "componentize-js", "--wit"])
+                        .arg(&wit)
+                        .args(["--world-name", &world, "--disable", "http", "--disable", "fetch-event", "--out"])
+                        .arg(&out)
+                        .arg("grader.js")
+                        .current_dir(&dir))?;
+                }
+            }
+            std::fs::copy(dir.join("orchard.toml"), dest.join(format!("{name}.toml")))?;
+        }
     }
     Ok(())
 }
@@ -267,5 +369,5 @@ fn plugins() -> anyhow::Result<()> {
             let _ = std::fs::remove_file(&manifest_path);
         }
     }
-    Ok(())
+    foreign_plugins()
 }
