@@ -94,6 +94,20 @@ fn empty_breaking_partial_and_test_editing_patches_do_not_pass() {
 }
 
 #[test]
+fn empty_patches_resolve_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for task in ["go-wordcount", "py-mean", "py-slugify"] {
+        with_solution(dir.path(), task, "true");
+    }
+    for r in grade(dir.path()) {
+        assert_eq!((r["reward"].as_f64(), r["passed"].as_bool()), (Some(0.0), Some(false)), "{r:#}");
+        assert_eq!(sub(&r, "fail_to_pass"), 0.0, "{r:#}");
+        assert_eq!(sub(&r, "pass_to_pass"), 1.0, "{r:#}");
+        assert!(explanation(&r).starts_with("resolved NO: FAIL_TO_PASS 0%"), "{}", explanation(&r));
+    }
+}
+
+#[test]
 fn an_agent_that_rewrites_the_tests_gains_nothing() {
     let dir = tempfile::tempdir().unwrap();
     // The agent "fixes" the task by writing the FAIL_TO_PASS tests itself, trivially passing,

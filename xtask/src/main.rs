@@ -51,6 +51,15 @@ fn main() -> anyhow::Result<()> {
         Some("test") => {
             setup()?;
             build()?;
+            // The unit tests of the plugins written in Python and JavaScript, natively.
+            for dir in foreign_plugin_dirs("app.py")? {
+                if dir.join("test_app.py").is_file() {
+                    run(Command::new("python3").args(["-m", "unittest", "test_app.py"]).current_dir(&dir))?;
+                }
+            }
+            for dir in foreign_plugin_dirs("package.json")? {
+                run(Command::new("npm").args(["test", "--silent"]).current_dir(&dir))?;
+            }
             let mut cmd = cargo();
             cmd.args(["test", "--workspace"]).args(&args[1..]);
             run(cmd
