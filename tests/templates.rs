@@ -90,7 +90,9 @@ fn the_rust_template() {
 #[test]
 fn the_python_template() {
     let dir = start("python");
-    run(Command::new("componentize-py")
+    // Where `cargo xtask setup` installed it (a pip scripts folder may be off PATH).
+    let program = std::env::var_os("COMPONENTIZE_PY").unwrap_or_else(|| "componentize-py".into());
+    run(Command::new(program)
         .args(["-d", "wit", "-w", "grader", "componentize", "app", "-o", "contains.wasm"])
         .current_dir(dir.path()));
     check_and_use(&dir.path().join("contains.wasm"), "Python");

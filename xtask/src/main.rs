@@ -66,7 +66,8 @@ fn main() -> anyhow::Result<()> {
                 .env("ORCHARD_BIN", root.join("target/debug/orchard"))
                 .env("ORCHARD_AGENT_BIN", agent_path())
                 .env("ORCHARD_PLUGIN_DIR", root.join("target/plugins"))
-                .env("ORCHARD_TEST_PLUGIN_DIR", root.join("target/test-plugins")))
+                .env("ORCHARD_TEST_PLUGIN_DIR", root.join("target/test-plugins"))
+                .env("COMPONENTIZE_PY", componentize_py().unwrap_or_else(|| PathBuf::from("componentize-py"))))
         }
         Some("demo") => {
             setup()?;
