@@ -1,0 +1,433 @@
+//! Pod and NetworkPolicy specs for one sandbox.
+//!
+//! - An init container (the agent image: the static `orchard-agent` alone) copies the agent into
+//!   an `emptyDir`; the main container runs the user's image with its command set to the agent,
+//!   which serves on the agent port and starts the image's own entrypoint and command after
+//!   `--` — no per-image rebuild.
+//! - The token reaches the agent from a Secret mounted read-only; the pod only carries its hash.
+//! - No service-account token, no privilege escalation, all capabilities dropped, the default
+//!   seccomp profile; optional runtime class (gVisor, Kata), non-root user, resources, node
+//!   selector and tolerations for a (spot) sandbox pool.
+//! - The NetworkPolicy denies all egress unless the network is open (then only the allowlist's
+//!   CIDRs when one is given), and admits ingress only to the agent port from the host's pods.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, Pod, PodSecurityContext, PodSpec,
+    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use orchard_sandbox::SandboxSpec;
+use sha2::{Digest, Sha256};
+
+/// Label and annotation keys: the pod is the record of the sandbox.
+pub const LABEL_SANDBOX: &str = "orchard.dev/sandbox";
+pub const LABEL_TENANT: &str = "orchard.dev/tenant";
+pub const LABEL_MANAGED: &str = "app.kubernetes.io/managed-by";
+pub const ANNOTATION_OWNER: &str = "orchard.dev/owner-host";
+pub const ANNOTATION_CREATED: &str = "orchard.dev/created-at";
+pub const ANNOTATION_TTL: &str = "orchard.dev/ttl-seconds";
+pub const ANNOTATION_TOKEN_HASH: &str = "orchard.dev/token-sha256";
+
+const AGENT_DIR: &str = "/.orchard/bin";
+const TOKEN_DIR: &str = "/.orchard/token";
+
+/// How the cluster runs sandboxes: set once per backend.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub namespace: String,
+    /// The image holding only the static agent at `/orchard-agent`.
+    pub agent_image: String,
+    pub agent_port: u16,
+    /// Labels of the host's own pods: the only ones allowed to reach the agent port.
+    pub host_pod_labels: BTreeMap<String, String>,
+    pub runtime_class: Option<String>,
+    pub run_as_user: Option<i64>,
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+    pub ephemeral_storage: Option<String>,
+}
+
+/// One sandbox's pod, as placed: the spec, its id, the host that created it, and its image's
+/// entrypoint and command (from the image config, or given with the request).
+#[derive(Debug, Clone)]
+pub struct PodPlan<'a> {
+    pub id: &'a str,
+    pub spec: &'a SandboxSpec,
+    pub owner_host: &'a str,
+    pub created_at: f64,
+    pub ttl_seconds: u64,
+    pub token: &'a str,
+    /// The Secret holding the token under the key `token`.
+    pub token_secret: &'a str,
+    pub image_command: Vec<String>,
+}
+
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// A Kubernetes label value for arbitrary text: at most 63 of `[A-Za-z0-9-_.]`, alphanumeric
+/// at both ends (the full value is in an annotation when it differs).
+pub fn label_value(text: &str) -> String {
+    let cleaned: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '-' }).take(63).collect();
+    cleaned.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
+}
+
+fn labels(plan: &PodPlan) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_SANDBOX.to_string(), label_value(plan.id)),
+        (LABEL_TENANT.to_string(), label_value(&plan.spec.tenant)),
+        (LABEL_MANAGED.to_string(), "orchard".to_string()),
+    ])
+}
+
+pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
+    let agent = format!("{AGENT_DIR}/orchard-agent");
+    let mut command = vec![
+        agent.clone(),
+        "--listen".to_string(),
+        format!("tcp:0.0.0.0:{}", cluster.agent_port),
+        "--token-file".to_string(),
+        format!("{TOKEN_DIR}/token"),
+    ];
+    if !plan.image_command.is_empty() {
+        command.push("--".to_string());
+        command.extend(plan.image_command.iter().cloned());
+    }
+    let mut limits = BTreeMap::new();
+    if let Some(cpu) = plan.spec.cpu {
+        limits.insert("cpu".to_string(), Quantity(format!("{}m", (cpu * 1000.0).round() as u64)));
+    }
+    if let Some(mem) = plan.spec.memory_bytes {
+        limits.insert("memory".to_string(), Quantity(mem.to_string()));
+    }
+    if let Some(storage) = &cluster.ephemeral_storage {
+        limits.insert("ephemeral-storage".to_string(), Quantity(storage.clone()));
+    }
+    let locked_down = SecurityContext {
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
+        run_as_user: cluster.run_as_user,
+        run_as_non_root: cluster.run_as_user.map(|uid| uid != 0),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
+        ..Default::default()
+    };
+    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(read_only),
+        ..Default::default()
+    };
+    let env: Vec<EnvVar> = plan
+        .spec
+        .env
+        .iter()
+        .map(|(k, v)| EnvVar { name: k.clone(), value: Some(v.clone()), value_from: None })
+        .collect();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("orchard-{}", label_value(plan.id).to_ascii_lowercase())),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(labels(plan)),
+            annotations: Some(BTreeMap::from([
+                (LABEL_SANDBOX.to_string(), plan.id.to_string()),
+                (LABEL_TENANT.to_string(), plan.spec.tenant.clone()),
+                (ANNOTATION_OWNER.to_string(), plan.owner_host.to_string()),
+                (ANNOTATION_CREATED.to_string(), format!("{:.3}", plan.created_at)),
+                (ANNOTATION_TTL.to_string(), plan.ttl_seconds.to_string()),
+                (ANNOTATION_TOKEN_HASH.to_string(), token_hash(plan.token)),
+            ])),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            restart_policy: Some("Never".into()),
+            runtime_class_name: cluster.runtime_class.clone(),
+            node_selector: (!cluster.node_selector.is_empty()).then(|| cluster.node_selector.clone()),
+            tolerations: (!cluster.tolerations.is_empty()).then(|| cluster.tolerations.clone()),
+            termination_grace_period_seconds: Some(0),
+            security_context: Some(PodSecurityContext {
+                seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
+                ..Default::default()
+            }),
+            init_containers: Some(vec![Container {
+                name: "orchard-agent".into(),
+                image: Some(cluster.agent_image.clone()),
+                command: Some(vec!["/orchard-agent".into(), "--install".into(), agent.clone()]),
+                volume_mounts: Some(vec![mount("orchard-bin", AGENT_DIR, false)]),
+                security_context: Some(locked_down.clone()),
+                ..Default::default()
+            }]),
+            containers: vec![Container {
+                name: "sandbox".into(),
+                image: Some(plan.spec.image.clone()),
+                command: Some(command),
+                args: Some(vec![]),
+                working_dir: plan.spec.workdir.clone(),
+                env: (!env.is_empty()).then_some(env),
+                ports: Some(vec![ContainerPort {
+                    container_port: cluster.agent_port as i32,
+                    name: Some("agent".into()),
+                    ..Default::default()
+                }]),
+                resources: (!limits.is_empty()).then(|| ResourceRequirements {
+                    requests: Some(limits.clone()),
+                    limits: Some(limits),
+                    ..Default::default()
+                }),
+                volume_mounts: Some(vec![
+                    mount("orchard-bin", AGENT_DIR, true),
+                    mount("orchard-token", TOKEN_DIR, true),
+                ]),
+                security_context: Some(locked_down),
+                ..Default::default()
+            }],
+            volumes: Some(vec![
+                Volume {
+                    name: "orchard-bin".into(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                },
+                Volume {
+                    name: "orchard-token".into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(plan.token_secret.into()),
+                        default_mode: Some(0o400),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The sandbox's NetworkPolicy: ingress to the agent port from the host's pods only; egress
+/// denied, or open (to the allowlist's CIDRs when there is one) when the network is open.
+pub fn network_policy(cluster: &ClusterConfig, plan: &PodPlan) -> NetworkPolicy {
+    let select_sandbox = LabelSelector {
+        match_labels: Some(BTreeMap::from([(LABEL_SANDBOX.to_string(), label_value(plan.id))])),
+        ..Default::default()
+    };
+    let egress = if plan.spec.block_network {
+        vec![]
+    } else {
+        let cidrs: Vec<&String> = plan
+            .spec
+            .network_allow
+            .iter()
+            .filter(|a| a.contains('/') || a.parse::<std::net::IpAddr>().is_ok())
+            .collect();
+        if cidrs.is_empty() {
+            vec![NetworkPolicyEgressRule::default()]
+        } else {
+            vec![NetworkPolicyEgressRule {
+                to: Some(
+                    cidrs
+                        .iter()
+                        .map(|c| NetworkPolicyPeer {
+                            ip_block: Some(IPBlock {
+                                cidr: if c.contains('/') {
+                                    (*c).clone()
+                                } else if c.contains(':') {
+                                    format!("{c}/128")
+                                } else {
+                                    format!("{c}/32")
+                                },
+                                except: None,
+                            }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ports: None,
+            }]
+        }
+    };
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(format!("orchard-{}", label_value(plan.id).to_ascii_lowercase())),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(labels(plan)),
+            ..Default::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(select_sandbox),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    pod_selector: Some(LabelSelector {
+                        match_labels: Some(cluster.host_pod_labels.clone()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(IntOrString::Int(cluster.agent_port as i32)),
+                    protocol: Some("TCP".into()),
+                    end_port: None,
+                }]),
+            }]),
+            egress: Some(egress),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn cluster() -> ClusterConfig {
+        ClusterConfig {
+            namespace: "sandboxes".into(),
+            agent_image: "ghcr.io/orchard/agent:0.1.0".into(),
+            agent_port: 7070,
+            host_pod_labels: BTreeMap::from([("app".into(), "orchard-host".into())]),
+            runtime_class: Some("gvisor".into()),
+            run_as_user: Some(1000),
+            node_selector: BTreeMap::from([("pool".into(), "sandboxes".into())]),
+            tolerations: vec![Toleration {
+                key: Some("spot".into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
+            ephemeral_storage: Some("10Gi".into()),
+        }
+    }
+
+    fn spec(block_network: bool, allow: &[&str]) -> SandboxSpec {
+        let mut s = SandboxSpec::new("team/a", "python:3.12");
+        s.block_network = block_network;
+        s.network_allow = allow.iter().map(|a| a.to_string()).collect();
+        s.cpu = Some(1.5);
+        s.memory_bytes = Some(2 << 30);
+        s.workdir = Some("/work".into());
+        s
+    }
+
+    fn as_json<T: serde::Serialize>(v: &T) -> Value {
+        serde_json::to_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_pod_carries_the_agent_the_record_and_no_privilege() {
+        let s = spec(true, &[]);
+        let plan = PodPlan {
+            id: "sb-1",
+            spec: &s,
+            owner_host: "host-7",
+            created_at: 1767225600.0,
+            ttl_seconds: 600,
+            token: "secret-token",
+            token_secret: "orchard-sb-1",
+            image_command: vec!["python3".into(), "-m".into(), "http.server".into()],
+        };
+        let p = as_json(&pod(&cluster(), &plan));
+        let spec = &p["spec"];
+        assert_eq!(spec["automountServiceAccountToken"], false);
+        assert_eq!(spec["runtimeClassName"], "gvisor");
+        assert_eq!(spec["nodeSelector"], json!({"pool": "sandboxes"}));
+        assert_eq!(spec["tolerations"][0]["key"], "spot");
+        let init = &spec["initContainers"][0];
+        assert_eq!(init["image"], "ghcr.io/orchard/agent:0.1.0");
+        assert_eq!(
+            init["volumeMounts"][0],
+            json!({"name": "orchard-bin", "mountPath": "/.orchard/bin", "readOnly": false})
+        );
+        let main = &spec["containers"][0];
+        assert_eq!(main["image"], "python:3.12");
+        assert_eq!(
+            main["command"],
+            json!([
+                "/.orchard/bin/orchard-agent",
+                "--listen",
+                "tcp:0.0.0.0:7070",
+                "--token-file",
+                "/.orchard/token/token",
+                "--",
+                "python3",
+                "-m",
+                "http.server"
+            ])
+        );
+        assert_eq!(main["workingDir"], "/work");
+        assert_eq!(
+            main["resources"]["limits"],
+            json!({"cpu": "1500m", "memory": "2147483648", "ephemeral-storage": "10Gi"})
+        );
+        for c in [init, main] {
+            let sc = &c["securityContext"];
+            assert_eq!(
+                (sc["allowPrivilegeEscalation"].as_bool(), sc["privileged"].as_bool()),
+                (Some(false), Some(false))
+            );
+            assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+            assert_eq!((sc["runAsUser"].as_i64(), sc["runAsNonRoot"].as_bool()), (Some(1000), Some(true)));
+        }
+        assert_eq!(spec["volumes"][0]["emptyDir"], json!({}));
+        assert_eq!(spec["volumes"][1]["secret"]["secretName"], "orchard-sb-1");
+        // The record: labels select, annotations hold the full values; the token only hashed.
+        let meta = &p["metadata"];
+        assert_eq!(meta["labels"]["orchard.dev/tenant"], "team-a");
+        assert_eq!(meta["annotations"]["orchard.dev/tenant"], "team/a");
+        assert_eq!(meta["annotations"]["orchard.dev/owner-host"], "host-7");
+        assert_eq!(meta["annotations"]["orchard.dev/ttl-seconds"], "600");
+        assert_eq!(meta["annotations"]["orchard.dev/token-sha256"], token_hash("secret-token"));
+        assert!(!p.to_string().contains("secret-token"), "the token itself is never in the pod");
+    }
+
+    #[test]
+    fn network_policies_deny_egress_unless_opened_and_admit_only_the_host() {
+        let plan = |s| PodPlan {
+            id: "sb-2",
+            spec: s,
+            owner_host: "h",
+            created_at: 0.0,
+            ttl_seconds: 60,
+            token: "t",
+            token_secret: "s",
+            image_command: vec![],
+        };
+        let closed = spec(true, &[]);
+        let n = as_json(&network_policy(&cluster(), &plan(&closed)));
+        assert_eq!(n["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+        assert_eq!(n["spec"]["egress"], json!([]));
+        assert_eq!(n["spec"]["podSelector"]["matchLabels"], json!({"orchard.dev/sandbox": "sb-2"}));
+        let ingress = &n["spec"]["ingress"][0];
+        assert_eq!(ingress["from"][0]["podSelector"]["matchLabels"], json!({"app": "orchard-host"}));
+        assert_eq!(ingress["ports"][0], json!({"port": 7070, "protocol": "TCP"}));
+        let open = spec(false, &[]);
+        assert_eq!(as_json(&network_policy(&cluster(), &plan(&open)))["spec"]["egress"], json!([{}]));
+        let allow = spec(false, &["10.0.0.0/8", "1.2.3.4", "example.com"]);
+        let n = as_json(&network_policy(&cluster(), &plan(&allow)));
+        let cidrs: Vec<&str> = n["spec"]["egress"][0]["to"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["ipBlock"]["cidr"].as_str().unwrap())
+            .collect();
+        assert_eq!(cidrs, ["10.0.0.0/8", "1.2.3.4/32"], "domains need a CNI that filters by name");
+    }
+
+    #[test]
+    fn label_values_are_valid() {
+        assert_eq!(label_value("team/a"), "team-a");
+        assert_eq!(label_value("-x-"), "x");
+        assert_eq!(label_value(&"a".repeat(80)).len(), 63);
+    }
+}
