@@ -12,8 +12,12 @@ use clap::Parser;
 pub struct Args {
     /// Where to serve: `tcp:ADDR:PORT`, `unix:PATH`, or `fd:N` (an inherited listening socket,
     /// TCP or unix). Repeat to serve on several.
-    #[arg(long = "listen", required = true)]
+    #[arg(long = "listen", required_unless_present = "install")]
     listen: Vec<String>,
+    /// Copy this binary to PATH (executable) and exit: how an init container puts the agent
+    /// into a volume the sandbox's own image then runs it from.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["listen", "entrypoint"])]
+    pub install: Option<PathBuf>,
     /// Read the token from the first line of stdin (the local backend's way: the token never
     /// touches the sandbox's filesystem or environment).
     #[arg(long)]
@@ -35,6 +39,21 @@ pub struct Args {
     /// The image's entrypoint and command, started as background process `entrypoint`.
     #[arg(last = true)]
     entrypoint: Vec<String>,
+}
+
+/// Copies the running binary to `to` (parents created, mode 0755), through a temporary file
+/// renamed into place so that a reader never sees half a binary.
+pub fn install(to: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let me = std::env::current_exe().context("finding the agent's own binary")?;
+    if let Some(dir) = to.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let tmp = to.with_extension("orchard-partial");
+    std::fs::copy(&me, &tmp).with_context(|| format!("copying {} to {}", me.display(), tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, to).with_context(|| format!("installing {}", to.display()))?;
+    Ok(())
 }
 
 #[derive(Debug, Clone)]

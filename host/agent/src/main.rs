@@ -30,6 +30,10 @@ use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
     let args = config::Args::parse();
+    if let Some(to) = &args.install {
+        config::install(to).context("orchard-agent --install")?;
+        return Ok(());
+    }
     // Non-dumpable: processes in the sandbox (same uid) cannot read our memory, environment or
     // file descriptors through /proc, so the token and the listening socket stay ours.
     // SAFETY: prctl with PR_SET_DUMPABLE takes plain integer arguments.

@@ -6,8 +6,9 @@
 //! and a restarted host reconciles from the pods.
 //!
 //! Not yet here (issue 6 continues): the backend trait implementation on kube-rs (create with
-//! rate limit and backoff, readiness from a watcher, delete, TTL reaper, reconcile), and the
-//! agent's side of injection — `orchard-agent --install PATH` (copy itself) and a trailing
-//! `-- CMD...` it starts after it listens — which the pod spec below already uses.
+//! rate limit and backoff, readiness from a watcher, delete, TTL reaper, reconcile), the agent
+//! image, and tests against a Kubernetes API server double. The agent's side of injection is
+//! in place: `orchard-agent --install PATH` (the init container's copy) and a trailing
+//! `-- CMD...` that it starts as background process `entrypoint`.
 
 pub mod spec;
