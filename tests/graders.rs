@@ -126,7 +126,9 @@ fn reply(request: &Value) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_judge_grader_decides_or_says_it_could_not() {
+    // The agent and the judge on separate endpoints, as `--grader-model` allows.
     let (url, seen) = mock_model_with(reply).await;
+    let (judge_url, judge_seen) = mock_model_with(reply).await;
     let dir = tempfile::tempdir().unwrap();
     for scenario in ["good", "bad", "malformed", "failing"] {
         task(dir.path(), &format!("wv-{scenario}"), &format!("Book a flight under $100 (scenario {scenario})."), "");
@@ -147,6 +149,10 @@ async fn the_judge_grader_decides_or_says_it_could_not() {
             &url,
             "--model-name",
             "mock-1",
+            "--grader-model",
+            &judge_url,
+            "--grader-model-name",
+            "judge-1",
         ])
     })
     .await
@@ -176,7 +182,23 @@ async fn the_judge_grader_decides_or_says_it_could_not() {
         .collect();
     assert_eq!(subs, [("key_points".to_string(), 2.0), ("relevant_screenshots".to_string(), 1.0)]);
 
-    let requests = seen.lock().unwrap().clone();
+    let agent_requests = seen.lock().unwrap().clone();
+    assert!(agent_requests.iter().all(|q| q["tools"].as_array().is_some_and(|t| !t.is_empty())), "only the agent here");
+    let requests = judge_seen.lock().unwrap().clone();
+    assert!(
+        requests
+            .iter()
+            .all(|q| q["model"] == "judge-1" && q.get("tools").is_none_or(|t| t.as_array().is_none_or(Vec::is_empty)))
+    );
+    // The judge's calls are steps of the record; the conversation and usage stay the agent's.
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    let good_line: Value =
+        lines.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|l| l["task_id"] == "wv-good").unwrap();
+    let t = &good_line["trajectory"];
+    let last = t["conversation"].as_array().unwrap().last().unwrap();
+    assert!(last["content"][0]["text"].as_str().unwrap().starts_with("Booked the $99 flight."), "{last:#}");
+    assert_eq!(t["model_calls"], 2, "the agent's two calls");
+    assert!(t["steps"].as_array().unwrap().iter().any(|s| s["type"] == "model_call" && s["plugin"] == "judge@0.1.0"));
     // The WebVoyager judge saw both screenshots and the answer quoted as data.
     let judged = requests
         .iter()

@@ -33,6 +33,13 @@ pub struct EvalArgs {
     model_name: String,
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// A separate OpenAI-compatible endpoint for the grader's model calls (an LLM judge);
+    /// the run's `--model` when absent. Same API key.
+    #[arg(long, env = "ORCHARD_GRADER_MODEL_URL")]
+    grader_model: Option<String>,
+    /// The grader model's name in requests.
+    #[arg(long, env = "ORCHARD_GRADER_MODEL_NAME", default_value = "default")]
+    grader_model_name: String,
     /// Ask the endpoint for token logprobs (kept in the trajectory and in ATIF exports).
     #[arg(long)]
     logprobs: bool,
@@ -101,6 +108,15 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         }
         None => None,
     };
+    let grader_model = match &args.grader_model {
+        Some(url) => {
+            let mut config = ModelConfig::new(url, &args.grader_model_name);
+            config.api_key = args.api_key.clone();
+            config.concurrency = args.model_concurrency;
+            Some(Arc::new(ModelClient::new(config).map_err(|e| anyhow::anyhow!("--grader-model: {e}"))?))
+        }
+        None => None,
+    };
     let harness_config: serde_json::Value =
         serde_json::from_str(&args.config).map_err(|e| anyhow::anyhow!("--config: {e}"))?;
     let memory = orchard_sandbox::parse_memory(&args.plugin_memory.as_str().into())
@@ -111,6 +127,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         tools,
         grader,
         model,
+        grader_model,
         default_image: args.image.clone(),
         attempts: args.attempts.max(1),
         concurrency: args.concurrency.max(1),

@@ -23,6 +23,8 @@ pub struct Job {
     pub tools: Vec<Arc<Plugin>>,
     pub grader: Arc<Plugin>,
     pub model: Option<Arc<ModelClient>>,
+    /// The grader's own endpoint (a judge model); the run's when absent.
+    pub grader_model: Option<Arc<ModelClient>>,
     /// For tasks that name no prebuilt image.
     pub default_image: String,
     pub attempts: u32,
@@ -202,6 +204,9 @@ async fn run_in_sandbox(
     let input =
         TaskInput { id: task.id.clone(), instruction: task.instruction.clone(), metadata: task.metadata.clone() };
     let ctx = RolloutContext::new(&task.id, Some(agent.clone()), job.model.clone());
+    if let Some(m) = &job.grader_model {
+        ctx.set_grader_model(m.clone());
+    }
     for (src, dest) in &task.copies {
         copy_in(agent, src, dest).await?;
     }

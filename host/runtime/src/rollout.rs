@@ -141,6 +141,10 @@ pub struct RolloutContext {
     trajectory: Mutex<Trajectory>,
     fatal: Mutex<Option<PluginFailure>>,
     pub(crate) started: Instant,
+    /// Set when the grader's turn comes: its model calls are recorded apart from the run's.
+    grading: std::sync::atomic::AtomicBool,
+    /// The grader's own endpoint (a judge model), when it differs from the run's.
+    grader_model: std::sync::OnceLock<Arc<ModelClient>>,
 }
 
 impl RolloutContext {
@@ -153,7 +157,26 @@ impl RolloutContext {
             trajectory: Mutex::new(Trajectory::default()),
             fatal: Mutex::new(None),
             started: Instant::now(),
+            grading: std::sync::atomic::AtomicBool::new(false),
+            grader_model: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Gives the grader its own model endpoint (e.g. a judge), instead of the run's.
+    pub fn set_grader_model(&self, model: Arc<ModelClient>) {
+        let _ = self.grader_model.set(model);
+    }
+
+    fn is_grading(&self) -> bool {
+        self.grading.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The endpoint a `model` call goes to now: the grader's own while grading, if it has one.
+    pub(crate) fn current_model(&self) -> Option<Arc<ModelClient>> {
+        match self.grader_model.get() {
+            Some(m) if self.is_grading() => Some(m.clone()),
+            _ => self.model.clone(),
+        }
     }
 
     pub fn trajectory(&self) -> Trajectory {
@@ -174,6 +197,7 @@ impl RolloutContext {
         c: &orchard_model::Completion,
         (at_ms, duration_ms): (u64, u64),
     ) {
+        let grading = self.is_grading();
         let mut t = self.trajectory.lock().unwrap_or_else(|p| p.into_inner());
         t.steps.push(Step::ModelCall {
             plugin: plugin.into(),
@@ -189,6 +213,11 @@ impl RolloutContext {
             logprobs: c.logprobs.clone(),
             token_ids: c.token_ids.clone(),
         });
+        // A judge's calls are steps of the record, but the conversation, tools, sampling and
+        // usage stay the run's: they are what exports train on.
+        if grading {
+            return;
+        }
         t.conversation = request;
         t.conversation.push(c.message.clone());
         t.tools = tools;
@@ -519,6 +548,7 @@ impl Runtime {
             return Err(PluginFailure::config(grader, format!("{} is a {}, not a grader", grader.id(), grader.kind())));
         };
         let t = ctx.trajectory();
+        ctx.grading.store(true, std::sync::atomic::Ordering::SeqCst);
         let trajectory = grading::Trajectory {
             messages: t.conversation.iter().map(convert::message_from_model).collect(),
             steps: t.model_calls,

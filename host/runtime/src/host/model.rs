@@ -15,7 +15,7 @@ impl Host for HostState {
         sampling: Sampling,
     ) -> Result<Completion, WitError> {
         self.require(Capability::Model)?;
-        let client = self.run.model.clone().ok_or_else(|| {
+        let client = self.run.current_model().ok_or_else(|| {
             WitError::Unavailable("no model endpoint is configured for this run (orchard eval --model URL)".into())
         })?;
         let request: Vec<orchard_model::Message> = messages.iter().map(convert::message_to_model).collect();
