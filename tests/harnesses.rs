@@ -29,6 +29,26 @@ async fn eval_async(args: Vec<String>) -> (Value, tempfile::TempDir, String) {
     tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
 }
 
+/// `orchard eval` of one example task under `harness` with `tools`, graded by `script`, the
+/// model at `url`.
+async fn eval_with_model(
+    task_name: &str,
+    harness: &str,
+    tools: &[&str],
+    url: &str,
+    config: Option<&str>,
+) -> (Value, tempfile::TempDir, String) {
+    let mut list = vec![task(task_name), "--harness".into(), harness.into()];
+    for t in tools {
+        list.extend(["--tools".to_string(), t.to_string()]);
+    }
+    list.extend(["--grader", "script", "--model", url].map(String::from));
+    if let Some(c) = config {
+        list.extend(["--config".to_string(), c.to_string()]);
+    }
+    eval_async(list).await
+}
+
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
@@ -74,18 +94,7 @@ async fn mini_swe_feeds_malformed_actions_back_and_submits_with_its_sentinel() {
         ),
     ])
     .await;
-    let (summary, out, _) = eval_async(args(&[
-        &task("hello-file"),
-        "--harness",
-        "mini-swe",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
-        &url,
-    ]))
-    .await;
+    let (summary, out, _) = eval_with_model("hello-file", "mini-swe", &["shell"], &url, None).await;
     assert_eq!(summary["passed"], 1, "{summary:#}");
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 6, "a 429 and a 500 retried, then four turns");
@@ -135,18 +144,7 @@ async fn mini_swe_feeds_malformed_actions_back_and_submits_with_its_sentinel() {
 async fn mini_swe_ends_on_three_malformed_replies_and_at_its_step_limit() {
     let malformed = || completion(assistant("I am not sure what to do."), "stop", (100, 5));
     let (url, seen) = mock_model(vec![malformed(), malformed(), malformed(), malformed()]).await;
-    let (summary, out, _) = eval_async(args(&[
-        &task("hello-file"),
-        "--harness",
-        "mini-swe",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
-        &url,
-    ]))
-    .await;
+    let (summary, out, _) = eval_with_model("hello-file", "mini-swe", &["shell"], &url, None).await;
     assert_eq!(seen.lock().unwrap().len(), 3, "the run stopped at the third malformed reply");
     let rollout = only_rollout(out.path());
     assert_eq!(rollout["outcome"]["status"], "format_error", "{rollout:#}");
@@ -164,19 +162,13 @@ async fn mini_swe_ends_on_three_malformed_replies_and_at_its_step_limit() {
         completion(calls("More.", vec![bash("d1", "echo more")]), "tool_calls", (160, 5)),
     ])
     .await;
-    let (_, out, _) = eval_async(args(&[
-        &task("hello-file"),
-        "--harness",
+    let (_, out, _) = eval_with_model(
+        "hello-file",
         "mini-swe",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
+        &["shell"],
         &url,
-        "--config",
-        r#"{"action_format": "tool", "step_limit": 3}"#,
-    ]))
+        Some(r#"{"action_format": "tool", "step_limit": 3}"#),
+    )
     .await;
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 3, "three steps, then the limit");
@@ -196,19 +188,13 @@ async fn mini_swe_ends_on_three_malformed_replies_and_at_its_step_limit() {
     // The cost limit: $2 per million prompt tokens, 600 000 tokens a turn, $2 allowed.
     let act = || completion(assistant("THOUGHT: look.\n\n```bash\nls\n```"), "stop", (600_000, 10));
     let (url, seen) = mock_model(vec![act(), act(), act(), act()]).await;
-    let (_, out, _) = eval_async(args(&[
-        &task("hello-file"),
-        "--harness",
+    let (_, out, _) = eval_with_model(
+        "hello-file",
         "mini-swe",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
+        &["shell"],
         &url,
-        "--config",
-        r#"{"cost_limit": 2.0, "prices": {"prompt": 2.0, "completion": 0.0}}"#,
-    ]))
+        Some(r#"{"cost_limit": 2.0, "prices": {"prompt": 2.0, "completion": 0.0}}"#),
+    )
     .await;
     assert_eq!(seen.lock().unwrap().len(), 2, "$1.20 after one call, $2.40 after two");
     let rollout = only_rollout(out.path());
@@ -289,22 +275,9 @@ async fn openhands_fixes_a_bug_with_its_codeact_tools() {
         ),
     ];
     let (url, seen) = mock_model(turns).await;
-    let (summary, out, _) = eval_async(args(&[
-        &task("fix-python-bug"),
-        "--harness",
-        "openhands",
-        "--tools",
-        "shell",
-        "--tools",
-        "editor",
-        "--grader",
-        "script",
-        "--model",
-        &url,
-        "--config",
-        r#"{"soft_timeout": 1}"#,
-    ]))
-    .await;
+    let (summary, out, _) =
+        eval_with_model("fix-python-bug", "openhands", &["shell", "editor"], &url, Some(r#"{"soft_timeout": 1}"#))
+            .await;
     assert_eq!(summary["passed"], 1, "{summary:#}");
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 16);
@@ -392,19 +365,13 @@ async fn react_compacts_older_turns_when_the_context_budget_is_reached() {
         completion(assistant("Done."), "stop", (400, 5)),
     ])
     .await;
-    let (summary, out, _) = eval_async(args(&[
-        &task("hello-file"),
-        "--harness",
+    let (summary, out, _) = eval_with_model(
+        "hello-file",
         "react",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
+        &["shell"],
         &url,
-        "--config",
-        r#"{"context_tokens": 1000, "keep_recent_messages": 2}"#,
-    ]))
+        Some(r#"{"context_tokens": 1000, "keep_recent_messages": 2}"#),
+    )
     .await;
     assert_eq!(summary["passed"], 1, "{summary:#}");
     let requests = seen.lock().unwrap().clone();

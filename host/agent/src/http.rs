@@ -239,18 +239,16 @@ async fn session_list(State(state): State<AppState>) -> Json<Vec<SessionInfo>> {
     Json(state.sessions.lock().await.values().map(|s| s.info()).collect())
 }
 
+async fn session_by_id(state: &AppState, id: &str) -> AgentResult<std::sync::Arc<session::Session>> {
+    state.sessions.lock().await.get(id).cloned().ok_or_else(|| AgentError::not_found(format!("no session {id}")))
+}
+
 async fn session_exec(
     State(state): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> AgentResult<Response> {
-    let s = state
-        .sessions
-        .lock()
-        .await
-        .get(&id)
-        .cloned()
-        .ok_or_else(|| AgentError::not_found(format!("no session {id}")))?;
+    let s = session_by_id(&state, &id).await?;
     Ok(Json(s.exec(req).await?).into_response())
 }
 
@@ -259,13 +257,7 @@ async fn session_continue(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<orchard_protocol::SessionContinue>,
 ) -> AgentResult<Response> {
-    let s = state
-        .sessions
-        .lock()
-        .await
-        .get(&id)
-        .cloned()
-        .ok_or_else(|| AgentError::not_found(format!("no session {id}")))?;
+    let s = session_by_id(&state, &id).await?;
     Ok(Json(s.resume(req).await?).into_response())
 }
 

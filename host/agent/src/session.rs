@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use orchard_protocol::{
-    EXIT_CODE_TIMEOUT, ExecRequest, ExecResult, OutputLimit, SessionContinue, SessionInfo, SessionStart,
+    EXIT_CODE_TIMEOUT, ExecRequest, ExecResult, Output, OutputLimit, SessionContinue, SessionInfo, SessionStart,
 };
 use tokio::sync::Mutex;
 
@@ -64,6 +64,23 @@ struct Running {
     /// An earlier answer pointed at the output files (truncated): keep them.
     spilled: bool,
     started: Instant,
+}
+
+impl Running {
+    /// A session command's result: no CPU or memory figures (the shell runs it, not us).
+    fn result(&self, exit_code: i32, timed_out: bool, (stdout, stderr): (Output, Output), running: bool) -> ExecResult {
+        ExecResult {
+            exit_code,
+            signal: None,
+            timed_out,
+            stdout,
+            stderr,
+            wall_seconds: self.started.elapsed().as_secs_f64(),
+            cpu_seconds: 0.0,
+            peak_rss_kb: 0,
+            running,
+        }
+    }
 }
 
 /// How long one call waits.
@@ -274,17 +291,7 @@ impl Session {
         let _ = std::fs::remove_file(&running.script);
         let (stdout, _) = bounded_from_file(&running.stdout, running.offsets.0, limit, !running.spilled);
         let (stderr, _) = bounded_from_file(&running.stderr, running.offsets.1, limit, !running.spilled);
-        ExecResult {
-            exit_code,
-            signal: None,
-            timed_out,
-            stdout,
-            stderr,
-            wall_seconds: running.started.elapsed().as_secs_f64(),
-            cpu_seconds: 0.0,
-            peak_rss_kb: 0,
-            running: false,
-        }
+        running.result(exit_code, timed_out, (stdout, stderr), false)
     }
 
     /// The answer for a command still running: its output so far, remembered as read.
@@ -294,17 +301,7 @@ impl Session {
         let (stderr, err_end) = bounded_from_file(&running.stderr, running.offsets.1, limit, false);
         running.offsets = (out_end, err_end);
         running.spilled |= stdout.truncated || stderr.truncated;
-        ExecResult {
-            exit_code: 0,
-            signal: None,
-            timed_out,
-            stdout,
-            stderr,
-            wall_seconds: running.started.elapsed().as_secs_f64(),
-            cpu_seconds: 0.0,
-            peak_rss_kb: 0,
-            running: true,
-        }
+        running.result(0, timed_out, (stdout, stderr), true)
     }
 
     /// Interrupts the running command: SIGINT to the foreground group, then SIGKILL, until the

@@ -307,7 +307,7 @@ async fn copy_in(agent: &AgentClient, src: &Path, dest: &str) -> Result<(), Stri
 /// Unpacks a local tar archive (gzipped or not) at `dest` in the sandbox, as Docker's ADD does.
 async fn unpack_in(agent: &AgentClient, archive: &Path, dest: &str) -> Result<(), String> {
     let path = archive.to_path_buf();
-    let tar = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+    let read = move || -> std::io::Result<Vec<u8>> {
         let bytes = std::fs::read(&path)?;
         if bytes.starts_with(&[0x1f, 0x8b]) {
             let mut out = Vec::new();
@@ -316,32 +316,34 @@ async fn unpack_in(agent: &AgentClient, archive: &Path, dest: &str) -> Result<()
         } else {
             Ok(bytes)
         }
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("ADD {}: {e}", archive.display()))?;
-    agent
-        .tar_upload(dest, orchard_agent_client::full(tar))
-        .await
-        .map_err(|e| format!("ADD {} {dest}: {e}", archive.display()))?;
-    Ok(())
+    };
+    let what = format!("ADD {}", archive.display());
+    upload_tar(agent, dest, read, &what, &format!("{what} {dest}")).await
 }
 
 /// Copies a host directory into the sandbox (as a tar stream).
 async fn upload_dir(agent: &AgentClient, dir: &Path, to: &str) -> Result<(), String> {
     let dir = dir.to_path_buf();
-    let archive = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+    let pack = move || -> std::io::Result<Vec<u8>> {
         let mut tar = tar::Builder::new(Vec::new());
         tar.follow_symlinks(false);
         tar.append_dir_all(".", &dir)?;
         tar.into_inner()
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("packing {to}: {e}"))?;
-    agent
-        .tar_upload(to, orchard_agent_client::full(archive))
-        .await
-        .map_err(|e| format!("copying {to} into the sandbox: {e}"))?;
+    };
+    upload_tar(agent, to, pack, &format!("packing {to}"), &format!("copying {to} into the sandbox")).await
+}
+
+/// Makes a tar archive off the async threads and unpacks it at `to` in the sandbox; errors say
+/// which step failed with `making` or `uploading`.
+async fn upload_tar(
+    agent: &AgentClient,
+    to: &str,
+    make: impl FnOnce() -> std::io::Result<Vec<u8>> + Send + 'static,
+    making: &str,
+    uploading: &str,
+) -> Result<(), String> {
+    let archive =
+        tokio::task::spawn_blocking(make).await.map_err(|e| e.to_string())?.map_err(|e| format!("{making}: {e}"))?;
+    agent.tar_upload(to, orchard_agent_client::full(archive)).await.map_err(|e| format!("{uploading}: {e}"))?;
     Ok(())
 }

@@ -98,9 +98,31 @@ impl PluginFailure {
         PluginFailure { plugin: plugin.id(), call: call.into(), kind, message }
     }
 
+    /// The plugin's own `error` result from `call`.
+    fn returned(plugin: &Plugin, call: &str, e: &impl std::fmt::Debug) -> Self {
+        PluginFailure { plugin: plugin.id(), call: call.into(), kind: FailureKind::Error, message: format!("{e:?}") }
+    }
+
     pub(crate) fn config(plugin: &Plugin, message: String) -> Self {
         PluginFailure { plugin: plugin.id(), call: "setup".into(), kind: FailureKind::Config, message }
     }
+}
+
+/// Runs a plugin's call, failing it with `WallClock` if it outlasts `wall`.
+async fn within_wall_clock<T>(
+    plugin: &Plugin,
+    call: &str,
+    wall: Duration,
+    work: impl std::future::Future<Output = Result<T, PluginFailure>>,
+) -> Result<T, PluginFailure> {
+    tokio::time::timeout(wall, work).await.unwrap_or_else(|_| {
+        Err(PluginFailure {
+            plugin: plugin.id(),
+            call: call.into(),
+            kind: FailureKind::WallClock,
+            message: format!("did not finish within {wall:?}"),
+        })
+    })
 }
 
 fn first_line(text: &str) -> String {
@@ -515,23 +537,10 @@ impl Runtime {
             }
             match result {
                 Ok(outcome) => Ok(RunOutcome::from_wit(&outcome)),
-                Err(e) => Err(PluginFailure {
-                    plugin: harness.id(),
-                    call: "agent.run".into(),
-                    kind: FailureKind::Error,
-                    message: format!("{e:?}"),
-                }),
+                Err(e) => Err(PluginFailure::returned(harness, "agent.run", &e)),
             }
         };
-        match tokio::time::timeout(limits.wall, work).await {
-            Ok(r) => r,
-            Err(_) => Err(PluginFailure {
-                plugin: harness.id(),
-                call: "agent.run".into(),
-                kind: FailureKind::WallClock,
-                message: format!("did not finish within {:?}", limits.wall),
-            }),
-        }
+        within_wall_clock(harness, "agent.run", limits.wall, work).await
     }
 
     /// Grades a finished run.
@@ -579,22 +588,9 @@ impl Runtime {
                     explanation: s.explanation,
                 }),
                 Ok(grading::Verdict::Unknown(reason)) => Ok(Verdict::Unknown { reason }),
-                Err(e) => Err(PluginFailure {
-                    plugin: grader.id(),
-                    call: "grading.grade".into(),
-                    kind: FailureKind::Error,
-                    message: format!("{e:?}"),
-                }),
+                Err(e) => Err(PluginFailure::returned(grader, "grading.grade", &e)),
             }
         };
-        match tokio::time::timeout(limits.wall, work).await {
-            Ok(r) => r,
-            Err(_) => Err(PluginFailure {
-                plugin: grader.id(),
-                call: "grading.grade".into(),
-                kind: FailureKind::WallClock,
-                message: format!("did not finish within {:?}", limits.wall),
-            }),
-        }
+        within_wall_clock(grader, "grading.grade", limits.wall, work).await
     }
 }

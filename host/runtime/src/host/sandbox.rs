@@ -30,6 +30,27 @@ impl HostState {
     }
 }
 
+impl HostState {
+    /// Records a session command's answer with `detail` (what was asked), and converts it.
+    fn record_session(
+        &self,
+        op: &str,
+        mut detail: serde_json::Value,
+        result: orchard_protocol::ExecResult,
+        started: u64,
+    ) -> SessionAnswer {
+        let running = result.running;
+        let out = exec_result(result);
+        detail["running"] = running.into();
+        detail["exit_code"] = out.exit_code.into();
+        detail["timed_out"] = out.timed_out.into();
+        detail["stdout"] = clip(&out.stdout, 2048).into();
+        detail["stderr"] = clip(&out.stderr, 2048).into();
+        self.record_sandbox(op, detail, started);
+        SessionAnswer { output: out, running }
+    }
+}
+
 fn clip(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
@@ -80,14 +101,8 @@ impl Host for HostState {
         let mut req = PExec::shell(command.clone());
         req.timeout_ms = timeout_ms;
         let result = self.waiting(agent.session_exec(&session, &req)).await.map_err(agent_error)?;
-        let out = exec_result(result);
-        self.record_sandbox(
-            "session-exec",
-            json!({"session": session, "command": command, "exit_code": out.exit_code, "timed_out": out.timed_out,
-                   "stdout": clip(&out.stdout, 2048), "stderr": clip(&out.stderr, 2048)}),
-            started,
-        );
-        Ok(out)
+        let detail = json!({"session": session, "command": command});
+        Ok(self.record_session("session-exec", detail, result, started).output)
     }
 
     async fn session_run(
@@ -103,15 +118,7 @@ impl Host for HostState {
         req.timeout_ms = timeout_ms;
         req.idle_timeout_ms = Some(idle_ms.max(1));
         let result = self.waiting(agent.session_exec(&session, &req)).await.map_err(agent_error)?;
-        let running = result.running;
-        let out = exec_result(result);
-        self.record_sandbox(
-            "session-run",
-            json!({"session": session, "command": command, "running": running, "exit_code": out.exit_code,
-                   "timed_out": out.timed_out, "stdout": clip(&out.stdout, 2048), "stderr": clip(&out.stderr, 2048)}),
-            started,
-        );
-        Ok(SessionAnswer { output: out, running })
+        Ok(self.record_session("session-run", json!({"session": session, "command": command}), result, started))
     }
 
     async fn session_continue(
@@ -136,15 +143,8 @@ impl Host for HostState {
             output_limit: Default::default(),
         };
         let result = self.waiting(agent.session_continue(&session, &req)).await.map_err(agent_error)?;
-        let running = result.running;
-        let out = exec_result(result);
-        self.record_sandbox(
-            "session-continue",
-            json!({"session": session, "input": text, "interrupt": interrupt, "running": running,
-                   "exit_code": out.exit_code, "stdout": clip(&out.stdout, 2048), "stderr": clip(&out.stderr, 2048)}),
-            started,
-        );
-        Ok(SessionAnswer { output: out, running })
+        let detail = json!({"session": session, "input": text, "interrupt": interrupt});
+        Ok(self.record_session("session-continue", detail, result, started))
     }
 
     async fn session_close(&mut self, session: String) -> Result<(), WitError> {
