@@ -108,28 +108,40 @@ pub async fn run_job(
     done.into_iter().map(|(_, r)| r).collect()
 }
 
+impl RolloutResult {
+    /// A rollout not yet run: an error until it says otherwise. Its id is
+    /// `<task>__<harness name>__<attempt>`, the name of its file in `rollouts/`.
+    fn pending(task_id: &str, harness_id: &str, attempt: u32) -> RolloutResult {
+        let harness_name = harness_id.split('@').next().unwrap_or(harness_id);
+        RolloutResult {
+            rollout_id: format!("{task_id}__{harness_name}__{attempt}"),
+            task_id: task_id.into(),
+            attempt,
+            harness: harness_id.into(),
+            tools: vec![],
+            grader: String::new(),
+            model: None,
+            status: RolloutStatus::Error,
+            reward: None,
+            passed: false,
+            verdict: None,
+            outcome: None,
+            error: None,
+            failure: None,
+            sandbox_id: None,
+            agent_seconds: 0.0,
+            grade_seconds: 0.0,
+            total_seconds: 0.0,
+            trajectory: Trajectory::default(),
+        }
+    }
+}
+
 /// A rollout whose task panicked (a host bug): recorded as an error under its own name.
 fn panic_result(task_id: &str, harness: &str, attempt: u32, e: &str) -> RolloutResult {
     RolloutResult {
-        rollout_id: format!("{task_id}__{}__{attempt}", harness.split('@').next().unwrap_or(harness)),
-        task_id: task_id.into(),
-        attempt,
-        harness: harness.into(),
-        tools: vec![],
-        grader: String::new(),
-        model: None,
-        status: RolloutStatus::Error,
-        reward: None,
-        passed: false,
-        verdict: None,
-        outcome: None,
         error: Some(format!("rollout task failed: {e}")),
-        failure: None,
-        sandbox_id: None,
-        agent_seconds: 0.0,
-        grade_seconds: 0.0,
-        total_seconds: 0.0,
-        trajectory: Trajectory::default(),
+        ..RolloutResult::pending(task_id, harness, attempt)
     }
 }
 
@@ -143,25 +155,10 @@ async fn rollout(
 ) -> RolloutResult {
     let started = Instant::now();
     let mut result = RolloutResult {
-        rollout_id: format!("{}__{}__{attempt}", task.id, harness.manifest.name),
-        task_id: task.id.clone(),
-        attempt,
-        harness: harness.id(),
         tools: job.tools.iter().map(|t| t.id()).collect(),
         grader: job.grader.id(),
         model: job.model.as_ref().map(|m| m.config().model.clone()),
-        status: RolloutStatus::Error,
-        reward: None,
-        passed: false,
-        verdict: None,
-        outcome: None,
-        error: None,
-        failure: None,
-        sandbox_id: None,
-        agent_seconds: 0.0,
-        grade_seconds: 0.0,
-        total_seconds: 0.0,
-        trajectory: Trajectory::default(),
+        ..RolloutResult::pending(&task.id, &harness.id(), attempt)
     };
     let mut spec = SandboxSpec::new("eval", task.image.clone().unwrap_or_else(|| job.default_image.clone()));
     spec.block_network = !task.allow_internet;
