@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-pub use registry::RegistryOptions;
+pub use registry::{RegistryOptions, registry_run_config};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {

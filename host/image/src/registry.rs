@@ -4,11 +4,12 @@ use std::path::PathBuf;
 
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
+use oci_client::manifest::OciImageManifest;
 use oci_client::{Client, Reference};
 
 use crate::layers::Layer;
 use crate::layout::{ParsedImage, run_config};
-use crate::{Image, ImageError, ImageStore, Result};
+use crate::{Image, ImageError, ImageStore, Result, RunConfig};
 
 /// How to reach registries.
 #[derive(Debug, Clone, Default)]
@@ -20,21 +21,32 @@ pub struct RegistryOptions {
     pub password: Option<String>,
 }
 
-pub(crate) async fn pull(store: &ImageStore, reference: &str) -> Result<Image> {
+/// The image's run config (entrypoint, cmd, env, workdir, user) from its registry, without
+/// pulling any layer: what the Kubernetes backend needs to start the image's own command
+/// behind the agent.
+pub async fn registry_run_config(options: &RegistryOptions, reference: &str) -> Result<RunConfig> {
+    let (_, _, _, config) = manifest_and_config(options, reference).await?;
+    Ok(run_config(&config))
+}
+
+async fn manifest_and_config(
+    options: &RegistryOptions,
+    reference: &str,
+) -> Result<(Client, Reference, (OciImageManifest, String), oci_client::config::ConfigFile)> {
     let fail = |reason: String| ImageError::Pull { reference: reference.to_string(), reason };
     let parsed: Reference =
         reference.parse().map_err(|e| ImageError::invalid(reference, format!("not an image reference: {e}")))?;
     // rustls needs a process-wide crypto provider; installing twice is harmless.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = Client::new(ClientConfig {
-        protocol: if store.registry.insecure.is_empty() {
+        protocol: if options.insecure.is_empty() {
             ClientProtocol::Https
         } else {
-            ClientProtocol::HttpsExcept(store.registry.insecure.clone())
+            ClientProtocol::HttpsExcept(options.insecure.clone())
         },
         ..Default::default()
     });
-    let auth = match (&store.registry.username, &store.registry.password) {
+    let auth = match (&options.username, &options.password) {
         (Some(u), Some(p)) => RegistryAuth::Basic(u.clone(), p.clone()),
         _ => RegistryAuth::Anonymous,
     };
@@ -42,6 +54,12 @@ pub(crate) async fn pull(store: &ImageStore, reference: &str) -> Result<Image> {
         client.pull_manifest_and_config(&parsed, &auth).await.map_err(|e| fail(e.to_string()))?;
     let config: oci_client::config::ConfigFile =
         serde_json::from_str(&config_json).map_err(|e| fail(format!("image config: {e}")))?;
+    Ok((client, parsed, (manifest, digest), config))
+}
+
+pub(crate) async fn pull(store: &ImageStore, reference: &str) -> Result<Image> {
+    let fail = |reason: String| ImageError::Pull { reference: reference.to_string(), reason };
+    let (client, parsed, (manifest, digest), config) = manifest_and_config(&store.registry, reference).await?;
     let blobs = store.cache_dir().join("blobs");
     let mut layers = Vec::new();
     for descriptor in &manifest.layers {

@@ -1,14 +1,24 @@
-//! The `kubernetes` sandbox backend (in progress): what it writes to the API server.
+//! The `kubernetes` sandbox backend.
 //!
-//! [`spec`] turns a sandbox spec into the Pod and NetworkPolicy that carry it. The pod itself is
-//! the source of truth — its labels and annotations hold the sandbox id, tenant, owner host,
-//! creation time, TTL and a hash of the agent token — so any host replica can serve any sandbox
-//! and a restarted host reconciles from the pods.
-//!
-//! Not yet here (issue 6 continues): the backend trait implementation on kube-rs (create with
-//! rate limit and backoff, readiness from a watcher, delete, TTL reaper, reconcile), the agent
-//! image, and tests against a Kubernetes API server double. The agent's side of injection is
-//! in place: `orchard-agent --install PATH` (the init container's copy) and a trailing
-//! `-- CMD...` that it starts as background process `entrypoint`.
+//! - A pod per sandbox whose labels and annotations are the record (sandbox id, tenant, owner
+//!   host, created-at, TTL, last activity, token nonce and hash): no database, any replica
+//!   serves any sandbox, and a restarted host adopts the pods it finds ([`record`], [`cache`]).
+//! - Agent injection: an init container copies the static agent into an `emptyDir`; the user's
+//!   image runs it as its command, with the image's own entrypoint after `--` ([`spec`]).
+//! - Direct routing: exec, files and PTY go to `podIP:agentPort` with a per-sandbox token
+//!   derived from a key the replicas share ([`token`]); the API server sees lifecycle only.
+//! - Writes are paced and retried on 429/5xx ([`writes`]); the reaper's work is split between
+//!   replicas by rendezvous hashing over their leases ([`replicas`]).
 
+mod backend;
+pub mod cache;
+mod config;
+pub mod record;
+pub mod replicas;
 pub mod spec;
+pub mod token;
+pub mod writes;
+
+pub use backend::{Kubernetes, KubernetesBackend};
+pub use config::KubernetesConfig;
+pub use spec::ClusterConfig;

@@ -14,8 +14,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, Pod, PodSecurityContext, PodSpec,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, Pod, PodSecurityContext, PodSpec, Probe,
+    ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, TCPSocketAction, Toleration,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -35,6 +36,15 @@ pub const ANNOTATION_OWNER: &str = "orchard.dev/owner-host";
 pub const ANNOTATION_CREATED: &str = "orchard.dev/created-at";
 pub const ANNOTATION_TTL: &str = "orchard.dev/ttl-seconds";
 pub const ANNOTATION_TOKEN_HASH: &str = "orchard.dev/token-sha256";
+/// The per-pod input of the token derivation (see [`crate::token`]).
+pub const ANNOTATION_NONCE: &str = "orchard.dev/token-nonce";
+/// Epoch seconds of the last activity any replica recorded (flushed, not per request).
+pub const ANNOTATION_LAST_ACTIVE: &str = "orchard.dev/last-active";
+/// `blocked` or `open`.
+pub const ANNOTATION_NETWORK: &str = "orchard.dev/network";
+pub const MANAGED_BY: &str = "orchard";
+/// Selects every object this backend writes.
+pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=orchard";
 
 const AGENT_DIR: &str = "/.orchard/bin";
 const TOKEN_DIR: &str = "/.orchard/token";
@@ -48,6 +58,8 @@ pub struct ClusterConfig {
     pub agent_port: u16,
     /// Labels of the host's own pods: the only ones allowed to reach the agent port.
     pub host_pod_labels: BTreeMap<String, String>,
+    /// The host's namespace, when it is not the sandboxes' one.
+    pub host_namespace: Option<String>,
     pub runtime_class: Option<String>,
     pub run_as_user: Option<i64>,
     pub node_selector: BTreeMap<String, String>,
@@ -65,9 +77,36 @@ pub struct PodPlan<'a> {
     pub created_at: f64,
     pub ttl_seconds: u64,
     pub token: &'a str,
-    /// The Secret holding the token under the key `token`.
-    pub token_secret: &'a str,
+    pub nonce: &'a str,
     pub image_command: Vec<String>,
+}
+
+/// Every object of a sandbox is named after it.
+pub fn object_name(id: &str) -> String {
+    format!("orchard-{id}")
+}
+
+/// Refuses what the cluster cannot enforce, naming the field.
+pub fn check_network(spec: &SandboxSpec) -> Result<(), String> {
+    if spec.block_network {
+        return Ok(());
+    }
+    let names: Vec<&String> =
+        spec.network_allow.iter().filter(|a| !a.contains('/') && a.parse::<std::net::IpAddr>().is_err()).collect();
+    if let Some(name) = names.first() {
+        return Err(format!(
+            "network_allow: {name:?} is a domain name; a Kubernetes NetworkPolicy filters by address only, \
+             so list CIDRs or IPs (a name-aware CNI policy is not supported yet)"
+        ));
+    }
+    for cidr in spec.network_allow.iter().filter(|a| a.contains('/')) {
+        let (ip, bits) = cidr.split_once('/').unwrap_or_default();
+        let max = if ip.contains(':') { 128 } else { 32 };
+        if ip.parse::<std::net::IpAddr>().is_err() || bits.parse::<u8>().map_or(true, |b| b > max) {
+            return Err(format!("network_allow: {cidr:?} is not a CIDR"));
+        }
+    }
+    Ok(())
 }
 
 pub fn token_hash(token: &str) -> String {
@@ -136,7 +175,7 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
         .collect();
     Pod {
         metadata: ObjectMeta {
-            name: Some(format!("orchard-{}", label_value(plan.id).to_ascii_lowercase())),
+            name: Some(object_name(plan.id)),
             namespace: Some(cluster.namespace.clone()),
             labels: Some(labels(plan)),
             annotations: Some(BTreeMap::from([
@@ -146,6 +185,8 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
                 (ANNOTATION_CREATED.to_string(), format!("{:.3}", plan.created_at)),
                 (ANNOTATION_TTL.to_string(), plan.ttl_seconds.to_string()),
                 (ANNOTATION_TOKEN_HASH.to_string(), token_hash(plan.token)),
+                (ANNOTATION_NONCE.to_string(), plan.nonce.to_string()),
+                (ANNOTATION_NETWORK.to_string(), if plan.spec.block_network { "blocked" } else { "open" }.to_string()),
             ])),
             ..Default::default()
         },
@@ -186,6 +227,16 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
                     limits: Some(limits),
                     ..Default::default()
                 }),
+                // Ready once the agent accepts connections: the host's watch sees the pod's
+                // Ready condition, never a poll of the agent.
+                readiness_probe: Some(Probe {
+                    tcp_socket: Some(TCPSocketAction {
+                        port: IntOrString::Int(cluster.agent_port as i32),
+                        host: None,
+                    }),
+                    period_seconds: Some(1),
+                    ..Default::default()
+                }),
                 volume_mounts: Some(vec![
                     mount("orchard-bin", AGENT_DIR, true),
                     mount("orchard-token", TOKEN_DIR, true),
@@ -202,7 +253,7 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
                 Volume {
                     name: "orchard-token".into(),
                     secret: Some(SecretVolumeSource {
-                        secret_name: Some(plan.token_secret.into()),
+                        secret_name: Some(object_name(plan.id)),
                         default_mode: Some(0o400),
                         ..Default::default()
                     }),
@@ -212,6 +263,21 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+/// The Secret the agent reads its token from (mounted read-only; the pod holds only a hash).
+pub fn token_secret(cluster: &ClusterConfig, plan: &PodPlan) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(object_name(plan.id)),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(labels(plan)),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([("token".to_string(), plan.token.to_string())])),
+        type_: Some("Opaque".into()),
+        ..Default::default()
     }
 }
 
@@ -259,7 +325,7 @@ pub fn network_policy(cluster: &ClusterConfig, plan: &PodPlan) -> NetworkPolicy 
     };
     NetworkPolicy {
         metadata: ObjectMeta {
-            name: Some(format!("orchard-{}", label_value(plan.id).to_ascii_lowercase())),
+            name: Some(object_name(plan.id)),
             namespace: Some(cluster.namespace.clone()),
             labels: Some(labels(plan)),
             ..Default::default()
@@ -271,6 +337,14 @@ pub fn network_policy(cluster: &ClusterConfig, plan: &PodPlan) -> NetworkPolicy 
                 from: Some(vec![NetworkPolicyPeer {
                     pod_selector: Some(LabelSelector {
                         match_labels: Some(cluster.host_pod_labels.clone()),
+                        ..Default::default()
+                    }),
+                    // Without it the pod selector only matches pods of the sandboxes' namespace.
+                    namespace_selector: cluster.host_namespace.as_ref().map(|ns| LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            "kubernetes.io/metadata.name".to_string(),
+                            ns.clone(),
+                        )])),
                         ..Default::default()
                     }),
                     ..Default::default()
@@ -297,6 +371,7 @@ mod tests {
             agent_image: "ghcr.io/orchard/agent:0.1.0".into(),
             agent_port: 7070,
             host_pod_labels: BTreeMap::from([("app".into(), "orchard-host".into())]),
+            host_namespace: Some("orchard".into()),
             runtime_class: Some("gvisor".into()),
             run_as_user: Some(1000),
             node_selector: BTreeMap::from([("pool".into(), "sandboxes".into())]),
@@ -334,7 +409,7 @@ mod tests {
             created_at: 1767225600.0,
             ttl_seconds: 600,
             token: "secret-token",
-            token_secret: "orchard-sb-1",
+            nonce: "n1",
             image_command: vec!["python3".into(), "-m".into(), "http.server".into()],
         };
         let p = as_json(&pod(&cluster(), &plan));
@@ -400,7 +475,7 @@ mod tests {
             created_at: 0.0,
             ttl_seconds: 60,
             token: "t",
-            token_secret: "s",
+            nonce: "n",
             image_command: vec![],
         };
         let closed = spec(true, &[]);
@@ -410,10 +485,14 @@ mod tests {
         assert_eq!(n["spec"]["podSelector"]["matchLabels"], json!({"orchard.dev/sandbox": "sb-2"}));
         let ingress = &n["spec"]["ingress"][0];
         assert_eq!(ingress["from"][0]["podSelector"]["matchLabels"], json!({"app": "orchard-host"}));
+        assert_eq!(
+            ingress["from"][0]["namespaceSelector"]["matchLabels"],
+            json!({"kubernetes.io/metadata.name": "orchard"})
+        );
         assert_eq!(ingress["ports"][0], json!({"port": 7070, "protocol": "TCP"}));
         let open = spec(false, &[]);
         assert_eq!(as_json(&network_policy(&cluster(), &plan(&open)))["spec"]["egress"], json!([{}]));
-        let allow = spec(false, &["10.0.0.0/8", "1.2.3.4", "example.com"]);
+        let allow = spec(false, &["10.0.0.0/8", "1.2.3.4"]);
         let n = as_json(&network_policy(&cluster(), &plan(&allow)));
         let cidrs: Vec<&str> = n["spec"]["egress"][0]["to"]
             .as_array()
@@ -421,7 +500,16 @@ mod tests {
             .iter()
             .map(|p| p["ipBlock"]["cidr"].as_str().unwrap())
             .collect();
-        assert_eq!(cidrs, ["10.0.0.0/8", "1.2.3.4/32"], "domains need a CNI that filters by name");
+        assert_eq!(cidrs, ["10.0.0.0/8", "1.2.3.4/32"]);
+    }
+
+    #[test]
+    fn allowlists_the_cluster_cannot_enforce_are_refused() {
+        assert!(check_network(&spec(false, &["10.0.0.0/8", "::1"])).is_ok());
+        let err = check_network(&spec(false, &["10.0.0.0/8", "example.com"])).unwrap_err();
+        assert!(err.starts_with("network_allow: \"example.com\" is a domain name"), "{err}");
+        assert!(check_network(&spec(false, &["10.0.0.0/33"])).unwrap_err().contains("not a CIDR"));
+        assert!(check_network(&spec(true, &["example.com"])).is_ok(), "no egress at all: nothing to enforce");
     }
 
     #[test]

@@ -341,8 +341,19 @@ impl LocalBackend {
                 });
                 let health = agent.wait_healthy(Duration::from_secs(10)).await;
                 tracing::debug!(sandbox = id, prepare = ?t1, launch = ?(t2 - t1), ready = ?(t0.elapsed() - t2), "created");
-                match health {
-                    Ok(_) => {
+                let started = match (health, spec.entrypoint.as_deref()) {
+                    (Ok(_), Some(argv)) if !argv.is_empty() => agent
+                        .start_process(&orchard_protocol::ProcessStart {
+                            command: orchard_protocol::Command::Argv(argv.to_vec()),
+                            cwd: None,
+                            env: Default::default(),
+                        })
+                        .await
+                        .map(|_| ()),
+                    (health, _) => health.map(|_| ()),
+                };
+                match started {
+                    Ok(()) => {
                         *sandbox.status.lock().unwrap_or_else(|p| p.into_inner()) = (SandboxStatus::Ready, None);
                         Ok(sandbox)
                     }
@@ -350,7 +361,7 @@ impl LocalBackend {
                         let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
                         self.destroy(&sandbox).await;
                         Err(SandboxError::Backend(format!(
-                            "the sandbox's agent did not come up: {e}; its log: {}",
+                            "the sandbox did not start (agent, or the entrypoint): {e}; the agent log: {}",
                             log.trim()
                         )))
                     }

@@ -28,6 +28,10 @@ pub struct SandboxSpec {
     pub file_roots: Vec<String>,
     /// Working directory (created if missing); the image's when absent.
     pub workdir: Option<String>,
+    /// The image's own entrypoint and command, started behind the agent as background process
+    /// `entrypoint`. `None`: the Kubernetes backend reads it from the image config; `[]`: none.
+    #[serde(default)]
+    pub entrypoint: Option<Vec<String>>,
 }
 
 impl SandboxSpec {
@@ -45,6 +49,7 @@ impl SandboxSpec {
             env: BTreeMap::new(),
             file_roots: Vec::new(),
             workdir: None,
+            entrypoint: None,
         }
     }
 }

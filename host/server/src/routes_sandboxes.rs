@@ -56,6 +56,9 @@ pub struct CreateBody {
     pub file_roots: Vec<String>,
     #[serde(default)]
     pub workdir: Option<String>,
+    /// The image's own entrypoint and command, run behind the agent (`[]`: none).
+    #[serde(default)]
+    pub entrypoint: Option<Vec<String>>,
 }
 
 fn yes() -> bool {
@@ -81,6 +84,7 @@ impl CreateBody {
         spec.network_allow = self.network_allow.clone();
         spec.file_roots = self.file_roots.clone();
         spec.workdir = self.workdir.clone();
+        spec.entrypoint = self.entrypoint.clone();
         if self.image.trim().is_empty() {
             return Err(ApiError::bad_request("image: must not be empty"));
         }

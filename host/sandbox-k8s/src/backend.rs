@@ -1,0 +1,532 @@
+//! The `kubernetes` backend: a pod per sandbox, the API server for lifecycle only, exec and
+//! files straight to the agent at `podIP:agentPort`.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use orchard_agent_client::{AgentAddr, AgentClient};
+use orchard_sandbox::{
+    Backend, INLINE_READY_WAIT, Result, SandboxError, SandboxInfo, SandboxSpec, SandboxStatus, valid_sandbox_id,
+};
+
+use crate::cache::PodCache;
+use crate::config::KubernetesConfig;
+use crate::record::PodRecord;
+use crate::spec::{self, ANNOTATION_LAST_ACTIVE, MANAGED_SELECTOR, PodPlan};
+use crate::token::{random_hex, sandbox_token};
+use crate::writes::{Writes, api_code};
+use crate::replicas;
+
+/// Objects without their pod (a create that died half-way) are collected after this long.
+const ORPHAN_GRACE: f64 = 120.0;
+
+pub struct KubernetesBackend {
+    config: KubernetesConfig,
+    pods: Api<Pod>,
+    secrets: Api<Secret>,
+    policies: Api<NetworkPolicy>,
+    leases: Api<Lease>,
+    cache: Arc<PodCache>,
+    writes: Writes,
+    /// Agent clients by sandbox, keyed by the pod's nonce so a recreated pod gets a new one.
+    agents: Mutex<HashMap<String, (String, Arc<AgentClient>)>>,
+    /// Activity seen by this replica: (last active, last written to the pod).
+    activity: Mutex<HashMap<String, (f64, f64)>>,
+    /// Entrypoints read from image configs.
+    entrypoints: tokio::sync::Mutex<HashMap<String, Vec<String>>>,
+    last_reap: Mutex<Option<std::time::Instant>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl KubernetesBackend {
+    /// Connects with the ambient configuration (in-cluster service account, or `KUBECONFIG`).
+    pub async fn connect(config: KubernetesConfig) -> Result<Arc<Self>> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = Client::try_default().await.map_err(|e| SandboxError::backend("kubernetes client", e))?;
+        Self::with_client(client, config).await
+    }
+
+    /// Starts the pod watch, waits for its first list, and reconciles what it found.
+    pub async fn with_client(client: Client, config: KubernetesConfig) -> Result<Arc<Self>> {
+        if config.token_key.len() < 16 {
+            return Err(SandboxError::InvalidSpec(
+                "kubernetes backend: the token key must hold at least 16 bytes (shared by all replicas)".into(),
+            ));
+        }
+        let ns = &config.cluster.namespace;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let cache = PodCache::new();
+        let watch = tokio::spawn(cache.clone().run(pods.clone()));
+        let synced = tokio::time::timeout(Duration::from_secs(30), cache.wait_synced()).await;
+        if synced.is_err() {
+            watch.abort();
+            return Err(SandboxError::Backend(format!(
+                "kubernetes backend: could not list pods in namespace {ns} within 30 s (is the API server reachable, \
+                 and may this identity list pods there?)"
+            )));
+        }
+        let backend = KubernetesBackend {
+            secrets: Api::namespaced(client.clone(), ns),
+            policies: Api::namespaced(client.clone(), ns),
+            leases: Api::namespaced(client, ns),
+            pods,
+            cache,
+            writes: Writes::new(config.write_rate, config.write_retries),
+            agents: Mutex::new(HashMap::new()),
+            activity: Mutex::new(HashMap::new()),
+            entrypoints: tokio::sync::Mutex::new(HashMap::new()),
+            last_reap: Mutex::new(None),
+            tasks: vec![watch],
+            config,
+        };
+        let backend = Arc::new(backend);
+        tracing::info!(
+            namespace = %backend.config.cluster.namespace,
+            sandboxes = backend.cache.len(),
+            "kubernetes backend: adopted the sandboxes the pods record"
+        );
+        // Orphan reconcile at start: this replica's share of expired, failed and half-created
+        // sandboxes goes now rather than at the first housekeeping tick.
+        backend.reap_now().await;
+        Ok(backend)
+    }
+
+    /// Writes retried after 429 / 5xx so far.
+    pub fn retried_writes(&self) -> u64 {
+        self.writes.retried.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn record(&self, id: &str) -> Result<PodRecord> {
+        self.cache.get(id).filter(|r| !r.deleting).ok_or_else(|| SandboxError::NotFound(id.to_string()))
+    }
+
+    fn info(&self, record: &PodRecord) -> SandboxInfo {
+        let local = self.activity.lock().unwrap_or_else(|p| p.into_inner()).get(&record.id).map(|a| a.0);
+        let agent = record
+            .pod_ip
+            .as_ref()
+            .map(|ip| format!("tcp:{ip}:{}", self.config.cluster.agent_port))
+            .unwrap_or_default();
+        record.info(local.unwrap_or(0.0), agent)
+    }
+
+    fn validate(&self, spec: &SandboxSpec) -> Result<String> {
+        let id = match &spec.id {
+            Some(id) => {
+                valid_sandbox_id(id).map_err(SandboxError::InvalidSpec)?;
+                id.clone()
+            }
+            None => format!("sb-{}", random_hex(6)),
+        };
+        let image = spec.image.trim();
+        if image == "host" || image.starts_with('/') || image.starts_with('.') || image.contains(".tar") {
+            return Err(SandboxError::InvalidSpec(format!(
+                "image: {image:?} is a local image; the kubernetes backend runs registry images (e.g. python:3.12)"
+            )));
+        }
+        if spec.pids.is_some() {
+            return Err(SandboxError::InvalidSpec(
+                "pids: a per-pod process limit is a kubelet setting (podPidsLimit), not a pod field; leave it unset".into(),
+            ));
+        }
+        spec::check_network(spec).map_err(SandboxError::InvalidSpec)?;
+        Ok(id)
+    }
+
+    /// The image's own entrypoint + cmd, from the request or the registry.
+    async fn image_command(&self, spec: &SandboxSpec) -> Result<Vec<String>> {
+        if let Some(given) = &spec.entrypoint {
+            return Ok(given.clone());
+        }
+        let mut known = self.entrypoints.lock().await;
+        if let Some(command) = known.get(&spec.image) {
+            return Ok(command.clone());
+        }
+        let options =
+            orchard_image::RegistryOptions { insecure: self.config.insecure_registries.clone(), ..Default::default() };
+        let config = orchard_image::registry_run_config(&options, &spec.image).await.map_err(|e| SandboxError::Image {
+            image: spec.image.clone(),
+            reason: format!(
+                "reading its entrypoint from the registry failed ({e}); give \"entrypoint\" in the request \
+                 ([] for none) when the host cannot read this registry"
+            ),
+        })?;
+        let command: Vec<String> = config.entrypoint.into_iter().chain(config.cmd).collect();
+        known.insert(spec.image.clone(), command.clone());
+        Ok(command)
+    }
+
+    async fn create_objects(&self, id: &str, spec: &SandboxSpec, command: Vec<String>) -> Result<()> {
+        let nonce = random_hex(12);
+        let token = sandbox_token(&self.config.token_key, id, &nonce);
+        let plan = PodPlan {
+            id,
+            spec,
+            owner_host: &self.config.host_id,
+            created_at: now(),
+            ttl_seconds: spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs()),
+            token: &token,
+            nonce: &nonce,
+            image_command: command,
+        };
+        let cluster = &self.config.cluster;
+        let post = &PostParams::default();
+        let secret = spec::token_secret(cluster, &plan);
+        // A 409 on the first write means the id is taken (nothing of ours to undo); on a retry
+        // after a 5xx it may be our own write that went through.
+        self.writes
+            .run(|attempt| {
+                let secret = secret.clone();
+                async move {
+                    match self.secrets.create(post, &secret).await {
+                        Err(e) if attempt > 0 && api_code(&e) == Some(409) => {
+                            let existing = self.secrets.get(&spec::object_name(id)).await?;
+                            if existing.metadata.labels == secret.metadata.labels && self.cache.get(id).is_none() {
+                                Ok(existing)
+                            } else {
+                                Err(e)
+                            }
+                        }
+                        other => other,
+                    }
+                }
+            })
+            .await
+            .map_err(|e| match api_code(&e) {
+                Some(409) => SandboxError::AlreadyExists(id.to_string()),
+                _ => SandboxError::backend("creating the sandbox's token secret", e),
+            })?;
+        let policy = &spec::network_policy(cluster, &plan);
+        let pod = &spec::pod(cluster, &plan);
+        let nonce = &nonce;
+        let rest = async {
+            self.writes
+                .run(|attempt| async move {
+                    match self.policies.create(post, policy).await {
+                        Err(e) if attempt > 0 && api_code(&e) == Some(409) => Ok(policy.clone()),
+                        other => other,
+                    }
+                })
+                .await
+                .map_err(|e| SandboxError::backend("creating the sandbox's network policy", e))?;
+            self.writes
+                .run(|attempt| {
+                    async move {
+                        match self.pods.create(post, pod).await {
+                            Err(e) if attempt > 0 && api_code(&e) == Some(409) => {
+                                let existing = self.pods.get(&spec::object_name(id)).await?;
+                                let ours = PodRecord::from_pod(&existing).is_some_and(|r| r.nonce == *nonce);
+                                if ours { Ok(existing) } else { Err(e) }
+                            }
+                            other => other,
+                        }
+                    }
+                })
+                .await
+                .map_err(|e| match api_code(&e) {
+                    Some(409) => SandboxError::AlreadyExists(id.to_string()),
+                    Some(403) | Some(422) => SandboxError::InvalidSpec(format!("the cluster refused the pod: {e}")),
+                    _ => SandboxError::backend("creating the sandbox's pod", e),
+                })
+        };
+        match rest.await {
+            Ok(created) => {
+                // The watch will report it too; recording it now lets the caller use it at once.
+                self.cache.upsert(&created);
+                Ok(())
+            }
+            Err(e) => {
+                self.delete_objects(id, false).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes the pod (grace 0), its token secret and its policy; `NotFound` is not an error.
+    async fn delete_objects(&self, id: &str, pod: bool) -> bool {
+        let name = spec::object_name(id);
+        let mut pod_existed = false;
+        if pod {
+            let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+            match self.writes.run(|_| self.pods.delete(&name, &params)).await {
+                Ok(_) => pod_existed = true,
+                Err(e) if api_code(&e) == Some(404) => {}
+                Err(e) => tracing::warn!(sandbox = id, "deleting its pod: {e}"),
+            }
+        }
+        let params = &DeleteParams::default();
+        for result in [
+            self.writes.run(|_| self.secrets.delete(&name, params)).await.map(|_| ()),
+            self.writes.run(|_| self.policies.delete(&name, params)).await.map(|_| ()),
+        ] {
+            if let Err(e) = result.filter_not_found() {
+                tracing::warn!(sandbox = id, "deleting its objects: {e}");
+            }
+        }
+        pod_existed
+    }
+
+    /// Records activity; writes it to the pod at most every quarter TTL (bounded to 1–30 s),
+    /// in the background, so other replicas' reapers see it without a write per request.
+    fn touch(self: &Arc<Self>, record: &PodRecord) {
+        let now = now();
+        let interval = flush_interval(record.ttl_seconds);
+        let flush = {
+            let mut activity = self.activity.lock().unwrap_or_else(|p| p.into_inner());
+            let entry = activity.entry(record.id.clone()).or_insert((now, record.last_active));
+            entry.0 = now;
+            let due = now - entry.1.max(record.last_active) >= interval;
+            if due {
+                entry.1 = now;
+            }
+            due
+        };
+        if flush {
+            let this = self.clone();
+            let name = record.pod_name.clone();
+            tokio::spawn(async move {
+                let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_LAST_ACTIVE: format!("{now:.3}")}}});
+                let (params, patch) = (&PatchParams::default(), &Patch::Merge(&patch));
+                if let Err(e) = this.writes.run(|_| this.pods.patch(&name, params, patch)).await {
+                    tracing::debug!(pod = %name, "recording activity: {e}");
+                }
+            });
+        }
+    }
+
+    /// One reaper pass over this replica's share: expired and failed sandboxes, and objects
+    /// left behind by creates that died half-way or pods deleted behind our back.
+    async fn reap_now(&self) -> Vec<String> {
+        if let Err(e) = replicas::renew(&self.leases, &self.config.host_id, self.config.lease_duration).await {
+            tracing::warn!("renewing this replica's lease: {e}");
+        }
+        let live = match replicas::live(&self.leases, &self.config.host_id).await {
+            Ok(live) => live,
+            Err(e) => {
+                // Without the live set, reaping could double up with another replica: skip.
+                tracing::warn!("listing host replicas: {e}; skipping this reaper pass");
+                return Vec::new();
+            }
+        };
+        let mine = |id: &str| replicas::owner_of(id, &live) == Some(self.config.host_id.as_str());
+        let now = now();
+        let mut reaped = Vec::new();
+        for record in self.cache.all() {
+            if record.deleting || !mine(&record.id) {
+                continue;
+            }
+            let info = self.info(&record);
+            // Other replicas write activity at most every flush interval: allow for it.
+            let expired = info.expires_at() + flush_interval(record.ttl_seconds) <= now;
+            let failed_long_ago = info.status == SandboxStatus::Failed && info.last_active + ORPHAN_GRACE <= now;
+            if expired || failed_long_ago {
+                tracing::info!(sandbox = %record.id, expired, "reaping");
+                if self.delete_objects(&record.id, true).await {
+                    reaped.push(record.id.clone());
+                }
+                self.forget(&record.id);
+            }
+        }
+        self.collect_orphans(&mine, now).await;
+        reaped
+    }
+
+    /// Secrets and policies whose pod is gone.
+    async fn collect_orphans(&self, mine: &(dyn Fn(&str) -> bool + Sync), now: f64) {
+        let list = ListParams::default().labels(MANAGED_SELECTOR);
+        let mut orphans = Vec::new();
+        if let Ok(secrets) = self.secrets.list(&list).await {
+            orphans.extend(secrets.items.iter().filter_map(|s| orphan_id(&s.metadata, now)));
+        }
+        if let Ok(policies) = self.policies.list(&list).await {
+            orphans.extend(policies.items.iter().filter_map(|p| orphan_id(&p.metadata, now)));
+        }
+        orphans.sort();
+        orphans.dedup();
+        for id in orphans {
+            if self.cache.get(&id).is_none() && mine(&id) {
+                tracing::info!(sandbox = %id, "collecting objects left without their pod");
+                self.delete_objects(&id, false).await;
+            }
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        self.cache.forget(id);
+        self.agents.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.activity.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+    }
+}
+
+/// The sandbox id of a managed object created more than [`ORPHAN_GRACE`] ago.
+fn orphan_id(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, now: f64) -> Option<String> {
+    let labels = meta.labels.as_ref()?;
+    let id = labels.get(spec::LABEL_SANDBOX)?.clone();
+    let created = meta.creation_timestamp.as_ref().map(|t| t.0.timestamp() as f64).unwrap_or(0.0);
+    (created + ORPHAN_GRACE <= now).then_some(id)
+}
+
+fn flush_interval(ttl_seconds: u64) -> f64 {
+    (ttl_seconds as f64 / 4.0).clamp(1.0, 30.0)
+}
+
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+trait NotFoundIsFine {
+    fn filter_not_found(self) -> std::result::Result<(), kube::Error>;
+}
+
+impl NotFoundIsFine for std::result::Result<(), kube::Error> {
+    fn filter_not_found(self) -> std::result::Result<(), kube::Error> {
+        match self {
+            Err(e) if api_code(&e) == Some(404) => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// The handle the server holds: the backend behind an `Arc` so that activity flushes can
+/// outlive the request that caused them.
+pub struct Kubernetes(pub Arc<KubernetesBackend>);
+
+#[async_trait::async_trait]
+impl Backend for Kubernetes {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    async fn create(&self, spec: SandboxSpec) -> Result<SandboxInfo> {
+        let b = &self.0;
+        let id = b.validate(&spec)?;
+        if b.cache.get(&id).is_some() {
+            return Err(SandboxError::AlreadyExists(id));
+        }
+        if b.cache.len() >= b.config.max_sandboxes {
+            return Err(SandboxError::Capacity(format!("{} sandboxes exist", b.config.max_sandboxes)));
+        }
+        let command = b.image_command(&spec).await?;
+        b.create_objects(&id, &spec, command).await?;
+        b.activity.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), (now(), now()));
+        match self.wait_ready(&id, INLINE_READY_WAIT).await {
+            Ok(info) => Ok(info),
+            Err(SandboxError::NotReady { .. }) => self.get(&id).await,
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn get(&self, id: &str) -> Result<SandboxInfo> {
+        Ok(self.0.info(&self.0.record(id)?))
+    }
+
+    async fn list(&self) -> Vec<SandboxInfo> {
+        let mut infos: Vec<SandboxInfo> =
+            self.0.cache.all().iter().filter(|r| !r.deleting).map(|r| self.0.info(r)).collect();
+        infos.sort_by(|a, b| a.created_at.total_cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        infos
+    }
+
+    async fn agent(&self, id: &str) -> Result<Arc<AgentClient>> {
+        let b = &self.0;
+        let record = b.record(id)?;
+        if record.status != SandboxStatus::Ready {
+            return Err(SandboxError::NotReady {
+                id: id.into(),
+                reason: record.status_message.clone().unwrap_or_else(|| "not ready".into()),
+            });
+        }
+        b.touch(&record);
+        let mut agents = b.agents.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((nonce, client)) = agents.get(id)
+            && *nonce == record.nonce
+        {
+            return Ok(client.clone());
+        }
+        let token = sandbox_token(&b.config.token_key, id, &record.nonce);
+        if spec::token_hash(&token) != record.token_hash {
+            return Err(SandboxError::Backend(format!(
+                "sandbox {id} was created with a different token key than this host's; \
+                 all replicas must share one key"
+            )));
+        }
+        let ip: IpAddr = record
+            .pod_ip
+            .as_deref()
+            .and_then(|ip| ip.parse().ok())
+            .ok_or_else(|| SandboxError::NotReady { id: id.into(), reason: "its pod has no IP yet".into() })?;
+        let client = Arc::new(AgentClient::new(
+            AgentAddr::Tcp(SocketAddr::new(ip, b.config.cluster.agent_port)),
+            &token,
+        ));
+        agents.insert(id.to_string(), (record.nonce.clone(), client.clone()));
+        Ok(client)
+    }
+
+    async fn wait_ready(&self, id: &str, timeout: Duration) -> Result<SandboxInfo> {
+        let b = &self.0;
+        let mut changes = b.cache.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let Some(record) = b.cache.get(id) else {
+                return Err(SandboxError::NotReady { id: id.into(), reason: "its pod was deleted".into() });
+            };
+            let info = b.info(&record);
+            // Unschedulable is not final: a cluster autoscaler may be adding a node.
+            if matches!(info.status, SandboxStatus::Ready | SandboxStatus::Failed) {
+                return Ok(info);
+            }
+            let waited = tokio::time::timeout_at(deadline, changes.changed()).await;
+            if waited.is_err() {
+                let why = info.status_message.unwrap_or_else(|| "pending".into());
+                return Err(SandboxError::NotReady { id: id.into(), reason: format!("{why} (after {timeout:?})") });
+            }
+        }
+    }
+
+    async fn heartbeat(&self, id: &str) -> Result<SandboxInfo> {
+        let record = self.0.record(id)?;
+        self.0.touch(&record);
+        Ok(self.0.info(&record))
+    }
+
+    async fn delete(&self, id: &str) -> Result<()> {
+        let b = &self.0;
+        b.record(id)?;
+        let existed = b.delete_objects(id, true).await;
+        b.forget(id);
+        if existed { Ok(()) } else { Err(SandboxError::NotFound(id.to_string())) }
+    }
+
+    async fn reap_expired(&self) -> Vec<String> {
+        let b = &self.0;
+        {
+            let mut last = b.last_reap.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < b.config.reap_interval) {
+                return Vec::new();
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        b.reap_now().await
+    }
+
+    async fn free_slots(&self) -> Option<usize> {
+        Some(self.0.config.max_sandboxes.saturating_sub(self.0.cache.len()))
+    }
+
+    /// Pods outlive the host: a restarted or other replica serves them. Only this replica's
+    /// lease goes, so that the others take over its share of the reaping at once.
+    async fn shutdown(&self) {
+        replicas::release(&self.0.leases, &self.0.config.host_id).await;
+        for task in &self.0.tasks {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! How one host replica runs sandboxes on a cluster.
+
+use std::time::Duration;
+
+use crate::spec::ClusterConfig;
+
+#[derive(Debug, Clone)]
+pub struct KubernetesConfig {
+    pub cluster: ClusterConfig,
+    /// This replica's name (its pod name in a Deployment): recorded as the pod's owner and used
+    /// to share the reaper's work between replicas.
+    pub host_id: String,
+    /// Secret shared by all replicas: a sandbox's agent token is derived from it and the pod's
+    /// nonce, so any replica can talk to any sandbox without reading Secrets back.
+    pub token_key: Vec<u8>,
+    /// Most sandboxes this installation keeps at once (all replicas together).
+    pub max_sandboxes: usize,
+    pub default_ttl: Duration,
+    /// API requests per second for writes (create, delete, patch); bursts queue behind it.
+    pub write_rate: f64,
+    /// Retries of a write answered 429 or 5xx, with exponential backoff.
+    pub write_retries: u32,
+    /// How often this replica renews its lease and runs the reaper.
+    pub reap_interval: Duration,
+    /// A replica whose lease is older than this is gone; the others take over its share.
+    pub lease_duration: Duration,
+    /// Registries read over plain HTTP when looking up an image's entrypoint.
+    pub insecure_registries: Vec<String>,
+}
+
+impl KubernetesConfig {
+    pub fn new(cluster: ClusterConfig, host_id: impl Into<String>, token_key: Vec<u8>) -> Self {
+        KubernetesConfig {
+            cluster,
+            host_id: host_id.into(),
+            token_key,
+            max_sandboxes: 10_000,
+            default_ttl: Duration::from_secs(3600),
+            write_rate: 50.0,
+            write_retries: 8,
+            reap_interval: Duration::from_secs(5),
+            lease_duration: Duration::from_secs(20),
+            insecure_registries: Vec::new(),
+        }
+    }
+}
