@@ -2,6 +2,7 @@
 
 pub mod evals;
 pub mod images;
+pub mod kube;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -101,6 +102,7 @@ pub struct ServerOptions {
     pub api_keys: Option<String>,
     pub state_dir: Option<PathBuf>,
     pub extra_args: Vec<String>,
+    pub env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -126,13 +128,14 @@ impl Server {
             .env("ORCHARD_AGENT_BIN", agent_bin())
             .env("ORCHARD_PLUGIN_DIR", plugin_dir())
             .env("ORCHARD_PLUGIN_CACHE", workspace_target("test-plugin-cache"))
-            .env("RUST_LOG", "info,orchard_sandbox_local=debug")
+            .env("RUST_LOG", "info,orchard_sandbox_local=debug,orchard_sandbox_k8s=debug")
             .env_remove("ORCHARD_API_KEYS")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if let Some(keys) = &opts.api_keys {
             cmd.env("ORCHARD_API_KEYS", keys);
         }
+        cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd.spawn().expect("start orchard serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();

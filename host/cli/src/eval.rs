@@ -1,4 +1,4 @@
-//! `orchard eval`: tasks × harness × tools × model × grader × attempts, on local sandboxes.
+//! `orchard eval`: tasks × harness × tools × model × grader × attempts, on local or Kubernetes sandboxes.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,6 +10,8 @@ use orchard_model::{ModelClient, ModelConfig};
 use orchard_runtime::{Capability, Grants, Limits, PluginKind};
 use orchard_sandbox::Backend;
 use orchard_sandbox_local::{Launcher, LocalBackend, LocalConfig};
+
+use crate::backend::{BackendKind, KubeArgs};
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -75,6 +77,14 @@ pub struct EvalArgs {
     state_dir: Option<PathBuf>,
     #[arg(long, env = "ORCHARD_AGENT_BIN")]
     agent_bin: Option<PathBuf>,
+    /// Where the sandboxes run.
+    #[arg(long, value_enum, default_value = "local")]
+    backend: BackendKind,
+    #[command(flatten)]
+    kube: KubeArgs,
+    /// Registries spoken to over plain HTTP (host:port).
+    #[arg(long)]
+    insecure_registry: Vec<String>,
 }
 
 pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32> {
@@ -139,9 +149,17 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         },
         grants,
     });
-    let config = LocalConfig::new(&state_dir, crate::agent_bin::find(args.agent_bin.clone())?, launcher);
-    let backend: Arc<dyn Backend> =
-        LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?;
+    let backend: Arc<dyn Backend> = match args.backend {
+        BackendKind::Local => {
+            let mut config = LocalConfig::new(&state_dir, crate::agent_bin::find(args.agent_bin.clone())?, launcher);
+            config.registry.insecure = args.insecure_registry.clone();
+            LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
+        }
+        BackendKind::Kubernetes => {
+            let rollouts = job.tasks.len() * job.harnesses.len() * job.attempts as usize;
+            args.kube.open(rollouts.max(1), Duration::from_secs(3600), &args.insecure_registry).await?
+        }
+    };
     let total = (job.tasks.len() * job.harnesses.len()) as u64 * job.attempts as u64;
     eprintln!(
         "orchard eval: {} tasks × {} attempts with {} (tools: {}) graded by {}",

@@ -1,6 +1,7 @@
 //! `orchard`: one binary for the environment layer.
 
 mod agent_bin;
+mod backend;
 mod eval;
 mod export;
 mod plugins;
@@ -22,7 +23,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run one command in a fresh local sandbox (no server needed), then delete it.
     Run(run::RunArgs),
-    /// Evaluate a harness on tasks, graded by a grader, on local sandboxes.
+    /// Evaluate a harness on tasks, graded by a grader, on local or Kubernetes sandboxes.
     Eval(Box<eval::EvalArgs>),
     /// Export trajectories for training: openai, atif or sharegpt.
     Export(export::ExportArgs),

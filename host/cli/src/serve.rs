@@ -6,15 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
+
+use crate::backend::{BackendKind, KubeArgs};
 use orchard_sandbox::Backend;
 use orchard_sandbox_local::{LocalBackend, LocalConfig};
 use orchard_server::{ApiKeys, AppState};
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum BackendKind {
-    Local,
-}
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -23,6 +20,8 @@ pub struct ServeArgs {
     listen: SocketAddr,
     #[arg(long, value_enum, default_value = "local")]
     backend: BackendKind,
+    #[command(flatten)]
+    kube: KubeArgs,
     /// File of `tenant:key` pairs (one per line or comma-separated). Overrides ORCHARD_API_KEYS.
     #[arg(long)]
     api_keys: Option<PathBuf>,
@@ -71,6 +70,11 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             config.registry.insecure = args.insecure_registry.clone();
             LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
         }
+        BackendKind::Kubernetes => {
+            args.kube
+                .open(args.max_sandboxes, Duration::from_secs(args.default_timeout), &args.insecure_registry)
+                .await?
+        }
     };
     let runtime = crate::plugins::runtime(&state_dir)?;
     let registry = Arc::new(crate::plugins::registry(runtime, args.plugin_dir.as_deref())?);
@@ -87,7 +91,10 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
     );
     orchard_server::serve(listener, state, shutdown_signal()).await?;
     housekeeping.abort();
-    if args.keep_sandboxes {
+    if args.backend == BackendKind::Kubernetes {
+        tracing::info!("stopping; sandbox pods stay for the other replicas (or this one restarted) to serve");
+        backend.shutdown().await;
+    } else if args.keep_sandboxes {
         tracing::info!("stopping; sandboxes are left running (--keep-sandboxes)");
     } else {
         tracing::info!("stopping; deleting sandboxes");

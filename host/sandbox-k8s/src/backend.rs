@@ -334,6 +334,14 @@ impl KubernetesBackend {
                 self.forget(&record.id);
             }
         }
+        // Pods deleted behind our back (or by another replica): their objects go now.
+        for id in self.cache.take_vanished() {
+            if self.cache.get(&id).is_none() && mine(&id) {
+                tracing::info!(sandbox = %id, "its pod is gone: deleting its secret and policy");
+                self.delete_objects(&id, false).await;
+                self.forget(&id);
+            }
+        }
         self.collect_orphans(&mine, now).await;
         reaped
     }
@@ -354,6 +362,25 @@ impl KubernetesBackend {
             if self.cache.get(&id).is_none() && mine(&id) {
                 tracing::info!(sandbox = %id, "collecting objects left without their pod");
                 self.delete_objects(&id, false).await;
+            }
+        }
+    }
+
+    /// Waits for Ready or Failed (or one of `also`), on the watch's changes.
+    async fn wait_for(&self, id: &str, timeout: Duration, also: &[SandboxStatus]) -> Result<SandboxInfo> {
+        let mut changes = self.cache.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let Some(record) = self.cache.get(id) else {
+                return Err(SandboxError::NotReady { id: id.into(), reason: "its pod was deleted".into() });
+            };
+            let info = self.info(&record);
+            if matches!(info.status, SandboxStatus::Ready | SandboxStatus::Failed) || also.contains(&info.status) {
+                return Ok(info);
+            }
+            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+                let why = info.status_message.unwrap_or_else(|| "pending".into());
+                return Err(SandboxError::NotReady { id: id.into(), reason: format!("{why} (after {timeout:?})") });
             }
         }
     }
@@ -416,7 +443,9 @@ impl Backend for Kubernetes {
         let command = b.image_command(&spec).await?;
         b.create_objects(&id, &spec, command).await?;
         b.activity.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), (now(), now()));
-        match self.wait_ready(&id, INLINE_READY_WAIT).await {
+        // Inline, "unschedulable" is an answer worth giving at once; `wait_ready` keeps waiting
+        // through it (a cluster autoscaler may be adding a node).
+        match b.wait_for(&id, INLINE_READY_WAIT, &[SandboxStatus::Unschedulable]).await {
             Ok(info) => Ok(info),
             Err(SandboxError::NotReady { .. }) => self.get(&id).await,
             Err(e) => Err(e),
@@ -471,24 +500,7 @@ impl Backend for Kubernetes {
     }
 
     async fn wait_ready(&self, id: &str, timeout: Duration) -> Result<SandboxInfo> {
-        let b = &self.0;
-        let mut changes = b.cache.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let Some(record) = b.cache.get(id) else {
-                return Err(SandboxError::NotReady { id: id.into(), reason: "its pod was deleted".into() });
-            };
-            let info = b.info(&record);
-            // Unschedulable is not final: a cluster autoscaler may be adding a node.
-            if matches!(info.status, SandboxStatus::Ready | SandboxStatus::Failed) {
-                return Ok(info);
-            }
-            let waited = tokio::time::timeout_at(deadline, changes.changed()).await;
-            if waited.is_err() {
-                let why = info.status_message.unwrap_or_else(|| "pending".into());
-                return Err(SandboxError::NotReady { id: id.into(), reason: format!("{why} (after {timeout:?})") });
-            }
-        }
+        self.0.wait_for(id, timeout, &[]).await
     }
 
     async fn heartbeat(&self, id: &str) -> Result<SandboxInfo> {

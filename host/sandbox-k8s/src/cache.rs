@@ -1,7 +1,7 @@
 //! The replica's view of the sandboxes, fed by a watch on the pods (kube-runtime's watcher:
 //! list, then watch, re-listing after a break). Readiness waits on this view, never on polls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
@@ -18,6 +18,8 @@ pub struct PodCache {
     /// Bumped on every change; waiters subscribe.
     version: watch::Sender<u64>,
     synced: watch::Sender<bool>,
+    /// Sandboxes whose pod went away (deleted by anyone): their secret and policy are due.
+    vanished: std::sync::Mutex<HashSet<String>>,
 }
 
 impl PodCache {
@@ -26,6 +28,7 @@ impl PodCache {
             pods: RwLock::new(HashMap::new()),
             version: watch::Sender::new(0),
             synced: watch::Sender::new(false),
+            vanished: std::sync::Mutex::new(HashSet::new()),
         })
     }
 
@@ -61,6 +64,10 @@ impl PodCache {
         self.version.send_modify(|v| *v += 1);
     }
 
+    pub fn take_vanished(&self) -> Vec<String> {
+        self.vanished.lock().unwrap_or_else(|p| p.into_inner()).drain().collect()
+    }
+
     /// Resolves once the first full list has arrived.
     pub async fn wait_synced(&self) {
         let mut rx = self.synced.subscribe();
@@ -92,6 +99,7 @@ impl PodCache {
                         // A delete of an older pod must not remove a newer one under the same id.
                         if pods.get(&r.id).is_some_and(|known| known.nonce == r.nonce) {
                             pods.remove(&r.id);
+                            self.vanished.lock().unwrap_or_else(|p| p.into_inner()).insert(r.id);
                         }
                     }
                 }

@@ -1,0 +1,81 @@
+"""A Kubernetes API server double for Orchard's tests, on kmock's KubernetesEmulator.
+
+kmock (PyPI) keeps objects in memory and serves list, watch (ADDED/MODIFIED/DELETED), get,
+create, merge patch (including pods/status) and delete over real HTTP — what kube-rs's client
+and watcher use. This file adds what the tests need on top, and fills two gaps of kmock 0.8:
+
+- objects get a uid, a creationTimestamp and a resourceVersion on create (kmock stores the
+  body as sent; a real API server sets these);
+- `/_test/requests` returns every request seen (method, path, query) so a test can prove what
+  did NOT go through the API server (exec, attach, port-forward);
+- Status reasons are the machine-readable ones (NotFound, AlreadyExists) clients match on;
+- `/_test/faults` (POST) makes the next N matching requests fail with a status (429 storms,
+  5xx) before kmock sees them, so no object is created by a refused request.
+
+Label selectors are not applied by kmock; Orchard filters client-side as well, so the tests do
+not depend on it. Prints `URL http://127.0.0.1:PORT` once serving.
+"""
+
+import asyncio
+import datetime
+import itertools
+import uuid
+
+import aiohttp.web
+import kmock
+from kmock._internal.k8s import KubernetesObjectConflictError, KubernetesObjectNotFoundError
+
+_versions = itertools.count(1)
+
+
+class OrchardTestApiServer(kmock.KubernetesEmulator):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+        self.faults = []
+
+    async def _handle(self, request):
+        path = request.url.path
+        if path == "/_test/requests":
+            return aiohttp.web.json_response(self.seen)
+        if path == "/_test/faults":
+            self.faults.append(dict(request.data))
+            return aiohttp.web.json_response({"faults": self.faults})
+        method = str(getattr(request.method, "value", request.method)).upper()
+        self.seen.append({"method": method, "path": path, "query": request.url.query_string})
+        for fault in self.faults:
+            if fault["count"] > 0 and method == fault["method"] and path.endswith(fault["path_suffix"]):
+                fault["count"] -= 1
+                code = fault["status"]
+                reason = "TooManyRequests" if code == 429 else "InternalError"
+                return _status(code, reason, f"injected by the test: {code}")
+        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+            meta = request.data.setdefault("metadata", {})
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            meta["resourceVersion"] = str(next(_versions))
+        # kmock's Status reasons are prose; clients (kube-rs's get_opt among them) match the
+        # machine-readable reasons a real API server sends.
+        try:
+            return await super()._handle(request)
+        except KubernetesObjectNotFoundError:
+            return _status(404, "NotFound", f"{path} not found")
+        except KubernetesObjectConflictError:
+            return _status(409, "AlreadyExists", f"{path}: already exists")
+
+
+def _status(code, reason, message):
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": code,
+            "reason": reason, "message": message}
+    return aiohttp.web.json_response(body, status=code)
+
+
+async def main():
+    async with OrchardTestApiServer() as k, kmock.Server(k) as server:
+        k.resources.load_bundled()
+        print(f"URL {server.url}", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

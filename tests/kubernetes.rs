@@ -1,0 +1,324 @@
+//! The kubernetes backend against a Kubernetes API server double (kmock, real HTTP) and a fake
+//! kubelet that runs the real agent per pod: specs written, direct routing with the token,
+//! failure reporting, pods deleted behind our back, restarts, two replicas, 429 storms.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use futures::{SinkExt, StreamExt};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::Api;
+use orchard_tests::kube::{ApiServer, FakeKubelet, NAMESPACE};
+use orchard_tests::{Server, ServerOptions};
+use serde_json::{Value, json};
+
+/// Each test process picks its own agent port so that parallel test binaries never collide.
+fn agent_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    l.local_addr().expect("addr").port()
+}
+
+struct Cluster {
+    api: ApiServer,
+    kubelet: FakeKubelet,
+    port: u16,
+    key_dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let api = ApiServer::start().await;
+        let port = agent_port();
+        let kubelet = FakeKubelet::start(api.client(), port);
+        let key_dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(key_dir.path().join("key"), "an installation key shared by replicas").expect("key");
+        Cluster { api, kubelet, port, key_dir }
+    }
+
+    async fn host(&self, host_id: &str) -> Server {
+        Server::start_with(ServerOptions {
+            extra_args: self.api.serve_args(&self.key_dir.path().join("key"), host_id, self.port),
+            env: vec![("KUBECONFIG".into(), self.api.kubeconfig.display().to_string())],
+            ..Default::default()
+        })
+        .await
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.api.client(), NAMESPACE)
+    }
+}
+
+async fn create(server: &Server, body: Value) -> Value {
+    let (status, v) = server.call(reqwest::Method::POST, "/sandboxes", Some(body)).await;
+    assert_eq!(status, 200, "create: {v}\n{}", server.log());
+    v
+}
+
+async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, mut check: F) {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it() {
+    let cluster = Cluster::start().await;
+    let server = cluster.host("host-a").await;
+    let v = create(
+        &server,
+        json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-direct", "entrypoint": ["sleep", "300"],
+               "cpu": "500m", "memory": "256Mi", "env": {"GREETING": "hello"}}),
+    )
+    .await;
+    assert_eq!(v["status"], "ready", "{v}");
+
+    // The pod as written.
+    let pod: Pod = cluster.api().get("orchard-sb-direct").await.expect("pod");
+    let p = serde_json::to_value(&pod).unwrap();
+    let spec = &p["spec"];
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["initContainers"][0]["image"], "registry.test/orchard-agent:test");
+    assert_eq!(spec["initContainers"][0]["command"], json!(["/orchard-agent", "--install", "/.orchard/bin/orchard-agent"]));
+    assert_eq!(spec["volumes"][0], json!({"name": "orchard-bin", "emptyDir": {}}));
+    let main = &spec["containers"][0];
+    assert_eq!(main["image"], "registry.test/python:3.12");
+    let command: Vec<&str> = main["command"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!(command[0], "/.orchard/bin/orchard-agent");
+    assert_eq!(&command[command.len() - 3..], ["--", "sleep", "300"]);
+    assert_eq!(main["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(main["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(main["resources"]["limits"], json!({"cpu": "500m", "memory": "268435456"}));
+    assert_eq!(main["env"], json!([{"name": "GREETING", "value": "hello"}]));
+    let meta = &p["metadata"];
+    assert_eq!(meta["labels"]["orchard.dev/sandbox"], "sb-direct");
+    assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "orchard");
+    assert_eq!(meta["annotations"]["orchard.dev/owner-host"], "host-a");
+    let (ip, token, _) = cluster.kubelet.agent("orchard-sb-direct").expect("the kubelet ran the agent");
+    assert_eq!(meta["annotations"]["orchard.dev/token-sha256"], hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&token)));
+    assert!(!p.to_string().contains(&token), "the token is never in the pod");
+    let policy: NetworkPolicy = cluster.api().get("orchard-sb-direct").await.expect("network policy");
+    let policy = serde_json::to_value(&policy).unwrap();
+    assert_eq!(policy["spec"]["egress"], json!([]), "network blocked by default");
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], cluster.port);
+
+    // Exec, files, processes and PTY, through the host, answered by the agent on the pod IP.
+    let r = server.sh("sb-direct", "echo $GREETING from the pod && echo err >&2").await;
+    assert_eq!((r.exit_code, r.stdout.text.as_str(), r.stderr.text.as_str()), (0, "hello from the pod\n", "err\n"));
+    let path = tempfile::tempdir().unwrap();
+    let file = path.path().join("note.txt");
+    let (status, _) = server
+        .request(reqwest::Method::PUT, &format!("/v1/sandboxes/sb-direct/files?path={}", file.display()))
+        .body("written through the pod's agent")
+        .send()
+        .await
+        .map(|r| (r.status().as_u16(), ()))
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "written through the pod's agent");
+    let (status, procs) = server.call(reqwest::Method::GET, "/v1/sandboxes/sb-direct/processes", None).await;
+    assert_eq!(status, 200);
+    assert!(procs.to_string().contains("entrypoint"), "the image's command runs behind the agent: {procs}");
+    let url = format!("{}/sandboxes/sb-direct/exec/pty", server.url.replace("http://", "ws://"));
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("ws");
+    use tokio_tungstenite::tungstenite::Message;
+    let frame = |v: Value| Message::Text(v.to_string().into());
+    ws.send(frame(json!({"type": "init", "cmd": ["sh", "-c", "echo pty-$((6*7)); exit 3"], "rows": 24, "cols": 80})))
+        .await
+        .unwrap();
+    let (mut output, mut exit) = (String::new(), None);
+    while let Ok(Some(Ok(Message::Text(text)))) = tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+        let f: Value = serde_json::from_str(&text).unwrap();
+        match f["type"].as_str().unwrap() {
+            "stdout" => {
+                let bytes = base64::engine::general_purpose::STANDARD.decode(f["data"].as_str().unwrap()).unwrap();
+                output += &String::from_utf8_lossy(&bytes);
+            }
+            "exit" => {
+                exit = f["code"].as_i64();
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(output.contains("pty-42"), "{output}");
+    assert_eq!(exit, Some(3));
+
+    // None of that went through the API server; the agent wants the token.
+    let requests = cluster.api.requests().await;
+    for (method, path) in &requests {
+        assert!(
+            !["/exec", "/attach", "/portforward", "/proxy", "/log"].iter().any(|s| path.ends_with(s)),
+            "{method} {path} went through the API server"
+        );
+    }
+    let direct = reqwest::get(format!("http://{ip}:{}/health", cluster.port)).await.unwrap();
+    assert_eq!(direct.status(), 401, "the agent refuses requests without the sandbox's token");
+
+    // Delete: pod (grace 0), secret and policy go; the kubelet stops the agent.
+    let (status, _) = server.call(reqwest::Method::DELETE, "/sandboxes/sb-direct", None).await;
+    assert_eq!(status, 200);
+    let gone = |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(e)) if e.code == 404);
+    assert!(gone(cluster.api::<Pod>().get("orchard-sb-direct").await.map(|_| ())));
+    assert!(gone(cluster.api::<Secret>().get("orchard-sb-direct").await.map(|_| ())));
+    assert!(gone(cluster.api::<NetworkPolicy>().get("orchard-sb-direct").await.map(|_| ())));
+    let deletes: Vec<_> = cluster.api.requests().await.into_iter().filter(|(m, p)| m == "DELETE" && p.ends_with("/pods/orchard-sb-direct")).collect();
+    assert_eq!(deletes.len(), 1);
+    let (status, _) = server.call(reqwest::Method::GET, "/sandboxes/sb-direct", None).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn unschedulable_image_pull_and_exited_pods_are_reported_as_such() {
+    let cluster = Cluster::start().await;
+    let server = cluster.host("host-a").await;
+    let v = create(&server, json!({"image": "registry.test/unschedulable:1", "sandbox_id": "sb-big", "entrypoint": []})).await;
+    assert_eq!(v["status"], "unschedulable", "{v}");
+    let (_, info) = server.call(reqwest::Method::GET, "/sandboxes/sb-big", None).await;
+    assert!(info["status_message"].as_str().unwrap().contains("Insufficient cpu"), "{info}");
+    let (status, body) =
+        server.call(reqwest::Method::POST, "/v1/sandboxes/sb-big/exec", Some(json!({"command": "true"}))).await;
+    assert!(status >= 400, "exec on an unscheduled sandbox: {status} {body}");
+    assert!(body.to_string().contains("Insufficient cpu"), "{body}");
+
+    let v = create(&server, json!({"image": "registry.test/no-such-image:1", "sandbox_id": "sb-pull", "entrypoint": []})).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    let (_, info) = server.call(reqwest::Method::GET, "/sandboxes/sb-pull", None).await;
+    assert_eq!(info["status_message"], "image pull failed (ErrImagePull) for registry.test/no-such-image:1: manifest unknown");
+
+    let v = create(&server, json!({"image": "registry.test/exits:1", "sandbox_id": "sb-oom", "entrypoint": []})).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    let (_, info) = server.call(reqwest::Method::GET, "/sandboxes/sb-oom", None).await;
+    assert!(info["status_message"].as_str().unwrap().contains("exited with code 137 (OOMKilled)"), "{info}");
+
+    // What the cluster cannot do is refused up front, naming the field.
+    for (body, field) in [
+        (json!({"image": "host"}), "image"),
+        (json!({"image": "python:3", "block_network": false, "network_allow": ["example.com"]}), "network_allow"),
+        (json!({"image": "python:3", "pids": 100}), "pids"),
+    ] {
+        let (status, v) = server.call(reqwest::Method::POST, "/sandboxes", Some(body)).await;
+        assert_eq!(status, 400, "{v}");
+        assert!(v.to_string().contains(field), "{v}");
+    }
+    // Without an entrypoint the host reads it from the registry, and says so when it cannot.
+    let (status, v) =
+        server.call(reqwest::Method::POST, "/sandboxes", Some(json!({"image": "127.0.0.1:9/none:1"}))).await;
+    assert!(status >= 400 && v.to_string().contains("entrypoint"), "{status} {v}");
+}
+
+#[tokio::test]
+async fn a_pod_deleted_behind_our_back_disappears_with_its_objects() {
+    let cluster = Cluster::start().await;
+    let server = cluster.host("host-a").await;
+    create(&server, json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-lost", "entrypoint": []})).await;
+    cluster.api::<Pod>().delete("orchard-sb-lost", &Default::default()).await.expect("delete behind its back");
+    wait_until("the sandbox to disappear", Duration::from_secs(10), async || {
+        server.call(reqwest::Method::GET, "/sandboxes/sb-lost", None).await.0 == 404
+    })
+    .await;
+    let (status, _) = server.call(reqwest::Method::POST, "/v1/sandboxes/sb-lost/exec", Some(json!({"command": "true"}))).await;
+    assert_eq!(status, 404);
+    wait_until("its secret and policy to be collected", Duration::from_secs(10), async || {
+        let secret = cluster.api::<Secret>().get_opt("orchard-sb-lost").await.unwrap();
+        let policy = cluster.api::<NetworkPolicy>().get_opt("orchard-sb-lost").await.unwrap();
+        secret.is_none() && policy.is_none()
+    })
+    .await;
+    // The id is free again, with a new pod and a new token.
+    create(&server, json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-lost", "entrypoint": []})).await;
+    assert_eq!(server.sh("sb-lost", "echo again").await.stdout.text, "again\n");
+}
+
+#[tokio::test]
+async fn a_restarted_host_adopts_its_pods_and_reaps_what_expired_meanwhile() {
+    let cluster = Cluster::start().await;
+    let mut first = cluster.host("host-a").await;
+    create(&first, json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-stays", "entrypoint": [], "timeout": 600}))
+        .await;
+    create(&first, json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-brief", "entrypoint": [], "timeout": 1}))
+        .await;
+    first.crash();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let second = cluster.host("host-a").await;
+    let (_, list) = second.call(reqwest::Method::GET, "/sandboxes", None).await;
+    let ids: Vec<&str> = list["sandboxes"].as_array().unwrap().iter().map(|s| s["sandbox_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["sb-stays"], "adopted the live one, reaped the expired one at start: {list}");
+    assert!(cluster.api::<Pod>().get_opt("orchard-sb-brief").await.unwrap().is_none());
+    assert_eq!(second.sh("sb-stays", "echo adopted").await.stdout.text, "adopted\n", "the token derives again");
+    // A host with another key cannot talk to these sandboxes, and says why.
+    let other_key = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(other_key.path(), "a different installation's key").unwrap();
+    let mut args = cluster.api.serve_args(other_key.path(), "host-z", cluster.port);
+    let at = args.iter().position(|a| a == "--reap-interval").unwrap();
+    args[at + 1] = "3600".into();
+    let stranger = Server::start_with(ServerOptions {
+        extra_args: args,
+        env: vec![("KUBECONFIG".into(), cluster.api.kubeconfig.display().to_string())],
+        ..Default::default()
+    })
+    .await;
+    let (status, v) =
+        stranger.call(reqwest::Method::POST, "/v1/sandboxes/sb-stays/exec", Some(json!({"command": "true"}))).await;
+    assert!(status >= 500 && v.to_string().contains("different token key"), "{status} {v}");
+}
+
+#[tokio::test]
+async fn two_replicas_share_the_reaper_without_double_deletes() {
+    let cluster = Cluster::start().await;
+    let a = cluster.host("host-a").await;
+    let b = cluster.host("host-b").await;
+    let ids: Vec<String> = (0..16).map(|i| format!("sb-ttl-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let server = if i % 2 == 0 { &a } else { &b };
+        create(server, json!({"image": "registry.test/python:3.12", "sandbox_id": id, "entrypoint": [], "timeout": 2})).await;
+    }
+    // Both replicas serve every sandbox.
+    assert_eq!(b.sh("sb-ttl-0", "echo from-b").await.stdout.text, "from-b\n");
+    wait_until("every sandbox to expire", Duration::from_secs(30), async || {
+        cluster.api::<Pod>().list(&Default::default()).await.unwrap().items.is_empty()
+    })
+    .await;
+    let deletes = cluster.api.requests().await;
+    for id in &ids {
+        let n = deletes.iter().filter(|(m, p)| m == "DELETE" && p.ends_with(&format!("/pods/orchard-{id}"))).count();
+        assert_eq!(n, 1, "{id} deleted {n} times");
+    }
+    let reaped_by = |s: &Server| ids.iter().filter(|id| s.log().contains(&format!("sandbox={id} expired=true"))).count();
+    let (by_a, by_b) = (reaped_by(&a), reaped_by(&b));
+    assert_eq!(by_a + by_b, ids.len(), "a reaped {by_a}, b reaped {by_b}");
+    assert!(by_a > 0 && by_b > 0, "the work is shared: a {by_a}, b {by_b}");
+}
+
+#[tokio::test]
+async fn a_429_storm_on_create_is_ridden_out_with_backoff() {
+    let cluster = Cluster::start().await;
+    let server = cluster.host("host-a").await;
+    cluster.api.inject_faults("POST", "/pods", 429, 6).await;
+    cluster.api.inject_faults("POST", "/secrets", 503, 2).await;
+    let creates = (0..3).map(|i| {
+        let server = &server;
+        async move {
+            create(server, json!({"image": "registry.test/python:3.12", "sandbox_id": format!("sb-storm-{i}"), "entrypoint": []}))
+                .await
+        }
+    });
+    for v in futures::future::join_all(creates).await {
+        assert_eq!(v["status"], "ready", "{v}");
+    }
+    let requests = cluster.api.requests().await;
+    let pod_posts = requests.iter().filter(|(m, p)| m == "POST" && p.ends_with("/pods")).count();
+    let secret_posts = requests.iter().filter(|(m, p)| m == "POST" && p.ends_with("/secrets")).count();
+    assert_eq!((pod_posts, secret_posts), (3 + 6, 3 + 2), "each refused write retried, nothing created twice");
+    assert_eq!(cluster.api::<Pod>().list(&Default::default()).await.unwrap().items.len(), 3);
+    for i in 0..3 {
+        assert_eq!(server.sh(&format!("sb-storm-{i}"), "echo ok").await.stdout.text, "ok\n");
+    }
+}
