@@ -86,7 +86,10 @@ async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it()
     let spec = &p["spec"];
     assert_eq!(spec["automountServiceAccountToken"], false);
     assert_eq!(spec["initContainers"][0]["image"], "registry.test/orchard-agent:test");
-    assert_eq!(spec["initContainers"][0]["command"], json!(["/orchard-agent", "--install", "/.orchard/bin/orchard-agent"]));
+    assert_eq!(
+        spec["initContainers"][0]["command"],
+        json!(["/orchard-agent", "--install", "/.orchard/bin/orchard-agent"])
+    );
     assert_eq!(spec["volumes"][0], json!({"name": "orchard-bin", "emptyDir": {}}));
     let main = &spec["containers"][0];
     assert_eq!(main["image"], "registry.test/python:3.12");
@@ -102,7 +105,10 @@ async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it()
     assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "orchard");
     assert_eq!(meta["annotations"]["orchard.dev/owner-host"], "host-a");
     let (ip, token, _) = cluster.kubelet.agent("orchard-sb-direct").expect("the kubelet ran the agent");
-    assert_eq!(meta["annotations"]["orchard.dev/token-sha256"], hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&token)));
+    assert_eq!(
+        meta["annotations"]["orchard.dev/token-sha256"],
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&token))
+    );
     assert!(!p.to_string().contains(&token), "the token is never in the pod");
     let policy: NetworkPolicy = cluster.api().get("orchard-sb-direct").await.expect("network policy");
     let policy = serde_json::to_value(&policy).unwrap();
@@ -169,7 +175,13 @@ async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it()
     assert!(gone(cluster.api::<Pod>().get("orchard-sb-direct").await.map(|_| ())));
     assert!(gone(cluster.api::<Secret>().get("orchard-sb-direct").await.map(|_| ())));
     assert!(gone(cluster.api::<NetworkPolicy>().get("orchard-sb-direct").await.map(|_| ())));
-    let deletes: Vec<_> = cluster.api.requests().await.into_iter().filter(|(m, p)| m == "DELETE" && p.ends_with("/pods/orchard-sb-direct")).collect();
+    let deletes: Vec<_> = cluster
+        .api
+        .requests()
+        .await
+        .into_iter()
+        .filter(|(m, p)| m == "DELETE" && p.ends_with("/pods/orchard-sb-direct"))
+        .collect();
     assert_eq!(deletes.len(), 1);
     let (status, _) = server.call(reqwest::Method::GET, "/sandboxes/sb-direct", None).await;
     assert_eq!(status, 404);
@@ -179,7 +191,9 @@ async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it()
 async fn unschedulable_image_pull_and_exited_pods_are_reported_as_such() {
     let cluster = Cluster::start().await;
     let server = cluster.host("host-a").await;
-    let v = create(&server, json!({"image": "registry.test/unschedulable:1", "sandbox_id": "sb-big", "entrypoint": []})).await;
+    let v =
+        create(&server, json!({"image": "registry.test/unschedulable:1", "sandbox_id": "sb-big", "entrypoint": []}))
+            .await;
     assert_eq!(v["status"], "unschedulable", "{v}");
     let (_, info) = server.call(reqwest::Method::GET, "/sandboxes/sb-big", None).await;
     assert!(info["status_message"].as_str().unwrap().contains("Insufficient cpu"), "{info}");
@@ -188,10 +202,15 @@ async fn unschedulable_image_pull_and_exited_pods_are_reported_as_such() {
     assert!(status >= 400, "exec on an unscheduled sandbox: {status} {body}");
     assert!(body.to_string().contains("Insufficient cpu"), "{body}");
 
-    let v = create(&server, json!({"image": "registry.test/no-such-image:1", "sandbox_id": "sb-pull", "entrypoint": []})).await;
+    let v =
+        create(&server, json!({"image": "registry.test/no-such-image:1", "sandbox_id": "sb-pull", "entrypoint": []}))
+            .await;
     assert_eq!(v["status"], "failed", "{v}");
     let (_, info) = server.call(reqwest::Method::GET, "/sandboxes/sb-pull", None).await;
-    assert_eq!(info["status_message"], "image pull failed (ErrImagePull) for registry.test/no-such-image:1: manifest unknown");
+    assert_eq!(
+        info["status_message"],
+        "image pull failed (ErrImagePull) for registry.test/no-such-image:1: manifest unknown"
+    );
 
     let v = create(&server, json!({"image": "registry.test/exits:1", "sandbox_id": "sb-oom", "entrypoint": []})).await;
     assert_eq!(v["status"], "failed", "{v}");
@@ -224,7 +243,8 @@ async fn a_pod_deleted_behind_our_back_disappears_with_its_objects() {
         server.call(reqwest::Method::GET, "/sandboxes/sb-lost", None).await.0 == 404
     })
     .await;
-    let (status, _) = server.call(reqwest::Method::POST, "/v1/sandboxes/sb-lost/exec", Some(json!({"command": "true"}))).await;
+    let (status, _) =
+        server.call(reqwest::Method::POST, "/v1/sandboxes/sb-lost/exec", Some(json!({"command": "true"}))).await;
     assert_eq!(status, 404);
     wait_until("its secret and policy to be collected", Duration::from_secs(10), async || {
         let secret = cluster.api::<Secret>().get_opt("orchard-sb-lost").await.unwrap();
@@ -241,15 +261,22 @@ async fn a_pod_deleted_behind_our_back_disappears_with_its_objects() {
 async fn a_restarted_host_adopts_its_pods_and_reaps_what_expired_meanwhile() {
     let cluster = Cluster::start().await;
     let mut first = cluster.host("host-a").await;
-    create(&first, json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-stays", "entrypoint": [], "timeout": 600}))
-        .await;
-    create(&first, json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-brief", "entrypoint": [], "timeout": 1}))
-        .await;
+    create(
+        &first,
+        json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-stays", "entrypoint": [], "timeout": 600}),
+    )
+    .await;
+    create(
+        &first,
+        json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-brief", "entrypoint": [], "timeout": 1}),
+    )
+    .await;
     first.crash();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let second = cluster.host("host-a").await;
     let (_, list) = second.call(reqwest::Method::GET, "/sandboxes", None).await;
-    let ids: Vec<&str> = list["sandboxes"].as_array().unwrap().iter().map(|s| s["sandbox_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> =
+        list["sandboxes"].as_array().unwrap().iter().map(|s| s["sandbox_id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["sb-stays"], "adopted the live one, reaped the expired one at start: {list}");
     assert!(cluster.api::<Pod>().get_opt("orchard-sb-brief").await.unwrap().is_none());
     assert_eq!(second.sh("sb-stays", "echo adopted").await.stdout.text, "adopted\n", "the token derives again");
@@ -278,7 +305,8 @@ async fn two_replicas_share_the_reaper_without_double_deletes() {
     let ids: Vec<String> = (0..16).map(|i| format!("sb-ttl-{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
         let server = if i % 2 == 0 { &a } else { &b };
-        create(server, json!({"image": "registry.test/python:3.12", "sandbox_id": id, "entrypoint": [], "timeout": 2})).await;
+        create(server, json!({"image": "registry.test/python:3.12", "sandbox_id": id, "entrypoint": [], "timeout": 2}))
+            .await;
     }
     // Both replicas serve every sandbox.
     assert_eq!(b.sh("sb-ttl-0", "echo from-b").await.stdout.text, "from-b\n");
@@ -291,7 +319,8 @@ async fn two_replicas_share_the_reaper_without_double_deletes() {
         let n = deletes.iter().filter(|(m, p)| m == "DELETE" && p.ends_with(&format!("/pods/orchard-{id}"))).count();
         assert_eq!(n, 1, "{id} deleted {n} times");
     }
-    let reaped_by = |s: &Server| ids.iter().filter(|id| s.log().contains(&format!("sandbox={id} expired=true"))).count();
+    let reaped_by =
+        |s: &Server| ids.iter().filter(|id| s.log().contains(&format!("sandbox={id} expired=true"))).count();
     let (by_a, by_b) = (reaped_by(&a), reaped_by(&b));
     assert_eq!(by_a + by_b, ids.len(), "a reaped {by_a}, b reaped {by_b}");
     assert!(by_a > 0 && by_b > 0, "the work is shared: a {by_a}, b {by_b}");
@@ -306,8 +335,11 @@ async fn a_429_storm_on_create_is_ridden_out_with_backoff() {
     let creates = (0..3).map(|i| {
         let server = &server;
         async move {
-            create(server, json!({"image": "registry.test/python:3.12", "sandbox_id": format!("sb-storm-{i}"), "entrypoint": []}))
-                .await
+            create(
+                server,
+                json!({"image": "registry.test/python:3.12", "sandbox_id": format!("sb-storm-{i}"), "entrypoint": []}),
+            )
+            .await
         }
     });
     for v in futures::future::join_all(creates).await {

@@ -68,12 +68,8 @@ impl ApiServer {
 
     /// Every request the double has answered: (method, path).
     pub async fn requests(&self) -> Vec<(String, String)> {
-        let seen: Vec<Value> = reqwest::get(format!("{}/_test/requests", self.url))
-            .await
-            .expect("requests")
-            .json()
-            .await
-            .expect("json");
+        let seen: Vec<Value> =
+            reqwest::get(format!("{}/_test/requests", self.url)).await.expect("requests").json().await.expect("json");
         seen.iter()
             .map(|r| (r["method"].as_str().unwrap_or("").to_string(), r["path"].as_str().unwrap_or("").to_string()))
             .collect()
@@ -211,7 +207,10 @@ async fn start_pod(pod: &Pod, secrets: &Api<Secret>, agent_port: u16) -> Result<
     let install_to = init.command.clone().unwrap_or_default().last().cloned().ok_or("init has no command")?;
     let command = spec.containers[0].command.clone().ok_or("no command")?;
     if command.first() != Some(&install_to) {
-        return Err(format!("the container runs {:?}, not the agent the init container installs ({install_to})", command.first()));
+        return Err(format!(
+            "the container runs {:?}, not the agent the init container installs ({install_to})",
+            command.first()
+        ));
     }
     let secret_name = spec
         .volumes

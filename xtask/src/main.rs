@@ -34,7 +34,14 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("go", "golang-go"),
     // The graders written in JavaScript are built with componentize-js from npm.
     ("npm", "npm"),
+    // deploy/ renders with `kubectl kustomize` (Debian's kubectl when the machine has none).
+    ("kubectl", "kubernetes-client"),
 ];
+
+/// Python packages the tests use, by module: the Kubernetes API server double and the
+/// offline schema validator for deploy/'s manifests.
+const PYTHON_TEST_TOOLS: &[(&str, &str)] =
+    &[("kmock", "kmock==0.8"), ("kubernetes_validate", "kubernetes-validate==1.37.0")];
 
 /// componentize-py, from PyPI: builds the graders written in Python.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -143,6 +150,12 @@ fn setup() -> anyhow::Result<()> {
     swe_repos()?;
     if componentize_py().is_none() {
         run(Command::new("python3").args(["-m", "pip", "install", "--quiet", COMPONENTIZE_PY]))?;
+    }
+    for (module, requirement) in PYTHON_TEST_TOOLS {
+        let present = Command::new("python3").args(["-c", &format!("import {module}")]).output();
+        if !present.is_ok_and(|o| o.status.success()) {
+            run(Command::new("python3").args(["-m", "pip", "install", "--quiet", requirement]))?;
+        }
     }
     for dir in foreign_plugin_dirs("package.json")? {
         if !dir.join("node_modules").is_dir() {

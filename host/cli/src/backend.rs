@@ -141,7 +141,8 @@ impl KubeArgs {
         config.reap_interval = Duration::from_secs_f64(self.reap_interval.max(0.1));
         config.lease_duration = config.reap_interval * 4;
         config.insecure_registries = insecure_registries.to_vec();
-        let backend = KubernetesBackend::connect(config).await.map_err(|e| anyhow::anyhow!("kubernetes backend: {e}"))?;
+        let backend =
+            KubernetesBackend::connect(config).await.map_err(|e| anyhow::anyhow!("kubernetes backend: {e}"))?;
         Ok(Arc::new(Kubernetes(backend)))
     }
 }

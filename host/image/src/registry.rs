@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::secrets::RegistryAuth;
 use oci_client::manifest::OciImageManifest;
+use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
 use crate::layers::Layer;

@@ -19,10 +19,10 @@ use orchard_sandbox::{
 use crate::cache::PodCache;
 use crate::config::KubernetesConfig;
 use crate::record::PodRecord;
+use crate::replicas;
 use crate::spec::{self, ANNOTATION_LAST_ACTIVE, MANAGED_SELECTOR, PodPlan};
 use crate::token::{random_hex, sandbox_token};
 use crate::writes::{Writes, api_code};
-use crate::replicas;
 
 /// Objects without their pod (a create that died half-way) are collected after this long.
 const ORPHAN_GRACE: f64 = 120.0;
@@ -109,11 +109,8 @@ impl KubernetesBackend {
 
     fn info(&self, record: &PodRecord) -> SandboxInfo {
         let local = self.activity.lock().unwrap_or_else(|p| p.into_inner()).get(&record.id).map(|a| a.0);
-        let agent = record
-            .pod_ip
-            .as_ref()
-            .map(|ip| format!("tcp:{ip}:{}", self.config.cluster.agent_port))
-            .unwrap_or_default();
+        let agent =
+            record.pod_ip.as_ref().map(|ip| format!("tcp:{ip}:{}", self.config.cluster.agent_port)).unwrap_or_default();
         record.info(local.unwrap_or(0.0), agent)
     }
 
@@ -133,7 +130,8 @@ impl KubernetesBackend {
         }
         if spec.pids.is_some() {
             return Err(SandboxError::InvalidSpec(
-                "pids: a per-pod process limit is a kubelet setting (podPidsLimit), not a pod field; leave it unset".into(),
+                "pids: a per-pod process limit is a kubelet setting (podPidsLimit), not a pod field; leave it unset"
+                    .into(),
             ));
         }
         spec::check_network(spec).map_err(SandboxError::InvalidSpec)?;
@@ -151,13 +149,14 @@ impl KubernetesBackend {
         }
         let options =
             orchard_image::RegistryOptions { insecure: self.config.insecure_registries.clone(), ..Default::default() };
-        let config = orchard_image::registry_run_config(&options, &spec.image).await.map_err(|e| SandboxError::Image {
-            image: spec.image.clone(),
-            reason: format!(
-                "reading its entrypoint from the registry failed ({e}); give \"entrypoint\" in the request \
+        let config =
+            orchard_image::registry_run_config(&options, &spec.image).await.map_err(|e| SandboxError::Image {
+                image: spec.image.clone(),
+                reason: format!(
+                    "reading its entrypoint from the registry failed ({e}); give \"entrypoint\" in the request \
                  ([] for none) when the host cannot read this registry"
-            ),
-        })?;
+                ),
+            })?;
         let command: Vec<String> = config.entrypoint.into_iter().chain(config.cmd).collect();
         known.insert(spec.image.clone(), command.clone());
         Ok(command)
@@ -217,16 +216,14 @@ impl KubernetesBackend {
                 .await
                 .map_err(|e| SandboxError::backend("creating the sandbox's network policy", e))?;
             self.writes
-                .run(|attempt| {
-                    async move {
-                        match self.pods.create(post, pod).await {
-                            Err(e) if attempt > 0 && api_code(&e) == Some(409) => {
-                                let existing = self.pods.get(&spec::object_name(id)).await?;
-                                let ours = PodRecord::from_pod(&existing).is_some_and(|r| r.nonce == *nonce);
-                                if ours { Ok(existing) } else { Err(e) }
-                            }
-                            other => other,
+                .run(|attempt| async move {
+                    match self.pods.create(post, pod).await {
+                        Err(e) if attempt > 0 && api_code(&e) == Some(409) => {
+                            let existing = self.pods.get(&spec::object_name(id)).await?;
+                            let ours = PodRecord::from_pod(&existing).is_some_and(|r| r.nonce == *nonce);
+                            if ours { Ok(existing) } else { Err(e) }
                         }
+                        other => other,
                     }
                 })
                 .await
@@ -292,7 +289,8 @@ impl KubernetesBackend {
             let this = self.clone();
             let name = record.pod_name.clone();
             tokio::spawn(async move {
-                let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_LAST_ACTIVE: format!("{now:.3}")}}});
+                let patch =
+                    serde_json::json!({"metadata": {"annotations": {ANNOTATION_LAST_ACTIVE: format!("{now:.3}")}}});
                 let (params, patch) = (&PatchParams::default(), &Patch::Merge(&patch));
                 if let Err(e) = this.writes.run(|_| this.pods.patch(&name, params, patch)).await {
                     tracing::debug!(pod = %name, "recording activity: {e}");
@@ -491,10 +489,8 @@ impl Backend for Kubernetes {
             .as_deref()
             .and_then(|ip| ip.parse().ok())
             .ok_or_else(|| SandboxError::NotReady { id: id.into(), reason: "its pod has no IP yet".into() })?;
-        let client = Arc::new(AgentClient::new(
-            AgentAddr::Tcp(SocketAddr::new(ip, b.config.cluster.agent_port)),
-            &token,
-        ));
+        let client =
+            Arc::new(AgentClient::new(AgentAddr::Tcp(SocketAddr::new(ip, b.config.cluster.agent_port)), &token));
         agents.insert(id.to_string(), (record.nonce.clone(), client.clone()));
         Ok(client)
     }

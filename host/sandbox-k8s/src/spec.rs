@@ -230,10 +230,7 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
                 // Ready once the agent accepts connections: the host's watch sees the pod's
                 // Ready condition, never a poll of the agent.
                 readiness_probe: Some(Probe {
-                    tcp_socket: Some(TCPSocketAction {
-                        port: IntOrString::Int(cluster.agent_port as i32),
-                        host: None,
-                    }),
+                    tcp_socket: Some(TCPSocketAction { port: IntOrString::Int(cluster.agent_port as i32), host: None }),
                     period_seconds: Some(1),
                     ..Default::default()
                 }),
@@ -341,10 +338,7 @@ pub fn network_policy(cluster: &ClusterConfig, plan: &PodPlan) -> NetworkPolicy 
                     }),
                     // Without it the pod selector only matches pods of the sandboxes' namespace.
                     namespace_selector: cluster.host_namespace.as_ref().map(|ns| LabelSelector {
-                        match_labels: Some(BTreeMap::from([(
-                            "kubernetes.io/metadata.name".to_string(),
-                            ns.clone(),
-                        )])),
+                        match_labels: Some(BTreeMap::from([("kubernetes.io/metadata.name".to_string(), ns.clone())])),
                         ..Default::default()
                     }),
                     ..Default::default()
