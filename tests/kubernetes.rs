@@ -9,6 +9,7 @@ use futures::{SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
+use orchard_tests::images::{TestImage, busybox_layer, start_registry};
 use orchard_tests::kube::{ApiServer, FakeKubelet, NAMESPACE};
 use orchard_tests::{Server, ServerOptions};
 use serde_json::{Value, json};
@@ -352,5 +353,83 @@ async fn a_429_storm_on_create_is_ridden_out_with_backoff() {
     assert_eq!(cluster.api::<Pod>().list(&Default::default()).await.unwrap().items.len(), 3);
     for i in 0..3 {
         assert_eq!(server.sh(&format!("sb-storm-{i}"), "echo ok").await.stdout.text, "ok\n");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orchard_eval_runs_on_kubernetes_with_the_entrypoint_from_the_registry() {
+    let cluster = Cluster::start().await;
+    // A real registry on loopback holds the task image; the host reads its entrypoint from it.
+    let registry = start_registry();
+    let image = TestImage::new(vec![busybox_layer(&[])], &["PATH=/usr/bin:/bin"], "/");
+    image.push(&reqwest::Client::new(), &registry.addr, "test/tasks", "v1").await;
+    let reference = format!("{}/test/tasks:v1", registry.addr);
+    let key = cluster.key_dir.path().join("key").display().to_string();
+    let port = cluster.port.to_string();
+    let out = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let tasks = orchard_tests::evals::examples();
+    let args: Vec<String> = [
+        "eval",
+        &tasks,
+        "--harness",
+        "oracle",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--grant",
+        "solution",
+        "--image",
+        &reference,
+        "--insecure-registry",
+        &registry.addr,
+        "--backend",
+        "kubernetes",
+        "--kube-namespace",
+        NAMESPACE,
+        "--agent-image",
+        "registry.test/orchard-agent:test",
+        "--agent-port",
+        &port,
+        "--token-key-file",
+        &key,
+        "--host-id",
+        "eval-host",
+        "--concurrency",
+        "2",
+        "--out",
+        &out.path().display().to_string(),
+        "--state-dir",
+        &state.path().display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let kubeconfig = cluster.api.kubeconfig.display().to_string();
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        orchard_tests::orchard_with_env(&args, &[("KUBECONFIG", &kubeconfig)])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let summary = orchard_tests::evals::read_json(&out.path().join("summary.json"));
+    let tasks_run = summary["rollouts"].as_u64().unwrap_or_default();
+    assert!(tasks_run >= 5, "{summary:#}");
+    assert_eq!(
+        summary["passed"], summary["rollouts"],
+        "the oracle passes every example task on pods: {summary:#}\n{stderr}"
+    );
+    // Every rollout's pod was created with the image's own command and deleted afterwards.
+    let requests = cluster.api.requests().await;
+    let created = requests.iter().filter(|(m, p)| m == "POST" && p.ends_with("/pods")).count();
+    let deleted = requests.iter().filter(|(m, p)| m == "DELETE" && p.contains("/pods/")).count();
+    assert_eq!((created as u64, deleted as u64), (tasks_run, tasks_run), "{requests:?}");
+    assert!(cluster.api::<Pod>().list(&Default::default()).await.unwrap().items.is_empty());
+    let started = cluster.kubelet.started.lock().unwrap().clone();
+    assert_eq!(started.len() as u64, tasks_run);
+    for (pod, command) in started {
+        assert_eq!(&command[command.len() - 2..], ["--", "sh"], "{pod}: the image config's Cmd runs behind the agent");
     }
 }

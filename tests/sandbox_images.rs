@@ -1,9 +1,6 @@
 //! Images from archives and from a registry (a real one, `docker-registry`, on loopback).
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-use orchard_tests::images::{TestImage, busybox_layer, tar_dir};
+use orchard_tests::images::{TestImage, busybox_layer, start_registry, tar_dir};
 use orchard_tests::{Server, ServerOptions};
 use serde_json::json;
 
@@ -39,47 +36,6 @@ async fn oci_archives_and_docker_save_tars_are_images() {
         server.call(reqwest::Method::POST, "/sandboxes", Some(json!({"image": junk.display().to_string()}))).await;
     assert_eq!(status, 400, "{v}");
     assert!(v["detail"].as_str().unwrap().contains("neither an OCI archive"), "{v}");
-}
-
-struct Registry {
-    child: Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_registry() -> Registry {
-    let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let config = dir.path().join("config.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-            dir.path().join("data").display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("docker-registry")
-        .arg("serve")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("docker-registry is installed (cargo xtask setup)");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(std::time::Instant::now() < deadline, "docker-registry did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Registry { child, addr, _dir: dir }
 }
 
 #[tokio::test]

@@ -2,6 +2,8 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -191,4 +193,46 @@ fn header() -> tar::Header {
     h.set_gid(0);
     h.set_mtime(1_700_000_000);
     h
+}
+
+/// A real registry (`docker-registry`) on a loopback port, stopped on drop.
+pub struct Registry {
+    child: Child,
+    pub addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start_registry() -> Registry {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("docker-registry")
+        .arg("serve")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("docker-registry is installed (cargo xtask setup)");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(std::time::Instant::now() < deadline, "docker-registry did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Registry { child, addr, _dir: dir }
 }

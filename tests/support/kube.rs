@@ -115,12 +115,17 @@ impl Drop for ApiServer {
     }
 }
 
+/// (pod, container command) of every pod a kubelet started.
+pub type StartedPods = Arc<Mutex<Vec<(String, Vec<String>)>>>;
+
 /// Plays the kubelet: watches pods; for each new one, by its image, runs the real agent (on a
 /// fresh 127.x address, with the token from the Secret the pod mounts) and reports it Running
 /// and Ready, or reports it unschedulable, failing to pull, or exited.
 pub struct FakeKubelet {
     task: tokio::task::JoinHandle<()>,
     pub agents: Arc<Mutex<HashMap<String, RunningAgent>>>,
+    /// Every container command this kubelet started, by pod.
+    pub started: StartedPods,
 }
 
 pub struct RunningAgent {
@@ -142,6 +147,8 @@ impl FakeKubelet {
     pub fn start(client: Client, agent_port: u16) -> FakeKubelet {
         let agents: Arc<Mutex<HashMap<String, RunningAgent>>> = Arc::default();
         let running = agents.clone();
+        let started: StartedPods = Arc::default();
+        let history = started.clone();
         let task = tokio::spawn(async move {
             let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
             let secrets: Api<Secret> = Api::namespaced(client, NAMESPACE);
@@ -158,6 +165,7 @@ impl FakeKubelet {
                         let status = match start_pod(&pod, &secrets, agent_port).await {
                             Ok(Some(agent)) => {
                                 let status = running_status(&agent.ip);
+                                history.lock().unwrap().push((name.clone(), agent.command.clone()));
                                 running.lock().unwrap().insert(name.clone(), agent);
                                 status
                             }
@@ -176,7 +184,7 @@ impl FakeKubelet {
                 }
             }
         });
-        FakeKubelet { task, agents }
+        FakeKubelet { task, agents, started }
     }
 
     pub fn agent(&self, pod: &str) -> Option<(String, String, Vec<String>)> {
@@ -249,9 +257,19 @@ async fn start_pod(pod: &Pod, secrets: &Api<Secret>, agent_port: u16) -> Result<
             other => args.push(other.to_string()),
         }
     }
-    // The container's environment, as a kubelet would set it.
+    // The container's environment and working directory, as a kubelet would set them; its
+    // own /workspace and /logs (bubblewrap, sharing the host's network so that the agent
+    // listens on the pod's address) so that pods do not see each other's files there.
     let env = spec.containers[0].env.iter().flatten().map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()));
-    let child = tokio::process::Command::new(crate::agent_bin())
+    let workdir = spec.containers[0].working_dir.clone().unwrap_or_else(|| "/".into());
+    let mut bwrap = vec!["--die-with-parent", "--dev-bind", "/", "/", "--tmpfs", "/workspace", "--tmpfs", "/logs"];
+    if workdir != "/workspace" && workdir != "/" {
+        bwrap.extend(["--tmpfs", workdir.as_str()]);
+    }
+    let agent = crate::agent_bin().display().to_string();
+    bwrap.extend(["--chdir", workdir.as_str(), "--", agent.as_str()]);
+    let child = tokio::process::Command::new("bwrap")
+        .args(&bwrap)
         .args(&args)
         .envs(env)
         .stdout(Stdio::null())

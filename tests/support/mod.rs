@@ -60,8 +60,14 @@ pub fn test_plugin_dir() -> PathBuf {
 
 /// Runs `orchard <args>` to completion; returns (exit code, stdout, stderr).
 pub fn orchard(args: &[&str]) -> (i32, String, String) {
+    orchard_with_env(args, &[])
+}
+
+/// [`orchard`] with extra environment variables.
+pub fn orchard_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(orchard_bin())
         .args(args)
+        .envs(env.iter().copied())
         .env("ORCHARD_AGENT_BIN", agent_bin())
         .env("ORCHARD_PLUGIN_DIR", plugin_dir())
         // Shared by the tests: each compiles a component once, not once per run.

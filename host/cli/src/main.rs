@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the sandbox API (Orchard-Env compatible, plus /v1).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run one command in a fresh local sandbox (no server needed), then delete it.
     Run(run::RunArgs),
     /// Evaluate a harness on tasks, graded by a grader, on local or Kubernetes sandboxes.
@@ -64,7 +64,7 @@ fn run_command(cli: Cli) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => serve::run(args, launcher).await.map(|()| 0),
+            Command::Serve(args) => serve::run(*args, launcher).await.map(|()| 0),
             Command::Run(args) => run::run(args, launcher).await,
             Command::Eval(args) => eval::run(*args, launcher).await,
             Command::Plugin(command) => plugins::run(command),
