@@ -180,3 +180,26 @@ fn the_objects_the_backend_writes_validate_strictly() {
         validate(&file);
     }
 }
+
+#[test]
+fn the_first_eval_job_validates_and_uses_only_real_flags() {
+    let file = root().join("deploy/examples/eval-job.yaml");
+    validate(&file);
+    let json = run(Command::new("python3")
+        .args(["-c", "import sys, yaml, json; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))"])
+        .arg(&file));
+    let job: Value = serde_json::from_str(&json).unwrap();
+    let pod = &job["spec"]["template"];
+    assert_eq!(pod["metadata"]["labels"]["app.kubernetes.io/name"], "orchard-host", "admitted by the sandbox policies");
+    let args: Vec<&str> =
+        pod["spec"]["containers"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(args[0], "eval");
+    let help = run(Command::new(orchard_tests::orchard_bin()).args(["eval", "--help"]));
+    for arg in args.iter().filter(|a| a.starts_with("--")) {
+        let flag = arg.split('=').next().unwrap();
+        assert!(
+            help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+            "orchard eval has no {flag}"
+        );
+    }
+}

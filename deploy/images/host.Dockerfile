@@ -5,8 +5,12 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
+# The Python and JavaScript graders need componentize-py (PyPI) and componentize-js (npm).
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip nodejs npm \
+ && python3 -m pip install --break-system-packages componentize-py==0.25.1
 RUN rustup target add wasm32-wasip2 x86_64-unknown-linux-musl \
  && cargo xtask agent \
+ && (cd graders/keywords-js && npm ci --no-audit --no-fund) \
  && cargo xtask plugins \
  && cargo build --release -p orchard-cli
 
@@ -18,6 +22,7 @@ RUN apt-get update \
 COPY --from=build /src/target/release/orchard /usr/local/bin/orchard
 COPY --from=build /src/target/plugins /usr/local/lib/orchard/plugins
 COPY --from=build /src/target/x86_64-unknown-linux-musl/agent/orchard-agent /usr/local/lib/orchard/orchard-agent
+COPY --from=build /src/examples /usr/local/share/orchard/examples
 ENV ORCHARD_PLUGIN_DIR=/usr/local/lib/orchard/plugins \
     ORCHARD_AGENT_BIN=/usr/local/lib/orchard/orchard-agent
 USER 10001:10001
