@@ -38,8 +38,14 @@ impl Cluster {
     }
 
     async fn host(&self, host_id: &str) -> Server {
+        self.host_with(host_id, &[]).await
+    }
+
+    async fn host_with(&self, host_id: &str, extra: &[&str]) -> Server {
+        let mut args = self.api.serve_args(&self.key_dir.path().join("key"), host_id, self.port);
+        args.extend(extra.iter().map(|a| a.to_string()));
         Server::start_with(ServerOptions {
-            extra_args: self.api.serve_args(&self.key_dir.path().join("key"), host_id, self.port),
+            extra_args: args,
             env: vec![("KUBECONFIG".into(), self.api.kubeconfig.display().to_string())],
             ..Default::default()
         })
@@ -119,17 +125,21 @@ async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it()
     // Exec, files, processes and PTY, through the host, answered by the agent on the pod IP.
     let r = server.sh("sb-direct", "echo $GREETING from the pod && echo err >&2").await;
     assert_eq!((r.exit_code, r.stdout.text.as_str(), r.stderr.text.as_str()), (0, "hello from the pod\n", "err\n"));
-    let path = tempfile::tempdir().unwrap();
-    let file = path.path().join("note.txt");
     let (status, _) = server
-        .request(reqwest::Method::PUT, &format!("/v1/sandboxes/sb-direct/files?path={}", file.display()))
+        .request(reqwest::Method::PUT, "/v1/sandboxes/sb-direct/files?path=/workspace/note.txt")
         .body("written through the pod's agent")
         .send()
         .await
         .map(|r| (r.status().as_u16(), ()))
         .unwrap();
     assert_eq!(status, 200);
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "written through the pod's agent");
+    let read = server.request(reqwest::Method::GET, "/v1/sandboxes/sb-direct/files?path=/workspace/note.txt");
+    assert_eq!(read.send().await.unwrap().text().await.unwrap(), "written through the pod's agent");
+    let r = server.sh("sb-direct", "cat /workspace/note.txt; ls /.orchard/bin").await;
+    assert_eq!(
+        r.stdout.text, "written through the pod's agentorchard-agent\n",
+        "the pod's own files, where the init container put the agent"
+    );
     let (status, procs) = server.call(reqwest::Method::GET, "/v1/sandboxes/sb-direct/processes", None).await;
     assert_eq!(status, 200);
     assert!(procs.to_string().contains("entrypoint"), "the image's command runs behind the agent: {procs}");
@@ -309,8 +319,8 @@ async fn two_replicas_share_the_reaper_without_double_deletes() {
         create(server, json!({"image": "registry.test/python:3.12", "sandbox_id": id, "entrypoint": [], "timeout": 2}))
             .await;
     }
-    // Both replicas serve every sandbox.
-    assert_eq!(b.sh("sb-ttl-0", "echo from-b").await.stdout.text, "from-b\n");
+    // Both replicas serve every sandbox (sb-ttl-14 was created through a, moments ago).
+    assert_eq!(b.sh("sb-ttl-14", "echo from-b").await.stdout.text, "from-b\n");
     wait_until("every sandbox to expire", Duration::from_secs(30), async || {
         cluster.api::<Pod>().list(&Default::default()).await.unwrap().items.is_empty()
     })
@@ -432,4 +442,37 @@ async fn orchard_eval_runs_on_kubernetes_with_the_entrypoint_from_the_registry()
     for (pod, command) in started {
         assert_eq!(&command[command.len() - 2..], ["--", "sh"], "{pod}: the image config's Cmd runs behind the agent");
     }
+}
+
+#[tokio::test]
+async fn domain_allowlists_become_cilium_policies_when_the_cluster_has_cilium() {
+    let cluster = Cluster::start().await;
+    let server = cluster.host_with("host-a", &["--fqdn-policy", "cilium"]).await;
+    let allow = json!(["pypi.org", "*.pythonhosted.org", "10.1.0.0/16"]);
+    create(
+        &server,
+        json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-pip", "entrypoint": [],
+               "block_network": false, "network_allow": allow}),
+    )
+    .await;
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("cilium.io", "v2", "CiliumNetworkPolicy"),
+        "ciliumnetworkpolicies",
+    );
+    let cilium: Api<kube::api::DynamicObject> = Api::namespaced_with(cluster.api.client(), NAMESPACE, &resource);
+    let cnp = serde_json::to_value(cilium.get("orchard-sb-pip").await.expect("a CiliumNetworkPolicy")).unwrap();
+    assert_eq!(cnp["spec"]["endpointSelector"]["matchLabels"], json!({"orchard.dev/sandbox": "sb-pip"}));
+    assert_eq!(
+        cnp["spec"]["egress"][1]["toFQDNs"],
+        json!([{"matchName": "pypi.org"}, {"matchPattern": "*.pythonhosted.org"}])
+    );
+    let policy = serde_json::to_value(cluster.api::<NetworkPolicy>().get("orchard-sb-pip").await.unwrap()).unwrap();
+    assert_eq!(
+        policy["spec"]["egress"],
+        json!([{"to": [{"ipBlock": {"cidr": "10.1.0.0/16"}}]}]),
+        "only the CIDR besides the names"
+    );
+    let (status, _) = server.call(reqwest::Method::DELETE, "/sandboxes/sb-pip", None).await;
+    assert_eq!(status, 200);
+    assert!(cilium.get_opt("orchard-sb-pip").await.unwrap().is_none(), "deleted with the sandbox");
 }

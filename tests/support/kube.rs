@@ -257,17 +257,30 @@ async fn start_pod(pod: &Pod, secrets: &Api<Secret>, agent_port: u16) -> Result<
             other => args.push(other.to_string()),
         }
     }
-    // The container's environment and working directory, as a kubelet would set them; its
-    // own /workspace and /logs (bubblewrap, sharing the host's network so that the agent
-    // listens on the pod's address) so that pods do not see each other's files there.
+    // The container: its own root (the host's /usr and /etc read-only, as an image would bring
+    // them; empty /workspace, /logs, /tests, /solution), the agent where the init container puts
+    // it, the pod's environment and working directory; the host's network, so that the agent
+    // listens on the pod's address. /tmp is shared: the kubelet's token file lives there.
     let env = spec.containers[0].env.iter().flatten().map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()));
     let workdir = spec.containers[0].working_dir.clone().unwrap_or_else(|| "/".into());
-    let mut bwrap = vec!["--die-with-parent", "--dev-bind", "/", "/", "--tmpfs", "/workspace", "--tmpfs", "/logs"];
-    if workdir != "/workspace" && workdir != "/" {
-        bwrap.extend(["--tmpfs", workdir.as_str()]);
-    }
     let agent = crate::agent_bin().display().to_string();
-    bwrap.extend(["--chdir", workdir.as_str(), "--", agent.as_str()]);
+    let mut bwrap: Vec<String> = ["--die-with-parent", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for dir in ["/bin", "/lib", "/lib64", "/sbin"] {
+        match std::fs::read_link(dir) {
+            Ok(target) => bwrap.extend(["--symlink".into(), target.display().to_string(), dir.into()]),
+            Err(_) if Path::new(dir).is_dir() => bwrap.extend(["--ro-bind".into(), dir.into(), dir.into()]),
+            Err(_) => {}
+        }
+    }
+    bwrap.extend(["--dev", "/dev", "--proc", "/proc", "--bind", "/tmp", "/tmp"].map(String::from));
+    for dir in ["/workspace", "/logs", "/tests", "/solution", workdir.as_str()] {
+        bwrap.extend(["--dir".into(), dir.into()]);
+    }
+    bwrap.extend(["--ro-bind".into(), agent, install_to.clone(), "--chdir".into(), workdir.clone(), "--".into()]);
+    bwrap.push(install_to.clone());
     let child = tokio::process::Command::new("bwrap")
         .args(&bwrap)
         .args(&args)

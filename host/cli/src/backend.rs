@@ -18,6 +18,11 @@ pub enum BackendKind {
     Kubernetes,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FqdnPolicy {
+    Cilium,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct KubeArgs {
     /// Namespace of the sandbox pods.
@@ -62,6 +67,10 @@ pub struct KubeArgs {
     /// Ephemeral storage request and limit per sandbox, e.g. 10Gi.
     #[arg(long, help_heading = "Kubernetes")]
     ephemeral_storage: Option<String>,
+    /// Enforce domain names in `network_allow` with a CiliumNetworkPolicy (`toFQDNs`) per
+    /// sandbox; without it they are refused (a NetworkPolicy filters by address only).
+    #[arg(long, value_enum, help_heading = "Kubernetes")]
+    fqdn_policy: Option<FqdnPolicy>,
     /// API writes per second (creates, deletes, patches) from this replica.
     #[arg(long, default_value_t = 50.0, help_heading = "Kubernetes")]
     kube_write_rate: f64,
@@ -133,13 +142,16 @@ impl KubeArgs {
             node_selector: self.node_selector.iter().cloned().collect(),
             tolerations: self.tolerations.clone(),
             ephemeral_storage: self.ephemeral_storage.clone(),
+            cilium_fqdn: self.fqdn_policy == Some(FqdnPolicy::Cilium),
         };
         let mut config = KubernetesConfig::new(cluster, host_id, token_key);
         config.max_sandboxes = max_sandboxes;
         config.default_ttl = default_ttl;
         config.write_rate = self.kube_write_rate;
         config.reap_interval = Duration::from_secs_f64(self.reap_interval.max(0.1));
-        config.lease_duration = config.reap_interval * 4;
+        // Long enough that a replica slowed by load is not taken for dead (which would make two
+        // replicas reap the same share for a while).
+        config.lease_duration = (config.reap_interval * 4).max(Duration::from_secs(15));
         config.insecure_registries = insecure_registries.to_vec();
         let backend =
             KubernetesBackend::connect(config).await.map_err(|e| anyhow::anyhow!("kubernetes backend: {e}"))?;

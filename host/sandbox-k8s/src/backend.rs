@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::{Api, Client};
 use orchard_agent_client::{AgentAddr, AgentClient};
 use orchard_sandbox::{
@@ -33,6 +35,8 @@ pub struct KubernetesBackend {
     secrets: Api<Secret>,
     policies: Api<NetworkPolicy>,
     leases: Api<Lease>,
+    /// CiliumNetworkPolicies, for domain allowlists (`--fqdn-policy cilium`).
+    cilium: Api<DynamicObject>,
     cache: Arc<PodCache>,
     writes: Writes,
     /// Agent clients by sandbox, keyed by the pod's nonce so a recreated pod gets a new one.
@@ -75,7 +79,8 @@ impl KubernetesBackend {
         let backend = KubernetesBackend {
             secrets: Api::namespaced(client.clone(), ns),
             policies: Api::namespaced(client.clone(), ns),
-            leases: Api::namespaced(client, ns),
+            leases: Api::namespaced(client.clone(), ns),
+            cilium: Api::namespaced_with(client, ns, &cilium_resource()),
             pods,
             cache,
             writes: Writes::new(config.write_rate, config.write_retries),
@@ -134,7 +139,7 @@ impl KubernetesBackend {
                     .into(),
             ));
         }
-        spec::check_network(spec).map_err(SandboxError::InvalidSpec)?;
+        spec::check_network(&self.config.cluster, spec).map_err(SandboxError::InvalidSpec)?;
         Ok(id)
     }
 
@@ -215,6 +220,19 @@ impl KubernetesBackend {
                 })
                 .await
                 .map_err(|e| SandboxError::backend("creating the sandbox's network policy", e))?;
+            if let Some(fqdn) = spec::cilium_fqdn_policy(cluster, &plan) {
+                let fqdn: DynamicObject = serde_json::from_value(fqdn).expect("a policy object");
+                let fqdn = &fqdn;
+                self.writes
+                    .run(|attempt| async move {
+                        match self.cilium.create(post, fqdn).await {
+                            Err(e) if attempt > 0 && api_code(&e) == Some(409) => Ok(fqdn.clone()),
+                            other => other,
+                        }
+                    })
+                    .await
+                    .map_err(|e| SandboxError::backend("creating the sandbox's CiliumNetworkPolicy", e))?;
+            }
             self.writes
                 .run(|attempt| async move {
                     match self.pods.create(post, pod).await {
@@ -259,10 +277,14 @@ impl KubernetesBackend {
             }
         }
         let params = &DeleteParams::default();
-        for result in [
+        let mut results = vec![
             self.writes.run(|_| self.secrets.delete(&name, params)).await.map(|_| ()),
             self.writes.run(|_| self.policies.delete(&name, params)).await.map(|_| ()),
-        ] {
+        ];
+        if self.config.cluster.cilium_fqdn {
+            results.push(self.writes.run(|_| self.cilium.delete(&name, params)).await.map(|_| ()));
+        }
+        for result in results {
             if let Err(e) = result.filter_not_found() {
                 tracing::warn!(sandbox = id, "deleting its objects: {e}");
             }
@@ -388,6 +410,13 @@ impl KubernetesBackend {
         self.agents.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
         self.activity.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
     }
+}
+
+fn cilium_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cilium.io", "v2", "CiliumNetworkPolicy"),
+        "ciliumnetworkpolicies",
+    )
 }
 
 /// The sandbox id of a managed object created more than [`ORPHAN_GRACE`] ago.

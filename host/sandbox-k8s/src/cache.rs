@@ -20,6 +20,9 @@ pub struct PodCache {
     synced: watch::Sender<bool>,
     /// Sandboxes whose pod went away (deleted by anyone): their secret and policy are due.
     vanished: std::sync::Mutex<HashSet<String>>,
+    /// Pods this replica deleted (id → nonce), until the watch reports them gone: an update
+    /// still in flight must not bring them back.
+    deleted: std::sync::Mutex<HashMap<String, String>>,
 }
 
 impl PodCache {
@@ -29,6 +32,7 @@ impl PodCache {
             version: watch::Sender::new(0),
             synced: watch::Sender::new(false),
             vanished: std::sync::Mutex::new(HashSet::new()),
+            deleted: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -54,14 +58,19 @@ impl PodCache {
 
     /// Records what this replica just did (a delete) before the watch reports it.
     pub fn forget(&self, id: &str) {
-        self.pods.write().unwrap_or_else(|p| p.into_inner()).remove(id);
+        if let Some(gone) = self.pods.write().unwrap_or_else(|p| p.into_inner()).remove(id) {
+            self.deleted.lock().unwrap_or_else(|p| p.into_inner()).insert(gone.id, gone.nonce);
+        }
         self.version.send_modify(|v| *v += 1);
     }
 
     pub fn upsert(&self, pod: &Pod) {
         let Some(record) = PodRecord::from_pod(pod) else { return };
-        self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone(), record);
-        self.version.send_modify(|v| *v += 1);
+        let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner()).get(&record.id) == Some(&record.nonce);
+        if !deleted {
+            self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone(), record);
+            self.version.send_modify(|v| *v += 1);
+        }
     }
 
     pub fn take_vanished(&self) -> Vec<String> {
@@ -85,7 +94,11 @@ impl PodCache {
                 Ok(Event::Init) => fresh.clear(),
                 Ok(Event::InitApply(pod)) => {
                     if let Some(r) = PodRecord::from_pod(&pod) {
-                        fresh.insert(r.id.clone(), r);
+                        let deleted =
+                            self.deleted.lock().unwrap_or_else(|p| p.into_inner()).get(&r.id) == Some(&r.nonce);
+                        if !deleted {
+                            fresh.insert(r.id.clone(), r);
+                        }
                     }
                 }
                 Ok(Event::InitDone) => {
@@ -95,6 +108,11 @@ impl PodCache {
                 Ok(Event::Apply(pod)) => self.upsert(&pod),
                 Ok(Event::Delete(pod)) => {
                     if let Some(r) = PodRecord::from_pod(&pod) {
+                        let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+                        if deleted.get(&r.id) == Some(&r.nonce) {
+                            deleted.remove(&r.id);
+                        }
+                        drop(deleted);
                         let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
                         // A delete of an older pod must not remove a newer one under the same id.
                         if pods.get(&r.id).is_some_and(|known| known.nonce == r.nonce) {

@@ -65,6 +65,9 @@ pub struct ClusterConfig {
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<Toleration>,
     pub ephemeral_storage: Option<String>,
+    /// Allowlisted domain names are enforced by a CiliumNetworkPolicy (`toFQDNs`) when set;
+    /// refused otherwise (a NetworkPolicy filters by address only).
+    pub cilium_fqdn: bool,
 }
 
 /// One sandbox's pod, as placed: the spec, its id, the host that created it, and its image's
@@ -86,18 +89,29 @@ pub fn object_name(id: &str) -> String {
     format!("orchard-{id}")
 }
 
+/// The allowlist's domain names (entries that are neither CIDRs nor IPs).
+fn domains(spec: &SandboxSpec) -> Vec<&String> {
+    spec.network_allow.iter().filter(|a| !a.contains('/') && a.parse::<std::net::IpAddr>().is_err()).collect()
+}
+
 /// Refuses what the cluster cannot enforce, naming the field.
-pub fn check_network(spec: &SandboxSpec) -> Result<(), String> {
+pub fn check_network(cluster: &ClusterConfig, spec: &SandboxSpec) -> Result<(), String> {
     if spec.block_network {
         return Ok(());
     }
-    let names: Vec<&String> =
-        spec.network_allow.iter().filter(|a| !a.contains('/') && a.parse::<std::net::IpAddr>().is_err()).collect();
-    if let Some(name) = names.first() {
-        return Err(format!(
-            "network_allow: {name:?} is a domain name; a Kubernetes NetworkPolicy filters by address only, \
-             so list CIDRs or IPs (a name-aware CNI policy is not supported yet)"
-        ));
+    for name in domains(spec) {
+        if !cluster.cilium_fqdn {
+            return Err(format!(
+                "network_allow: {name:?} is a domain name; a Kubernetes NetworkPolicy filters by address only: \
+                 list CIDRs or IPs, or run the host with --fqdn-policy cilium on a Cilium cluster"
+            ));
+        }
+        let bare = name.strip_prefix("*.").unwrap_or(name);
+        let valid = !bare.is_empty()
+            && bare.split('.').all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+        if !valid {
+            return Err(format!("network_allow: {name:?} is neither a CIDR, an IP nor a domain name"));
+        }
     }
     for cidr in spec.network_allow.iter().filter(|a| a.contains('/')) {
         let (ip, bits) = cidr.split_once('/').unwrap_or_default();
@@ -294,8 +308,11 @@ pub fn network_policy(cluster: &ClusterConfig, plan: &PodPlan) -> NetworkPolicy 
             .iter()
             .filter(|a| a.contains('/') || a.parse::<std::net::IpAddr>().is_ok())
             .collect();
-        if cidrs.is_empty() {
+        if cidrs.is_empty() && domains(plan.spec).is_empty() {
             vec![NetworkPolicyEgressRule::default()]
+        } else if cidrs.is_empty() {
+            // Only names: the Cilium policy allows them (and DNS); nothing else goes out.
+            vec![]
         } else {
             vec![NetworkPolicyEgressRule {
                 to: Some(
@@ -354,6 +371,36 @@ pub fn network_policy(cluster: &ClusterConfig, plan: &PodPlan) -> NetworkPolicy 
     }
 }
 
+/// The CiliumNetworkPolicy that lets a sandbox resolve names and reach the allowlisted ones
+/// (`*.example.com` matches subdomains); `None` without domain names in an open network.
+pub fn cilium_fqdn_policy(cluster: &ClusterConfig, plan: &PodPlan) -> Option<serde_json::Value> {
+    let names = domains(plan.spec);
+    if plan.spec.block_network || names.is_empty() || !cluster.cilium_fqdn {
+        return None;
+    }
+    let to_fqdns: Vec<serde_json::Value> = names
+        .iter()
+        .map(|n| match n.strip_prefix("*.") {
+            Some(_) => serde_json::json!({"matchPattern": n}),
+            None => serde_json::json!({"matchName": n}),
+        })
+        .collect();
+    Some(serde_json::json!({
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumNetworkPolicy",
+        "metadata": {"name": object_name(plan.id), "namespace": cluster.namespace, "labels": labels(plan)},
+        "spec": {
+            "endpointSelector": {"matchLabels": {LABEL_SANDBOX: label_value(plan.id)}},
+            "egress": [
+                // DNS through Cilium's proxy, which is how it learns what the names resolve to.
+                {"toEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": "kube-system", "k8s:k8s-app": "kube-dns"}}],
+                 "toPorts": [{"ports": [{"port": "53", "protocol": "ANY"}], "rules": {"dns": [{"matchPattern": "*"}]}}]},
+                {"toFQDNs": to_fqdns}
+            ]
+        }
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,6 +423,7 @@ mod tests {
                 ..Default::default()
             }],
             ephemeral_storage: Some("10Gi".into()),
+            cilium_fqdn: false,
         }
     }
 
@@ -499,11 +547,41 @@ mod tests {
 
     #[test]
     fn allowlists_the_cluster_cannot_enforce_are_refused() {
-        assert!(check_network(&spec(false, &["10.0.0.0/8", "::1"])).is_ok());
-        let err = check_network(&spec(false, &["10.0.0.0/8", "example.com"])).unwrap_err();
+        let c = cluster();
+        assert!(check_network(&c, &spec(false, &["10.0.0.0/8", "::1"])).is_ok());
+        let err = check_network(&c, &spec(false, &["10.0.0.0/8", "example.com"])).unwrap_err();
         assert!(err.starts_with("network_allow: \"example.com\" is a domain name"), "{err}");
-        assert!(check_network(&spec(false, &["10.0.0.0/33"])).unwrap_err().contains("not a CIDR"));
-        assert!(check_network(&spec(true, &["example.com"])).is_ok(), "no egress at all: nothing to enforce");
+        assert!(check_network(&c, &spec(false, &["10.0.0.0/33"])).unwrap_err().contains("not a CIDR"));
+        assert!(check_network(&c, &spec(true, &["example.com"])).is_ok(), "no egress at all: nothing to enforce");
+        let cilium = ClusterConfig { cilium_fqdn: true, ..cluster() };
+        assert!(check_network(&cilium, &spec(false, &["example.com", "*.pypi.org"])).is_ok());
+        assert!(check_network(&cilium, &spec(false, &["bad name!"])).unwrap_err().contains("neither"));
+    }
+
+    #[test]
+    fn domain_allowlists_become_a_cilium_policy_and_nothing_else_goes_out() {
+        let cilium = ClusterConfig { cilium_fqdn: true, ..cluster() };
+        let s = spec(false, &["pypi.org", "*.pythonhosted.org"]);
+        let plan = PodPlan {
+            id: "sb-3",
+            spec: &s,
+            owner_host: "h",
+            created_at: 0.0,
+            ttl_seconds: 60,
+            token: "t",
+            nonce: "n",
+            image_command: vec![],
+        };
+        let cnp = cilium_fqdn_policy(&cilium, &plan).expect("a policy");
+        assert_eq!(cnp["spec"]["endpointSelector"]["matchLabels"], json!({"orchard.dev/sandbox": "sb-3"}));
+        assert_eq!(
+            cnp["spec"]["egress"][1]["toFQDNs"],
+            json!([{"matchName": "pypi.org"}, {"matchPattern": "*.pythonhosted.org"}])
+        );
+        assert_eq!(as_json(&network_policy(&cilium, &plan))["spec"]["egress"], json!([]), "no allow-all beside it");
+        assert!(cilium_fqdn_policy(&cluster(), &plan).is_none());
+        let cidrs_only = spec(false, &["10.0.0.0/8"]);
+        assert!(cilium_fqdn_policy(&cilium, &PodPlan { spec: &cidrs_only, ..plan.clone() }).is_none());
     }
 
     #[test]
