@@ -9,9 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use orchard_agent_client::{AgentAddr, AgentClient};
 use orchard_sandbox::{
@@ -22,12 +20,11 @@ use crate::cache::PodCache;
 use crate::config::KubernetesConfig;
 use crate::record::PodRecord;
 use crate::replicas;
-use crate::spec::{self, ANNOTATION_LAST_ACTIVE, MANAGED_SELECTOR, PodPlan};
+use crate::spec::{self, ANNOTATION_LAST_ACTIVE, PodPlan};
 use crate::token::{random_hex, sandbox_token};
 use crate::writes::{Writes, api_code};
 
-/// Objects without their pod (a create that died half-way) are collected after this long.
-const ORPHAN_GRACE: f64 = 120.0;
+mod reaper;
 
 pub struct KubernetesBackend {
     config: KubernetesConfig,
@@ -321,71 +318,6 @@ impl KubernetesBackend {
         }
     }
 
-    /// One reaper pass over this replica's share: expired and failed sandboxes, and objects
-    /// left behind by creates that died half-way or pods deleted behind our back.
-    async fn reap_now(&self) -> Vec<String> {
-        if let Err(e) = replicas::renew(&self.leases, &self.config.host_id, self.config.lease_duration).await {
-            tracing::warn!("renewing this replica's lease: {e}");
-        }
-        let live = match replicas::live(&self.leases, &self.config.host_id).await {
-            Ok(live) => live,
-            Err(e) => {
-                // Without the live set, reaping could double up with another replica: skip.
-                tracing::warn!("listing host replicas: {e}; skipping this reaper pass");
-                return Vec::new();
-            }
-        };
-        let mine = |id: &str| replicas::owner_of(id, &live) == Some(self.config.host_id.as_str());
-        let now = now();
-        let mut reaped = Vec::new();
-        for record in self.cache.all() {
-            if record.deleting || !mine(&record.id) {
-                continue;
-            }
-            let info = self.info(&record);
-            // Other replicas write activity at most every flush interval: allow for it.
-            let expired = info.expires_at() + flush_interval(record.ttl_seconds) <= now;
-            let failed_long_ago = info.status == SandboxStatus::Failed && info.last_active + ORPHAN_GRACE <= now;
-            if expired || failed_long_ago {
-                tracing::info!(sandbox = %record.id, expired, "reaping");
-                if self.delete_objects(&record.id, true).await {
-                    reaped.push(record.id.clone());
-                }
-                self.forget(&record.id);
-            }
-        }
-        // Pods deleted behind our back (or by another replica): their objects go now.
-        for id in self.cache.take_vanished() {
-            if self.cache.get(&id).is_none() && mine(&id) {
-                tracing::info!(sandbox = %id, "its pod is gone: deleting its secret and policy");
-                self.delete_objects(&id, false).await;
-                self.forget(&id);
-            }
-        }
-        self.collect_orphans(&mine, now).await;
-        reaped
-    }
-
-    /// Secrets and policies whose pod is gone.
-    async fn collect_orphans(&self, mine: &(dyn Fn(&str) -> bool + Sync), now: f64) {
-        let list = ListParams::default().labels(MANAGED_SELECTOR);
-        let mut orphans = Vec::new();
-        if let Ok(secrets) = self.secrets.list(&list).await {
-            orphans.extend(secrets.items.iter().filter_map(|s| orphan_id(&s.metadata, now)));
-        }
-        if let Ok(policies) = self.policies.list(&list).await {
-            orphans.extend(policies.items.iter().filter_map(|p| orphan_id(&p.metadata, now)));
-        }
-        orphans.sort();
-        orphans.dedup();
-        for id in orphans {
-            if self.cache.get(&id).is_none() && mine(&id) {
-                tracing::info!(sandbox = %id, "collecting objects left without their pod");
-                self.delete_objects(&id, false).await;
-            }
-        }
-    }
-
     /// Waits for Ready or Failed (or one of `also`), on the watch's changes.
     async fn wait_for(&self, id: &str, timeout: Duration, also: &[SandboxStatus]) -> Result<SandboxInfo> {
         let mut changes = self.cache.subscribe();
@@ -419,19 +351,11 @@ fn cilium_resource() -> ApiResource {
     )
 }
 
-/// The sandbox id of a managed object created more than [`ORPHAN_GRACE`] ago.
-fn orphan_id(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, now: f64) -> Option<String> {
-    let labels = meta.labels.as_ref()?;
-    let id = labels.get(spec::LABEL_SANDBOX)?.clone();
-    let created = meta.creation_timestamp.as_ref().map(|t| t.0.timestamp() as f64).unwrap_or(0.0);
-    (created + ORPHAN_GRACE <= now).then_some(id)
-}
-
-fn flush_interval(ttl_seconds: u64) -> f64 {
+pub(crate) fn flush_interval(ttl_seconds: u64) -> f64 {
     (ttl_seconds as f64 / 4.0).clamp(1.0, 30.0)
 }
 
-fn now() -> f64 {
+pub(crate) fn now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
