@@ -17,6 +17,12 @@ pub use spec::{SandboxInfo, SandboxSpec, SandboxStatus, valid_sandbox_id};
 pub type Result<T> = std::result::Result<T, SandboxError>;
 
 /// A place where sandboxes run. Every method is safe to call concurrently.
+///
+/// Warm pools (planned, not built): a backend that keeps ready sandboxes per image serves a
+/// matching `create` by claiming one, so callers keep calling `create` and nothing here changes.
+/// What a pool needs from a backend is already how the Kubernetes one records sandboxes: the
+/// sandbox id lives in the pod's annotations, apart from the pod's name, so a claim is one patch
+/// of annotations (made exclusive by a resourceVersion precondition).
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync + 'static {
     /// Short name: `local`, `kubernetes`.
