@@ -42,8 +42,13 @@ impl Cluster {
     }
 
     async fn host_with(&self, host_id: &str, extra: &[&str]) -> Server {
-        let mut args = self.api.serve_args(&self.key_dir.path().join("key"), host_id, self.port);
+        let mut args = self.api.backend_args(&self.key_dir.path().join("key"), host_id, self.port);
         args.extend(extra.iter().map(|a| a.to_string()));
+        self.start_host(args).await
+    }
+
+    /// `orchard serve` with these arguments, against the double.
+    async fn start_host(&self, args: Vec<String>) -> Server {
         Server::start_with(ServerOptions {
             extra_args: args,
             env: vec![("KUBECONFIG".into(), self.api.kubeconfig.display().to_string())],
@@ -294,15 +299,10 @@ async fn a_restarted_host_adopts_its_pods_and_reaps_what_expired_meanwhile() {
     // A host with another key cannot talk to these sandboxes, and says why.
     let other_key = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(other_key.path(), "a different installation's key").unwrap();
-    let mut args = cluster.api.serve_args(other_key.path(), "host-z", cluster.port);
+    let mut args = cluster.api.backend_args(other_key.path(), "host-z", cluster.port);
     let at = args.iter().position(|a| a == "--reap-interval").unwrap();
     args[at + 1] = "3600".into();
-    let stranger = Server::start_with(ServerOptions {
-        extra_args: args,
-        env: vec![("KUBECONFIG".into(), cluster.api.kubeconfig.display().to_string())],
-        ..Default::default()
-    })
-    .await;
+    let stranger = cluster.start_host(args).await;
     let (status, v) =
         stranger.call(reqwest::Method::POST, "/v1/sandboxes/sb-stays/exec", Some(json!({"command": "true"}))).await;
     assert!(status >= 500 && v.to_string().contains("different token key"), "{status} {v}");
@@ -374,14 +374,8 @@ async fn orchard_eval_runs_on_kubernetes_with_the_entrypoint_from_the_registry()
     let image = TestImage::new(vec![busybox_layer(&[])], &["PATH=/usr/bin:/bin"], "/");
     image.push(&reqwest::Client::new(), &registry.addr, "test/tasks", "v1").await;
     let reference = format!("{}/test/tasks:v1", registry.addr);
-    let key = cluster.key_dir.path().join("key").display().to_string();
-    let port = cluster.port.to_string();
-    let out = tempfile::tempdir().unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let tasks = orchard_tests::evals::examples();
-    let args: Vec<String> = [
-        "eval",
-        &tasks,
+    let mut args: Vec<String> = [
+        orchard_tests::evals::examples().as_str(),
         "--harness",
         "oracle",
         "--tools",
@@ -394,42 +388,25 @@ async fn orchard_eval_runs_on_kubernetes_with_the_entrypoint_from_the_registry()
         &reference,
         "--insecure-registry",
         &registry.addr,
-        "--backend",
-        "kubernetes",
-        "--kube-namespace",
-        NAMESPACE,
-        "--agent-image",
-        "registry.test/orchard-agent:test",
-        "--agent-port",
-        &port,
-        "--token-key-file",
-        &key,
-        "--host-id",
-        "eval-host",
         "--concurrency",
         "2",
-        "--out",
-        &out.path().display().to_string(),
-        "--state-dir",
-        &state.path().display().to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    args.extend(cluster.api.backend_args(&cluster.key_dir.path().join("key"), "eval-host", cluster.port));
     let kubeconfig = cluster.api.kubeconfig.display().to_string();
-    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
+    let (summary, _out, stdout) = tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        orchard_tests::orchard_with_env(&args, &[("KUBECONFIG", &kubeconfig)])
+        orchard_tests::evals::eval_with_env(&args, &[("KUBECONFIG", &kubeconfig)])
     })
     .await
     .unwrap();
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
-    let summary = orchard_tests::evals::read_json(&out.path().join("summary.json"));
     let tasks_run = summary["rollouts"].as_u64().unwrap_or_default();
     assert!(tasks_run >= 5, "{summary:#}");
     assert_eq!(
         summary["passed"], summary["rollouts"],
-        "the oracle passes every example task on pods: {summary:#}\n{stderr}"
+        "the oracle passes every example task on pods: {summary:#}\n{stdout}"
     );
     // Every rollout's pod was created with the image's own command and deleted afterwards.
     let requests = cluster.api.requests().await;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::orchard;
+use crate::orchard_with_env;
 
 /// The shipped example tasks.
 pub fn examples() -> String {
@@ -21,6 +21,11 @@ pub fn read_json(path: &Path) -> Value {
 /// Runs `orchard eval ARGS` into fresh output and state directories; returns the summary,
 /// the output directory and stdout.
 pub fn eval(args: &[&str]) -> (Value, tempfile::TempDir, String) {
+    eval_with_env(args, &[])
+}
+
+/// [`eval`] with extra environment variables.
+pub fn eval_with_env(args: &[&str], env: &[(&str, &str)]) -> (Value, tempfile::TempDir, String) {
     let out = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let mut full = vec!["eval"];
@@ -28,7 +33,7 @@ pub fn eval(args: &[&str]) -> (Value, tempfile::TempDir, String) {
     let out_s = out.path().display().to_string();
     let state_s = state.path().display().to_string();
     full.extend_from_slice(&["--out", &out_s, "--state-dir", &state_s]);
-    let (code, stdout, stderr) = orchard(&full);
+    let (code, stdout, stderr) = orchard_with_env(&full, env);
     assert_eq!(code, 0, "orchard eval failed:\n{stdout}\n{stderr}");
     (read_json(&out.path().join("summary.json")), out, stdout)
 }

@@ -85,8 +85,8 @@ impl ApiServer {
             .expect("faults");
     }
 
-    /// `orchard serve --backend kubernetes` against this double.
-    pub fn serve_args(&self, key_file: &Path, host_id: &str, agent_port: u16) -> Vec<String> {
+    /// `--backend kubernetes` and its flags against this double, for `orchard serve` and `eval`.
+    pub fn backend_args(&self, key_file: &Path, host_id: &str, agent_port: u16) -> Vec<String> {
         [
             "--backend",
             "kubernetes",

@@ -178,75 +178,45 @@ impl KubernetesBackend {
             image_command: command,
         };
         let cluster = &self.config.cluster;
-        let post = &PostParams::default();
-        let secret = spec::token_secret(cluster, &plan);
-        // A 409 on the first write means the id is taken (nothing of ours to undo); on a retry
-        // after a 5xx it may be our own write that went through.
-        self.writes
-            .run(|attempt| {
-                let secret = secret.clone();
-                async move {
-                    match self.secrets.create(post, &secret).await {
-                        Err(e) if attempt > 0 && api_code(&e) == Some(409) => {
-                            let existing = self.secrets.get(&spec::object_name(id)).await?;
-                            if existing.metadata.labels == secret.metadata.labels && self.cache.get(id).is_none() {
-                                Ok(existing)
-                            } else {
-                                Err(e)
-                            }
-                        }
-                        other => other,
-                    }
-                }
-            })
-            .await
-            .map_err(|e| match api_code(&e) {
-                Some(409) => SandboxError::AlreadyExists(id.to_string()),
-                _ => SandboxError::backend("creating the sandbox's token secret", e),
-            })?;
+        let secret = &spec::token_secret(cluster, &plan);
+        // A 409 on the first write means the id is taken (nothing of ours to undo).
+        self.create_retried(&self.secrets, secret, |e| async move {
+            let existing = self.secrets.get(&spec::object_name(id)).await?;
+            if existing.metadata.labels == secret.metadata.labels && self.cache.get(id).is_none() {
+                Ok(existing)
+            } else {
+                Err(e)
+            }
+        })
+        .await
+        .map_err(|e| match api_code(&e) {
+            Some(409) => SandboxError::AlreadyExists(id.to_string()),
+            _ => SandboxError::backend("creating the sandbox's token secret", e),
+        })?;
         let policy = &spec::network_policy(cluster, &plan);
         let pod = &spec::pod(cluster, &plan);
         let nonce = &nonce;
         let rest = async {
-            self.writes
-                .run(|attempt| async move {
-                    match self.policies.create(post, policy).await {
-                        Err(e) if attempt > 0 && api_code(&e) == Some(409) => Ok(policy.clone()),
-                        other => other,
-                    }
-                })
+            self.create_retried(&self.policies, policy, |_| async { Ok(policy.clone()) })
                 .await
                 .map_err(|e| SandboxError::backend("creating the sandbox's network policy", e))?;
             if let Some(fqdn) = spec::cilium_fqdn_policy(cluster, &plan) {
-                let fqdn: DynamicObject = serde_json::from_value(fqdn).expect("a policy object");
-                let fqdn = &fqdn;
-                self.writes
-                    .run(|attempt| async move {
-                        match self.cilium.create(post, fqdn).await {
-                            Err(e) if attempt > 0 && api_code(&e) == Some(409) => Ok(fqdn.clone()),
-                            other => other,
-                        }
-                    })
+                let fqdn: &DynamicObject = &serde_json::from_value(fqdn).expect("a policy object");
+                self.create_retried(&self.cilium, fqdn, |_| async { Ok(fqdn.clone()) })
                     .await
                     .map_err(|e| SandboxError::backend("creating the sandbox's CiliumNetworkPolicy", e))?;
             }
-            self.writes
-                .run(|attempt| async move {
-                    match self.pods.create(post, pod).await {
-                        Err(e) if attempt > 0 && api_code(&e) == Some(409) => {
-                            let existing = self.pods.get(&spec::object_name(id)).await?;
-                            let ours = PodRecord::from_pod(&existing).is_some_and(|r| r.nonce == *nonce);
-                            if ours { Ok(existing) } else { Err(e) }
-                        }
-                        other => other,
-                    }
-                })
-                .await
-                .map_err(|e| match api_code(&e) {
-                    Some(409) => SandboxError::AlreadyExists(id.to_string()),
-                    Some(403) | Some(422) => SandboxError::InvalidSpec(format!("the cluster refused the pod: {e}")),
-                    _ => SandboxError::backend("creating the sandbox's pod", e),
-                })
+            self.create_retried(&self.pods, pod, |e| async move {
+                let existing = self.pods.get(&spec::object_name(id)).await?;
+                let ours = PodRecord::from_pod(&existing).is_some_and(|r| r.nonce == *nonce);
+                if ours { Ok(existing) } else { Err(e) }
+            })
+            .await
+            .map_err(|e| match api_code(&e) {
+                Some(409) => SandboxError::AlreadyExists(id.to_string()),
+                Some(403) | Some(422) => SandboxError::InvalidSpec(format!("the cluster refused the pod: {e}")),
+                _ => SandboxError::backend("creating the sandbox's pod", e),
+            })
         };
         match rest.await {
             Ok(created) => {
@@ -259,6 +229,32 @@ impl KubernetesBackend {
                 Err(e)
             }
         }
+    }
+
+    /// Creates `object`, paced and retried on 429/5xx. A 409 on a retry may be this very write,
+    /// gone through before its 5xx answer: `on_retry_conflict` tells (the existing object) from
+    /// a real conflict (the error).
+    async fn create_retried<K, F, Fut>(
+        &self,
+        api: &Api<K>,
+        object: &K,
+        on_retry_conflict: F,
+    ) -> std::result::Result<K, kube::Error>
+    where
+        K: Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+        F: Fn(kube::Error) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<K, kube::Error>>,
+    {
+        let post = &PostParams::default();
+        let on_retry_conflict = &on_retry_conflict;
+        self.writes
+            .run(|attempt| async move {
+                match api.create(post, object).await {
+                    Err(e) if attempt > 0 && api_code(&e) == Some(409) => on_retry_conflict(e).await,
+                    other => other,
+                }
+            })
+            .await
     }
 
     /// Deletes the pod (grace 0), its token secret and its policy; `NotFound` is not an error.
