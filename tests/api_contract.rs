@@ -92,9 +92,15 @@ async fn bad_input_gets_a_4xx_naming_the_field_and_every_answer_has_a_request_id
         .await;
     assert_eq!(status, 422);
     assert!(v["detail"].as_str().unwrap().contains("timeout_seconds"), "{v}");
+    // A different create under a taken id is a conflict; repeating the same create (a client's
+    // retry of a POST whose answer it lost) answers the sandbox it made.
+    let (status, v) = server
+        .call(reqwest::Method::POST, "/sandboxes", Some(json!({"image": "host", "sandbox_id": id, "memory": "1Gi"})))
+        .await;
+    assert_eq!(status, 409, "{v}");
     let (status, v) =
         server.call(reqwest::Method::POST, "/sandboxes", Some(json!({"image": "host", "sandbox_id": id}))).await;
-    assert_eq!(status, 409, "{v}");
+    assert_eq!((status, v["sandbox_id"].as_str()), (200, Some(id.as_str())), "{v}");
     let (status, _) = server.call(reqwest::Method::GET, "/sandboxes/sb-nope", None).await;
     assert_eq!(status, 404);
     let (status, v) = server.call(reqwest::Method::GET, &format!("/sandboxes/{id}/wait?timeout=5"), None).await;

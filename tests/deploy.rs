@@ -147,6 +147,7 @@ fn the_objects_the_backend_writes_validate_strictly() {
             toleration_seconds: None,
         }],
         ephemeral_storage: Some("20Gi".into()),
+        user_namespaces: true,
         cilium_fqdn: true,
     };
     let mut sandbox = SandboxSpec::new("team-a", "python:3.12");

@@ -24,7 +24,7 @@ async fn oci_archives_and_docker_save_tars_are_images() {
     let docker_archive = tmp.path().join("image.docker.tar");
     image().write_docker_save(&docker_archive);
 
-    let server = Server::start().await;
+    let server = Server::with_image_root(tmp.path()).await;
     check(&server, &format!("oci-archive:{}", oci_archive.display())).await;
     check(&server, &docker_archive.display().to_string()).await;
     // Both name the same layers: unpacked per manifest, the archive memo makes a second use free.

@@ -97,7 +97,7 @@ async fn oci_images_are_unpacked_once_and_their_config_honoured() {
     let base = images::busybox_layer(&[("app/data.txt", b"from layer one\n"), ("app/gone.txt", b"deleted later\n")]);
     let top = images::whiteout_layer("app/gone.txt");
     images::oci_layout(&layout, &[base, top], &["GREETING=hello from config", "PATH=/bin"], "/app", "v1");
-    let server = Server::start().await;
+    let server = Server::with_image_root(tmp.path()).await;
     let image = format!("oci:{}:v1", layout.display());
     let id = server.create(json!({"image": image})).await;
     let r = server.sh(&id, "echo \"$GREETING\"; pwd; cat data.txt; ls; cat /proc/1/cmdline | tr '\\0' ' '").await;

@@ -116,6 +116,15 @@ impl Server {
         Self::start_with(ServerOptions::default()).await
     }
 
+    /// A server whose clients may name local images under `root` (`--image-root`).
+    pub async fn with_image_root(root: &Path) -> Server {
+        Self::start_with(ServerOptions {
+            extra_args: vec!["--image-root".into(), root.display().to_string()],
+            ..Default::default()
+        })
+        .await
+    }
+
     pub async fn start_with(opts: ServerOptions) -> Server {
         let (tmp, state_dir) = match opts.state_dir {
             Some(dir) => (None, dir),

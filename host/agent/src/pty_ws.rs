@@ -24,14 +24,17 @@ enum ClientFrame {
     Init {
         #[serde(default)]
         cmd: Option<orchard_protocol::Command>,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
         env: BTreeMap<String, String>,
         #[serde(default)]
         cwd: Option<String>,
-        #[serde(default = "default_rows")]
-        rows: u16,
-        #[serde(default = "default_cols")]
-        cols: u16,
+        #[serde(default)]
+        rows: Option<u16>,
+        #[serde(default)]
+        cols: Option<u16>,
+        /// Run `cmd` in a login shell that reads `~/.bashrc` (Orchard Env's init field).
+        #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
+        login_shell: bool,
     },
     Stdin {
         data: String,
@@ -46,12 +49,9 @@ enum ClientFrame {
     Close,
 }
 
-fn default_rows() -> u16 {
-    24
-}
-fn default_cols() -> u16 {
-    80
-}
+/// A terminal's size when the client gives none (or `null`, or 0).
+const DEFAULT_ROWS: u16 = 24;
+const DEFAULT_COLS: u16 = 80;
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -75,13 +75,39 @@ fn parse(msg: &Message) -> Result<Option<ClientFrame>, String> {
     }
 }
 
+/// `cmd` run by an interactive login bash that also reads `~/.bashrc`, as Orchard Env does.
+fn login_wrapped(cmd: orchard_protocol::Command) -> orchard_protocol::Command {
+    let joined = match cmd {
+        orchard_protocol::Command::Shell(s) => s,
+        orchard_protocol::Command::Argv(argv) => argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "),
+    };
+    orchard_protocol::Command::Argv(vec![
+        "bash".into(),
+        "--login".into(),
+        "-i".into(),
+        "-c".into(),
+        format!("if [ -f ~/.bashrc ]; then . ~/.bashrc; fi; {joined}"),
+    ])
+}
+
+fn shell_quote(arg: &str) -> String {
+    if !arg.is_empty() && arg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b)) {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
+}
+
 pub async fn run(state: Arc<AgentState>, mut socket: WebSocket) {
     let init = match tokio::time::timeout(Duration::from_secs(30), socket.recv()).await {
         Ok(Some(Ok(msg))) => parse(&msg),
         _ => return,
     };
-    let (cmd, env, cwd, rows, cols) = match init {
-        Ok(Some(ClientFrame::Init { cmd, env, cwd, rows, cols })) => (cmd, env, cwd, rows, cols),
+    let (cmd, env, cwd, rows, cols, login_shell) = match init {
+        Ok(Some(ClientFrame::Init { cmd, env, cwd, rows, cols, login_shell })) => {
+            let size = |v: Option<u16>, default| v.filter(|n| *n > 0).unwrap_or(default);
+            (cmd, env, cwd, size(rows, DEFAULT_ROWS), size(cols, DEFAULT_COLS), login_shell)
+        }
         Ok(_) => {
             send(&mut socket, AgentFrame::Error { message: "the first frame must be init".into() }).await;
             return;
@@ -92,6 +118,7 @@ pub async fn run(state: Arc<AgentState>, mut socket: WebSocket) {
         }
     };
     let cmd = cmd.unwrap_or_else(|| orchard_protocol::Command::Argv(vec![state.config.shell.display().to_string()]));
+    let cmd = if login_shell { login_wrapped(cmd) } else { cmd };
     let mut env = env;
     env.entry("TERM".into()).or_insert_with(|| "xterm-256color".into());
     let child = match spawn::build(&state.config.shell, &cmd, cwd.as_deref(), &env, false)

@@ -67,6 +67,10 @@ pub struct KubeArgs {
     /// Ephemeral storage request and limit per sandbox, e.g. 10Gi.
     #[arg(long, help_heading = "Kubernetes")]
     ephemeral_storage: Option<String>,
+    /// `hostUsers: false` on sandbox pods: root in a sandbox is not root on the node (needs
+    /// Kubernetes 1.33+, or the UserNamespacesSupport gate, and a runtime that supports it).
+    #[arg(long, help_heading = "Kubernetes")]
+    kube_user_namespaces: bool,
     /// Enforce domain names in `network_allow` with a CiliumNetworkPolicy (`toFQDNs`) per
     /// sandbox; without it they are refused (a NetworkPolicy filters by address only).
     #[arg(long, value_enum, help_heading = "Kubernetes")]
@@ -142,6 +146,7 @@ impl KubeArgs {
             node_selector: self.node_selector.iter().cloned().collect(),
             tolerations: self.tolerations.clone(),
             ephemeral_storage: self.ephemeral_storage.clone(),
+            user_namespaces: self.kube_user_namespaces,
             cilium_fqdn: self.fqdn_policy == Some(FqdnPolicy::Cilium),
         };
         let mut config = KubernetesConfig::new(cluster, host_id, token_key);

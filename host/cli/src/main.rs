@@ -1,5 +1,6 @@
 //! `orchard`: one binary for the environment layer.
 
+mod admission_args;
 mod agent_bin;
 mod backend;
 mod eval;

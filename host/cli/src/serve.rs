@@ -49,6 +49,8 @@ pub struct ServeArgs {
     /// Plugins to load [default: the ones the build ships].
     #[arg(long)]
     plugin_dir: Option<PathBuf>,
+    #[command(flatten)]
+    admission: crate::admission_args::AdmissionArgs,
 }
 
 pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>) -> anyhow::Result<()> {
@@ -61,6 +63,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             .map_err(|e| anyhow::anyhow!("ORCHARD_API_KEYS: {e}"))?,
     };
     orchard_server::check_listen_policy(&args.listen, &keys, args.insecure_no_auth).map_err(anyhow::Error::msg)?;
+    let admission = args.admission.build(&keys, args.max_sandboxes, &args.insecure_registry)?;
     let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Local => {
@@ -79,7 +82,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
     let runtime = crate::plugins::runtime(&state_dir)?;
     let registry = Arc::new(crate::plugins::registry(runtime, args.plugin_dir.as_deref())?);
     tracing::info!("{} plugins loaded", registry.list().len());
-    let state = AppState::new(backend.clone(), keys, Some(registry));
+    let state = AppState::new(backend.clone(), keys, admission, Some(registry));
     let housekeeping = orchard_server::spawn_housekeeping(state.clone(), Duration::from_secs(1));
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;

@@ -44,6 +44,10 @@ async fn manifest_and_config(
         } else {
             ClientProtocol::HttpsExcept(options.insecure.clone())
         },
+        // A registry that accepts the connection and then says nothing must not hang a create:
+        // no read may stall longer than this (a slow layer keeps arriving, so it is not cut).
+        connect_timeout: Some(std::time::Duration::from_secs(15)),
+        read_timeout: Some(std::time::Duration::from_secs(60)),
         ..Default::default()
     });
     let auth = match (&options.username, &options.password) {

@@ -42,7 +42,7 @@ pub struct ExecRequest {
     pub command: Command,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, deserialize_with = "crate::null_as_default", skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// Bytes written to the command's stdin, which is then closed (default: empty stdin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,9 +58,9 @@ pub struct ExecRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_ms: Option<u64>,
     /// Run a shell command through `bash -lc` so that profile files are read.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::null_as_default")]
     pub login_shell: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::null_as_default")]
     pub output_limit: OutputLimit,
 }
 
@@ -127,7 +127,7 @@ pub struct ExecResult {
     pub peak_rss_kb: u64,
     /// Sessions only: the command is still running (it went quiet for `idle_timeout_ms`); the
     /// output is what it printed so far and `exit_code` means nothing yet.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, deserialize_with = "crate::null_as_default", skip_serializing_if = "std::ops::Not::not")]
     pub running: bool,
 }
 

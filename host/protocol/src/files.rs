@@ -38,7 +38,7 @@ pub struct WriteResult {
     /// Bytes written (for a tar upload: bytes of the archive consumed).
     pub size: u64,
     /// Entries extracted (tar uploads only).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::null_as_default")]
     pub entries: u64,
 }
 
@@ -49,9 +49,9 @@ pub struct HttpRequest {
     pub method: String,
     /// Path and query.
     pub path: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::null_as_default")]
     pub headers: Vec<(String, String)>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::null_as_default")]
     pub body_base64: String,
     #[serde(default)]
     pub timeout_ms: Option<u64>,

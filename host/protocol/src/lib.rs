@@ -75,3 +75,22 @@ pub struct ErrorBody {
     pub kind: ErrorKind,
     pub message: String,
 }
+
+/// Deserializes an explicit JSON `null` as the field's default, as Pydantic's `Optional[...]`
+/// does: clients that send every optional field (`"env": null`) mean "absent". Use with
+/// `#[serde(default, deserialize_with = "orchard_protocol::null_as_default")]`.
+pub fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// Like [`null_as_default`] for a `bool` whose default is `true`.
+pub fn null_as_true<'de, D>(deserializer: D) -> Result<bool, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Ok(Option::<bool>::deserialize(deserializer)?.unwrap_or(true))
+}

@@ -10,7 +10,7 @@ pub struct ProcessStart {
     pub command: Command,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, deserialize_with = "crate::null_as_default", skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
 }
 
@@ -57,7 +57,7 @@ pub struct LogChunk {
 pub struct SessionStart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, deserialize_with = "crate::null_as_default", skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
 }
 
@@ -69,7 +69,7 @@ pub struct SessionContinue {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,
     /// Interrupt the command (SIGINT to its process group, then SIGKILL), as C-c would.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::null_as_default")]
     pub interrupt: bool,
     /// Answer by then at the latest (`running` and `timed_out` set), leaving the command running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,7 +77,7 @@ pub struct SessionContinue {
     /// Answer once the command has printed nothing for this long (default: wait for it to end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_ms: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::null_as_default")]
     pub output_limit: crate::OutputLimit,
 }
 

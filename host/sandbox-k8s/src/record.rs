@@ -25,6 +25,7 @@ pub struct PodRecord {
     pub block_network: bool,
     pub cpu: Option<f64>,
     pub memory_bytes: Option<u64>,
+    pub disk_bytes: Option<u64>,
     pub nonce: String,
     pub token_hash: String,
     pub pod_ip: Option<String>,
@@ -60,6 +61,9 @@ impl PodRecord {
             block_network: note(ANNOTATION_NETWORK).as_deref() != Some("open"),
             cpu: limits.and_then(|l| l.get("cpu")).and_then(|q| parse_cpu(&q.0.as_str().into()).ok()),
             memory_bytes: limits.and_then(|l| l.get("memory")).and_then(|q| parse_memory(&q.0.as_str().into()).ok()),
+            disk_bytes: limits
+                .and_then(|l| l.get("ephemeral-storage"))
+                .and_then(|q| parse_memory(&q.0.as_str().into()).ok()),
             nonce: note(ANNOTATION_NONCE).unwrap_or_default(),
             token_hash: note(ANNOTATION_TOKEN_HASH).unwrap_or_default(),
             pod_ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
@@ -80,6 +84,7 @@ impl PodRecord {
             cpu: self.cpu,
             memory_bytes: self.memory_bytes,
             pids: None,
+            disk_bytes: self.disk_bytes,
             created_at: self.created_at,
             last_active: last_active.max(self.last_active),
             ttl_seconds: self.ttl_seconds,

@@ -65,6 +65,10 @@ pub struct ClusterConfig {
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<Toleration>,
     pub ephemeral_storage: Option<String>,
+    /// `hostUsers: false`: each pod in its own user namespace (root inside is not root on the
+    /// node). Needs Kubernetes 1.33+ (or the UserNamespacesSupport gate) and a runtime with
+    /// id-mapped mounts; off by default because clusters without it refuse such pods.
+    pub user_namespaces: bool,
     /// Allowlisted domain names are enforced by a CiliumNetworkPolicy (`toFQDNs`) when set;
     /// refused otherwise (a NetworkPolicy filters by address only).
     pub cilium_fqdn: bool,
@@ -163,8 +167,15 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
     if let Some(mem) = plan.spec.memory_bytes {
         limits.insert("memory".to_string(), Quantity(mem.to_string()));
     }
-    if let Some(storage) = &cluster.ephemeral_storage {
-        limits.insert("ephemeral-storage".to_string(), Quantity(storage.clone()));
+    // The sandbox's own disk limit wins over the cluster-wide one.
+    match (plan.spec.disk_bytes, &cluster.ephemeral_storage) {
+        (Some(bytes), _) => {
+            limits.insert("ephemeral-storage".to_string(), Quantity(bytes.to_string()));
+        }
+        (None, Some(storage)) => {
+            limits.insert("ephemeral-storage".to_string(), Quantity(storage.clone()));
+        }
+        (None, None) => {}
     }
     let locked_down = SecurityContext {
         allow_privilege_escalation: Some(false),
@@ -212,6 +223,7 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
             node_selector: (!cluster.node_selector.is_empty()).then(|| cluster.node_selector.clone()),
             tolerations: (!cluster.tolerations.is_empty()).then(|| cluster.tolerations.clone()),
             termination_grace_period_seconds: Some(0),
+            host_users: cluster.user_namespaces.then_some(false),
             security_context: Some(PodSecurityContext {
                 seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
                 ..Default::default()
@@ -423,6 +435,7 @@ mod tests {
                 ..Default::default()
             }],
             ephemeral_storage: Some("10Gi".into()),
+            user_namespaces: false,
             cilium_fqdn: false,
         }
     }

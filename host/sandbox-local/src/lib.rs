@@ -28,6 +28,9 @@ pub use cgroup::Limits;
 pub use launcher::Launcher;
 use record::{Record, now};
 
+/// The working directory of a sandbox whose image and spec name none (created at start).
+pub const DEFAULT_WORKDIR: &str = "/workspace";
+
 #[derive(Debug, Clone)]
 pub struct LocalConfig {
     /// Holds `sandboxes/` and `images/`.
@@ -106,6 +109,7 @@ impl LocalSandbox {
             cpu: r.cpu,
             memory_bytes: r.memory_bytes,
             pids: r.pids,
+            disk_bytes: r.disk_bytes,
             created_at: r.created_at,
             last_active: r.last_active,
             ttl_seconds: r.ttl_seconds,
@@ -299,6 +303,8 @@ impl LocalBackend {
             cpu: spec.cpu,
             memory_bytes: spec.memory_bytes,
             pids: limits.pids,
+            disk_bytes: spec.disk_bytes,
+            slot: None,
             created_at: now(),
             last_active: now(),
             ttl_seconds: spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs()),
@@ -446,11 +452,13 @@ impl LocalBackend {
                 image,
                 hostname: &record.id,
                 env,
+                // Orchard Env's sandboxes work in /workspace when the image names no directory;
+                // its clients expect exec and apply_patch to start there.
                 workdir: spec
                     .workdir
                     .clone()
-                    .or_else(|| image.config.working_dir.clone())
-                    .unwrap_or_else(|| "/".into()),
+                    .or_else(|| image.config.working_dir.clone().filter(|w| !w.is_empty()))
+                    .unwrap_or_else(|| DEFAULT_WORKDIR.into()),
                 listener: listener.into(),
                 cgroups: &record.cgroups,
                 netns,

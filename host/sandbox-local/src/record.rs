@@ -20,6 +20,13 @@ pub struct Record {
     pub cpu: Option<f64>,
     pub memory_bytes: Option<u64>,
     pub pids: Option<u64>,
+    /// Size limit of the writable layer (a project quota), when one is enforced.
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
+    /// The sandbox's slot among live sandboxes: picks its user-namespace id range and its
+    /// disk-quota project (see `ids`).
+    #[serde(default)]
+    pub slot: Option<u32>,
     pub created_at: f64,
     pub last_active: f64,
     pub ttl_seconds: u64,

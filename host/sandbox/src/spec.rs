@@ -20,6 +20,9 @@ pub struct SandboxSpec {
     pub memory_bytes: Option<u64>,
     /// Maximum number of processes.
     pub pids: Option<u64>,
+    /// Size limit of the sandbox's writable layer (what it may add to its root), in bytes.
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
     /// Deleted after this many seconds without activity (exec, files, heartbeat).
     pub ttl_seconds: Option<u64>,
     /// Added to the image's environment.
@@ -45,6 +48,7 @@ impl SandboxSpec {
             cpu: None,
             memory_bytes: None,
             pids: None,
+            disk_bytes: None,
             ttl_seconds: None,
             env: BTreeMap::new(),
             file_roots: Vec::new(),
@@ -74,6 +78,9 @@ pub struct SandboxInfo {
     pub cpu: Option<f64>,
     pub memory_bytes: Option<u64>,
     pub pids: Option<u64>,
+    /// Size limit of the writable layer, when one is enforced.
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
     /// Epoch seconds.
     pub created_at: f64,
     /// Epoch seconds of the last exec, file operation or heartbeat.

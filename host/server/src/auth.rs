@@ -49,6 +49,11 @@ impl ApiKeys {
         self.by_key.is_empty()
     }
 
+    /// The distinct tenants that have keys.
+    pub fn tenants(&self) -> std::collections::BTreeSet<&str> {
+        self.by_key.values().map(String::as_str).collect()
+    }
+
     pub fn tenant_of(&self, key: &str) -> Option<&str> {
         self.by_key.get(key).map(String::as_str)
     }

@@ -45,10 +45,12 @@ struct JobState {
 pub struct JobView {
     pub job_id: String,
     pub sandbox_id: String,
-    pub command: serde_json::Value,
+    /// The command as text (an argv joined with spaces), as Orchard Env answers.
+    pub command: String,
     pub status: JobStatus,
-    pub stdout: Option<String>,
-    pub stderr: Option<String>,
+    /// Empty until the job has finished (never null: Orchard Env's clients read it as text).
+    pub stdout: String,
+    pub stderr: String,
     pub exit_code: Option<i32>,
     pub created_at: f64,
     pub started_at: Option<f64>,
@@ -61,6 +63,19 @@ pub struct JobView {
     pub duration_seconds: Option<f64>,
 }
 
+/// `"ls -la"` stays as it is; `["ls", "-la"]` becomes `"ls -la"`.
+fn command_text(command: &serde_json::Value) -> String {
+    match command {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}
+
 impl Job {
     pub fn view(&self) -> JobView {
         let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -68,10 +83,10 @@ impl Job {
         JobView {
             job_id: self.id.clone(),
             sandbox_id: self.sandbox_id.clone(),
-            command: self.command.clone(),
+            command: command_text(&self.command),
             status: s.status.unwrap_or(JobStatus::Queued),
-            stdout: r.map(|r| r.stdout.text.clone()),
-            stderr: r.map(|r| r.stderr.text.clone()),
+            stdout: r.map(|r| r.stdout.text.clone()).unwrap_or_default(),
+            stderr: r.map(|r| r.stderr.text.clone()).unwrap_or_default(),
             exit_code: r.map(|r| r.exit_code),
             created_at: self.created_at,
             started_at: s.started_at,

@@ -6,6 +6,7 @@
 //!
 //! Every answer is JSON (or a byte stream where the route says so) and carries an `X-Request-ID`.
 
+mod admit;
 mod auth;
 mod error;
 mod extract;
@@ -35,14 +36,21 @@ pub use error::{ApiError, ApiResult};
 pub struct AppState {
     pub backend: Arc<dyn Backend>,
     pub keys: ApiKeys,
+    /// What API clients may ask for: images, resources, quotas.
+    pub admission: orchard_admission::Admission,
     pub jobs: jobs::JobStore,
     /// The plugin registry, when the server runs plugins.
     pub plugins: Option<Arc<orchard_runtime::Registry>>,
 }
 
 impl AppState {
-    pub fn new(backend: Arc<dyn Backend>, keys: ApiKeys, plugins: Option<Arc<orchard_runtime::Registry>>) -> Arc<Self> {
-        Arc::new(AppState { backend, keys, jobs: jobs::JobStore::default(), plugins })
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        keys: ApiKeys,
+        admission: orchard_admission::Admission,
+        plugins: Option<Arc<orchard_runtime::Registry>>,
+    ) -> Arc<Self> {
+        Arc::new(AppState { backend, keys, admission, jobs: jobs::JobStore::default(), plugins })
     }
 
     /// The sandbox, if it exists and belongs to `tenant`; otherwise 404 either way, so that one
@@ -97,7 +105,8 @@ async fn request_id(request: Request, next: Next) -> Response {
     response
 }
 
-/// Runs the background duties: idle-sandbox reaping and forgetting old jobs.
+/// Runs the background duties: idle-sandbox reaping, the quota ledger's resync, and forgetting
+/// old jobs.
 pub fn spawn_housekeeping(state: Arc<AppState>, every: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -105,6 +114,7 @@ pub fn spawn_housekeeping(state: Arc<AppState>, every: Duration) -> tokio::task:
         loop {
             tick.tick().await;
             state.backend.reap_expired().await;
+            state.resync_quotas().await;
             rounds += 1;
             if rounds.is_multiple_of(60) {
                 state.jobs.collect_garbage();

@@ -35,11 +35,11 @@ pub struct ExecBody {
     pub timeout_seconds: Option<f64>,
     #[serde(default)]
     pub cwd: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     pub env: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     pub login_shell: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     pub wait: bool,
     /// Orchard addition: bytes written to the command's stdin.
     #[serde(default)]

@@ -34,7 +34,7 @@ pub async fn health() -> Json<Value> {
 #[derive(Debug, Clone, Deserialize)]
 pub struct CreateBody {
     pub image: String,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "orchard_protocol::null_as_true")]
     pub block_network: bool,
     #[serde(default)]
     pub sandbox_id: Option<String>,
@@ -42,17 +42,20 @@ pub struct CreateBody {
     pub cpu: Option<Value>,
     #[serde(default)]
     pub memory: Option<Value>,
+    /// Size limit of the writable layer (`"10Gi"`, bytes).
+    #[serde(default)]
+    pub disk: Option<Value>,
     /// Idle timeout in seconds.
     #[serde(default)]
     pub timeout: Option<u64>,
     // Orchard's own additions:
     #[serde(default)]
     pub pids: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     pub env: std::collections::BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     pub network_allow: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     pub file_roots: Vec<String>,
     #[serde(default)]
     pub workdir: Option<String>,
@@ -78,6 +81,12 @@ impl CreateBody {
             .map(parse_memory)
             .transpose()
             .map_err(|e| ApiError::bad_request(format!("memory: {e}")))?;
+        spec.disk_bytes = self
+            .disk
+            .as_ref()
+            .map(parse_memory)
+            .transpose()
+            .map_err(|e| ApiError::bad_request(format!("disk: {e}")))?;
         spec.ttl_seconds = self.timeout;
         spec.pids = self.pids;
         spec.env = self.env.clone();
@@ -101,7 +110,7 @@ fn status_name(s: SandboxStatus) -> &'static str {
     }
 }
 
-/// The full sandbox view (`GET /sandboxes/{id}`), with Orchard's extra fields.
+/// Orchard's own view of a sandbox (`/v1`): amounts as numbers (bytes, cores).
 pub fn sandbox_view(info: &SandboxInfo) -> Value {
     json!({
         "sandbox_id": info.id,
@@ -112,6 +121,7 @@ pub fn sandbox_view(info: &SandboxInfo) -> Value {
         "cpu": info.cpu,
         "memory": info.memory_bytes,
         "pids": info.pids,
+        "disk": info.disk_bytes,
         "timeout": info.ttl_seconds,
         "created_at": info.created_at,
         "last_active": info.last_active,
@@ -123,13 +133,38 @@ pub fn sandbox_view(info: &SandboxInfo) -> Value {
     })
 }
 
+/// Orchard Env's view of a sandbox (`GET /sandboxes/{id}`, `/wait`): as its orchestrator
+/// answers, `cpu` and `memory` are quantity strings and `status_message` is never null.
+pub fn compat_view(info: &SandboxInfo) -> Value {
+    let mut view = sandbox_view(info);
+    view["cpu"] = json!(info.cpu.map(cpu_quantity));
+    view["memory"] = json!(info.memory_bytes.map(memory_quantity));
+    view["disk"] = json!(info.disk_bytes.map(memory_quantity));
+    view["status_message"] = json!(info.status_message.clone().unwrap_or_default());
+    view
+}
+
+/// `2`, `1.5` → `"2"`, `"1500m"` (Kubernetes' notation, which Orchard Env echoes).
+pub fn cpu_quantity(cores: f64) -> String {
+    if cores.fract() == 0.0 { format!("{cores:.0}") } else { format!("{}m", (cores * 1000.0).round() as u64) }
+}
+
+/// Bytes → `"2Gi"`, `"512Mi"`, or plain bytes when no binary unit divides them.
+pub fn memory_quantity(bytes: u64) -> String {
+    for (shift, unit) in [(40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
 async fn create(
     State(state): State<Arc<AppState>>,
     Extension(tenant): Extension<Tenant>,
     JsonBody(body): JsonBody<CreateBody>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let spec = body.to_spec(&tenant)?;
-    let info = state.backend.create(spec).await?;
+    let info = state.create_sandbox(body.to_spec(&tenant)?).await?;
     Ok((
         StatusCode::OK,
         Json(json!({
@@ -137,8 +172,8 @@ async fn create(
             "namespace": info.tenant,
             "image": info.image,
             "block_network": info.block_network,
-            "cpu": body.cpu,
-            "memory": body.memory,
+            "cpu": info.cpu.map(cpu_quantity),
+            "memory": info.memory_bytes.map(memory_quantity),
             "timeout": info.ttl_seconds,
             "status": status_name(info.status),
         })),
@@ -147,7 +182,7 @@ async fn create(
 
 async fn list(State(state): State<Arc<AppState>>, Extension(tenant): Extension<Tenant>) -> Json<Value> {
     let mine: Vec<Value> =
-        state.backend.list().await.iter().filter(|i| i.tenant == tenant.0).map(sandbox_view).collect();
+        state.backend.list().await.iter().filter(|i| i.tenant == tenant.0).map(compat_view).collect();
     Json(json!({ "sandboxes": mine }))
 }
 
@@ -156,10 +191,7 @@ async fn get_one(
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    match state.sandbox(&tenant, &id).await {
-        Ok(info) => Ok(Json(sandbox_view(&info))),
-        Err(e) => Err(e),
-    }
+    Ok(Json(compat_view(&state.sandbox(&tenant, &id).await?)))
 }
 
 #[derive(Deserialize)]
@@ -177,7 +209,7 @@ async fn wait(
     state.sandbox(&tenant, &id).await?;
     let timeout = Duration::from_secs_f64(q.timeout.unwrap_or(300.0).clamp(0.0, 3600.0));
     let info = state.backend.wait_ready(&id, timeout).await?;
-    Ok(Json(sandbox_view(&info)))
+    Ok(Json(compat_view(&info)))
 }
 
 async fn delete(
@@ -185,8 +217,7 @@ async fn delete(
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    state.sandbox(&tenant, &id).await?;
-    state.backend.delete(&id).await?;
+    state.delete_sandbox(&tenant, &id).await?;
     Ok(Json(json!({"sandbox_id": id, "status": "deleted"})))
 }
 

@@ -25,7 +25,7 @@ use crate::{ApiError, ApiResult, AppState, Tenant};
 
 /// Most sandboxes a batch create or exec may name.
 const MAX_BATCH: usize = 4096;
-/// How many operations of a batch run at once.
+/// How many execs of a batch run at once.
 const BATCH_CONCURRENCY: usize = 64;
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -54,7 +54,7 @@ type S = State<Arc<AppState>>;
 type T = Extension<Tenant>;
 
 async fn create(State(state): S, Extension(tenant): T, JsonBody(body): JsonBody<CreateBody>) -> ApiResult<Json<Value>> {
-    let info = state.backend.create(body.to_spec(&tenant)?).await?;
+    let info = state.create_sandbox(body.to_spec(&tenant)?).await?;
     Ok(Json(sandbox_view(&info)))
 }
 
@@ -69,8 +69,7 @@ async fn get_one(State(state): S, Extension(tenant): T, Path(id): Path<String>) 
 }
 
 async fn delete(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    state.sandbox(&tenant, &id).await?;
-    state.backend.delete(&id).await?;
+    state.delete_sandbox(&tenant, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -94,36 +93,8 @@ async fn create_batch(
     if body.spec.sandbox_id.is_some() {
         return Err(ApiError::unprocessable("sandbox_id: cannot be given for a batch (ids are generated)"));
     }
-    let spec = body.spec.to_spec(&tenant)?;
-    if let Some(free) = state.backend.free_slots().await
-        && free < body.count
-    {
-        let mut e = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "capacity",
-            format!("count: {} sandboxes asked for, {free} can be admitted now", body.count),
-        );
-        e.retry_after = Some(5);
-        return Err(e);
-    }
-    let creates = (0..body.count).map(|_| {
-        let (backend, spec) = (state.backend.clone(), spec.clone());
-        async move { backend.create(spec).await }
-    });
-    let results: Vec<_> = futures::stream::iter(creates).buffer_unordered(BATCH_CONCURRENCY).collect().await;
-    let (made, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(|r| r.is_ok());
-    if let Some(Err(first)) = failed.into_iter().next() {
-        let ids: Vec<String> = made.into_iter().filter_map(|r| r.ok()).map(|i| i.id).collect();
-        let deletes = ids.clone().into_iter().map(|id| {
-            let backend = state.backend.clone();
-            async move { backend.delete(&id).await }
-        });
-        futures::stream::iter(deletes).buffer_unordered(BATCH_CONCURRENCY).collect::<Vec<_>>().await;
-        let mut e = ApiError::from(first);
-        e.message = format!("batch create rolled back ({} created and deleted again): {}", ids.len(), e.message);
-        return Err(e);
-    }
-    let views: Vec<Value> = made.into_iter().filter_map(|r| r.ok()).map(|i| sandbox_view(&i)).collect();
+    let made = state.create_sandboxes(body.spec.to_spec(&tenant)?, body.count).await?;
+    let views: Vec<Value> = made.iter().map(sandbox_view).collect();
     Ok(Json(json!({ "sandboxes": views })))
 }
 
@@ -134,7 +105,7 @@ struct V1ExecBody {
     base: ExecBody,
     #[serde(default)]
     output_limit: Option<OutputLimit>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     stream: bool,
 }
 
@@ -236,7 +207,7 @@ struct SessionExecBody {
 struct SessionContinueBody {
     #[serde(default)]
     input: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     interrupt: bool,
     #[serde(default)]
     timeout_seconds: Option<f64>,
@@ -302,7 +273,7 @@ struct ProcessBody {
     command: Value,
     #[serde(default)]
     cwd: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     env: std::collections::BTreeMap<String, String>,
 }
 
@@ -339,7 +310,7 @@ async fn process_signal(
 
 #[derive(Deserialize)]
 struct LogQuery {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     offset: u64,
     #[serde(default)]
     limit: Option<u64>,
