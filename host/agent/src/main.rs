@@ -38,6 +38,7 @@ fn main() -> anyhow::Result<()> {
     // file descriptors through /proc, so the token and the listening socket stay ours.
     // SAFETY: prctl with PR_SET_DUMPABLE takes plain integer arguments.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    trim_bounding_set();
 
     reset_signal_dispositions();
     let config = config::Config::from_args(args).context("orchard-agent: bad configuration")?;
@@ -51,6 +52,27 @@ fn main() -> anyhow::Result<()> {
         state.start_entrypoint()?;
         http::serve(state).await
     })
+}
+
+/// Narrows the capability bounding set to the capabilities we were given. Whoever started us
+/// may have granted a few (bubblewrap's `--cap-add`) yet left the bounding set full, and then a
+/// command run as root would regain every capability at exec. Dropping needs CAP_SETPCAP; where
+/// it is missing there is nothing to narrow (we were started unprivileged).
+fn trim_bounding_set() {
+    let permitted = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapPrm:").map(|v| v.trim().to_string())))
+        .and_then(|hex| u64::from_str_radix(&hex, 16).ok());
+    // Ambient capabilities would survive a switch to a non-root user; `docker run` has none.
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    let Some(permitted) = permitted else { return };
+    for cap in 0..64 {
+        if permitted & (1 << cap) == 0 {
+            // SAFETY: prctl with integer arguments; EINVAL past the last capability is ignored.
+            unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        }
+    }
 }
 
 /// Whoever started us may have left signals ignored (a shell ignores SIGINT in background jobs)

@@ -66,6 +66,26 @@ impl Layout {
         }
     }
 
+    /// The sandbox's cgroup directories by controller, as its `/sys/fs/cgroup` shows them
+    /// (`""`: the unified hierarchy's one directory).
+    pub fn view(&self, dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
+        match self {
+            Layout::V2 { .. } => dirs.iter().map(|d| (String::new(), d.clone())).take(1).collect(),
+            Layout::V1 { memory, cpu, pids } => dirs
+                .iter()
+                .filter_map(|dir| {
+                    let parent = dir.parent()?;
+                    let name = [("memory", memory), ("cpu", cpu), ("pids", pids)]
+                        .into_iter()
+                        .find(|(_, p)| p.as_deref() == Some(parent))?
+                        .0;
+                    Some((name.to_string(), dir.clone()))
+                })
+                .collect(),
+            Layout::None => Vec::new(),
+        }
+    }
+
     /// Creates the sandbox's cgroup(s) with `limits`. A limit that cannot be applied is an error
     /// that names it: a sandbox never runs silently unlimited.
     pub fn create(&self, id: &str, limits: &Limits) -> Result<Vec<PathBuf>, String> {

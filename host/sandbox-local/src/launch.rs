@@ -2,14 +2,19 @@
 //!
 //! Why bubblewrap: it is a well-kept, setuid-free namespace tool that starts a sandbox in ~6 ms
 //! here, where `runc run` takes ~39 ms for the same rootfs (see README). What bubblewrap 0.8 lacks
-//! (overlay roots, joining cgroups and a network namespace made for the sandbox) is done by the
-//! launcher in the forked child just before it execs bwrap (see `launcher`):
+//! (overlay roots, id-mapped layers, /sys, joining cgroups and a network namespace made for the
+//! sandbox) is done by the launcher in the forked child just before it execs bwrap (see
+//! `launcher` and `rootfs`):
 //!
-//! 1. a private mount namespace holding the overlay (image lower, per-sandbox upper). It lives
-//!    exactly as long as the sandbox's processes: no mount can leak on the host, even on a crash;
-//! 2. joining the sandbox's cgroups, so every process of the sandbox is accounted and limited;
-//! 3. entering the sandbox's network namespace when the network is open;
-//! 4. handing over the agent's listening socket (fd 3) and bwrap's info pipe (fd 4).
+//! 1. joining the sandbox's cgroups, so every process of the sandbox is accounted and limited;
+//! 2. a network namespace: the open network's, or a new one with only loopback;
+//! 3. a private mount namespace holding the root (id-mapped image lower, per-sandbox upper,
+//!    /sys). It lives exactly as long as the sandbox's processes: no mount can leak on the host;
+//! 4. entering the sandbox's own user namespace (root inside is an unprivileged id range on the
+//!    host), from which bubblewrap makes the pid, ipc, uts, cgroup and mount namespaces, /proc
+//!    with Docker's read-only and masked paths, /dev, and applies Docker's seccomp profile;
+//! 5. handing over the agent's listening socket (fd 3), bwrap's info pipe (fd 4), and what
+//!    bwrap reads by descriptor (seccomp programs, the root, the agent, /etc files).
 //!
 //! The agent runs as the sandbox's pid 1: commands cannot kill it, and orphans are reaped by it.
 
@@ -21,7 +26,8 @@ use std::path::{Path, PathBuf};
 use orchard_image::Image;
 use tokio::io::AsyncReadExt;
 
-use crate::launcher::{Fds, Launcher, Request};
+use crate::launcher::{ETC_FDS, Fds, Launcher, Request, SECCOMP_FDS};
+use crate::rootfs::RootSpec;
 
 /// Capabilities a container's root keeps (Docker's default set, without MKNOD and NET_RAW).
 const KEPT_CAPS: &[&str] = &[
@@ -59,6 +65,27 @@ pub struct LaunchSpec<'a> {
     pub cgroups: &'a [PathBuf],
     pub netns: Option<PathBuf>,
     pub file_roots: &'a [String],
+    /// Root inside maps to host ids from here on (root hosts; `None` when rootless).
+    pub id_base: Option<u32>,
+    /// The sandbox's cgroup directories, by controller (`""` for a unified hierarchy).
+    pub cgroup_view: Vec<(String, PathBuf)>,
+    /// Contents of /etc/hosts, /etc/hostname and /etc/resolv.conf.
+    pub etc_files: [String; 3],
+}
+
+/// /proc paths Docker makes read-only: global kernel settings and hardware.
+const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+/// /proc files Docker masks (an empty read-only file over them): kernel memory, other tenants'
+/// keys, timers and scheduler internals.
+const PROC_MASKED_FILES: &[&str] = &["kcore", "keys", "timer_list", "timer_stats", "sched_debug", "latency_stats"];
+/// /proc directories Docker masks (an empty read-only tmpfs over them).
+const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi"];
+/// Docker's default /dev/shm size.
+const SHM_BYTES: &str = "67108864";
+
+/// The /proc paths of this kernel among `names` (the sandbox runs on the same kernel).
+fn existing_proc(names: &'static [&'static str]) -> Vec<&'static str> {
+    names.iter().copied().filter(|n| Path::new("/proc").join(n).exists()).collect()
 }
 
 pub struct Launched {
@@ -68,25 +95,35 @@ pub struct Launched {
     pub init_pid: i32,
 }
 
-pub fn root_dir(dir: &Path) -> PathBuf {
-    dir.join("root")
-}
-
 /// bubblewrap's command line for the sandbox.
-fn bwrap_argv(spec: &LaunchSpec<'_>, root: &Path) -> Vec<String> {
+fn bwrap_argv(spec: &LaunchSpec<'_>) -> Vec<String> {
+    static PROC: std::sync::OnceLock<[Vec<&'static str>; 3]> = std::sync::OnceLock::new();
+    let [read_only, masked_files, masked_dirs] = PROC.get_or_init(|| {
+        [existing_proc(PROC_READ_ONLY), existing_proc(PROC_MASKED_FILES), existing_proc(PROC_MASKED_DIRS)]
+    });
     let mut a: Vec<String> = vec![spec.bwrap.display().to_string()];
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    // The network namespace was made (or entered) before bwrap starts.
     push(&["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]);
-    if spec.netns.is_none() {
-        push(&["--unshare-net"]);
-    }
     push(&["--new-session", "--as-pid-1", "--hostname", spec.hostname]);
-    push(&["--bind", &root.display().to_string(), "/"]);
-    for (src, dst) in &spec.image.ro_binds {
-        push(&["--ro-bind", &src.display().to_string(), &dst.display().to_string()]);
+    push(&["--bind", crate::rootfs::STAGED_ROOT, "/"]);
+    push(&["--proc", "/proc"]);
+    for name in read_only {
+        let path = format!("/proc/{name}");
+        push(&["--ro-bind", &path, &path]);
     }
-    push(&["--proc", "/proc", "--dev", "/dev"]);
-    push(&["--ro-bind", &spec.agent_binary.display().to_string(), AGENT_PATH]);
+    for name in masked_files {
+        push(&["--ro-bind", "/dev/null", &format!("/proc/{name}")]);
+    }
+    for name in masked_dirs {
+        let path = format!("/proc/{name}");
+        push(&["--perms", "0555", "--tmpfs", &path, "--remount-ro", &path]);
+    }
+    push(&["--dev", "/dev", "--perms", "1777", "--size", SHM_BYTES, "--tmpfs", "/dev/shm"]);
+    push(&["--ro-bind", crate::rootfs::STAGED_AGENT, AGENT_PATH]);
+    for (fd, path) in ETC_FDS.iter().zip(["/etc/hosts", "/etc/hostname", "/etc/resolv.conf"]) {
+        push(&["--perms", "0644", "--bind-data", &fd.to_string(), path]);
+    }
     // --dir: the working directory exists even when the image does not have it.
     push(&["--dir", &spec.workdir, "--chdir", &spec.workdir, "--clearenv"]);
     for (k, v) in &spec.env {
@@ -95,6 +132,9 @@ fn bwrap_argv(spec: &LaunchSpec<'_>, root: &Path) -> Vec<String> {
     push(&["--cap-drop", "ALL"]);
     for cap in KEPT_CAPS {
         push(&["--cap-add", cap]);
+    }
+    for fd in SECCOMP_FDS {
+        push(&["--add-seccomp-fd", &fd.to_string()]);
     }
     push(&["--info-fd", "4", "--", AGENT_PATH, "--listen", "fd:3", "--token-stdin", "--scratch-dir", SCRATCH_DIR]);
     for root in spec.file_roots {
@@ -109,11 +149,21 @@ fn bwrap_argv(spec: &LaunchSpec<'_>, root: &Path) -> Vec<String> {
 }
 
 pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, String> {
-    let root = root_dir(spec.dir);
+    let mapped_lower = spec.dir.join("lower");
     let upper = spec.layer_dir.join("upper");
     let work = spec.layer_dir.join("work");
-    for d in [&root, &upper, &work] {
+    for d in [&mapped_lower, &upper, &work] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    if let Some(base) = spec.id_base {
+        // The root directory of the merged tree is the upper's: it must belong to the sandbox's
+        // root (host id `base`), with the image root's mode, or root inside could not write `/`.
+        let mode = std::fs::metadata(&spec.image.root)
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
+            .unwrap_or(0o755);
+        std::os::unix::fs::chown(&upper, Some(base), Some(base)).map_err(|e| format!("{}: {e}", upper.display()))?;
+        std::fs::set_permissions(&upper, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .map_err(|e| format!("{}: {e}", upper.display()))?;
     }
     for p in [&spec.image.root, &upper, &work] {
         let s = p.as_os_str().as_bytes();
@@ -122,19 +172,23 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
         }
     }
     let request = Request {
-        argv: bwrap_argv(&spec, &root),
-        overlay_target: root.display().to_string(),
-        overlay_options: format!(
-            "lowerdir={},upperdir={},workdir={}",
-            spec.image.root.display(),
-            upper.display(),
-            work.display()
-        ),
+        argv: bwrap_argv(&spec),
+        root: RootSpec {
+            lower: spec.image.root.clone(),
+            mapped_lower: mapped_lower.clone(),
+            upper: upper.clone(),
+            work: work.clone(),
+            ro_binds: spec.image.ro_binds.clone(),
+            cgroups: spec.cgroup_view.clone(),
+            agent: spec.agent_binary.to_path_buf(),
+        },
+        etc_files: spec.etc_files.clone(),
         cgroup_procs: spec.cgroups.iter().map(|c| c.join("cgroup.procs")).collect(),
         netns: spec.netns.clone(),
         rootless: !nix::unistd::geteuid().is_root(),
         uid: nix::unistd::getuid().as_raw(),
         gid: nix::unistd::getgid().as_raw(),
+        id_base: spec.id_base,
     };
     let log = File::options()
         .create(true)

@@ -24,17 +24,38 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Request {
     pub argv: Vec<String>,
-    /// Mount point and options of the sandbox's overlay root.
-    pub overlay_target: String,
-    pub overlay_options: String,
+    /// The sandbox's root, mounted in its private mount namespace.
+    pub root: crate::rootfs::RootSpec,
+    /// Contents of /etc/hosts, /etc/hostname and /etc/resolv.conf.
+    pub etc_files: [String; 3],
     /// `cgroup.procs` files to join.
     pub cgroup_procs: Vec<PathBuf>,
-    /// A network namespace to enter (`/run/netns/...`).
+    /// A network namespace to enter (`/run/netns/...`); without one the sandbox gets a new one
+    /// with only loopback.
     pub netns: Option<PathBuf>,
     /// Not root: make a user namespace first so that the overlay can be mounted.
     pub rootless: bool,
     pub uid: u32,
     pub gid: u32,
+    /// As root: the sandbox's own user namespace, its root mapped to host ids from this one on.
+    pub id_base: Option<u32>,
+}
+
+/// Descriptors bubblewrap finds in the sandbox's start (its argv names them): the agent's socket
+/// and bwrap's info pipe (3, 4: see [`Fds`]), then the ones the launcher's child opens.
+pub const SECCOMP_FDS: [i32; 2] = [5, 6];
+pub const ETC_FDS: [i32; 3] = [7, 8, 9];
+/// Received descriptors are moved above every fixed one before they are put in place.
+const SCRATCH_FD: i32 = 20;
+/// Descriptors the child keeps for itself live above the scratch range, where putting the
+/// others in place cannot close them.
+const KEPT_FD: i32 = 64;
+
+/// `fd` moved to a number at or above [`KEPT_FD`] (close-on-exec).
+fn kept(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    let raw = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(KEPT_FD))?;
+    // SAFETY: a descriptor fcntl just made for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -151,6 +172,8 @@ fn serve(sock: OwnedFd) -> ! {
     // SAFETY: ignoring SIGCHLD installs no handler.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
     let mut buf = vec![0u8; MAX_MESSAGE];
+    // Docker's default profile, compiled once; a failure is reported with every launch.
+    let seccomp = crate::seccomp::docker_default();
     loop {
         let mut cmsg = nix::cmsg_space!([RawFd; 4]);
         let (n, fds) = {
@@ -176,7 +199,11 @@ fn serve(sock: OwnedFd) -> ! {
             std::process::exit(0);
         }
         let reply = match (serde_json::from_slice::<Request>(&buf[..n]), fds.len()) {
-            (Ok(request), 4) => match spawn(&request, &fds) {
+            (Ok(request), 4) => match seccomp
+                .as_ref()
+                .map_err(|e| format!("seccomp profile: {e}"))
+                .and_then(|programs| spawn(&request, &fds, programs))
+            {
                 Ok(pid) => Reply::Started { pid },
                 Err(error) => Reply::Failed { error },
             },
@@ -205,35 +232,42 @@ fn close_all_but(keep: RawFd) {
 }
 
 /// Forks and execs one bubblewrap. The launcher is single-threaded, so the child may allocate.
-fn spawn(request: &Request, fds: &[OwnedFd]) -> Result<i32, String> {
+fn spawn(request: &Request, fds: &[OwnedFd], seccomp: &[Vec<u8>]) -> Result<i32, String> {
     let cstr = |s: &str| CString::new(s).map_err(|_| format!("{s:?} contains a NUL byte"));
     let argv: Vec<CString> = request.argv.iter().map(|a| cstr(a)).collect::<Result<_, _>>()?;
     if argv.is_empty() {
         return Err("empty argv".into());
     }
-    let target = cstr(&request.overlay_target)?;
-    let options = cstr(&request.overlay_options)?;
+    // The user namespace exists before the child does: its lower layers are id-mapped to it.
+    let userns = match request.id_base {
+        Some(base) => Some(
+            crate::userns::create(base, crate::ids::ID_RANGE)
+                .and_then(kept)
+                .map_err(|e| format!("creating the user namespace: {e}"))?,
+        ),
+        None => None,
+    };
     let (err_read, err_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let err_write = kept(err_write).map_err(|e| format!("pipe: {e}"))?;
     // SAFETY: the launcher is single-threaded; the child only sets itself up and execs.
     match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
         nix::unistd::ForkResult::Child => {
             drop(err_read);
-            let error = child(request, fds, &target, &options, &argv);
-            let code = error.raw_os_error().unwrap_or(libc::EINVAL);
-            let _ = nix::unistd::write(&err_write, &code.to_ne_bytes());
+            let error = child(request, fds, userns.as_ref(), seccomp, &argv);
+            let message = error.to_string();
+            let _ = nix::unistd::write(&err_write, message.as_bytes());
             // SAFETY: leaving the forked child without running any destructor.
             unsafe { libc::_exit(127) }
         }
         nix::unistd::ForkResult::Parent { child } => {
             drop(err_write);
-            let mut code = [0u8; 4];
+            drop(userns);
+            let mut message = vec![0u8; 4096];
             // The write end closes at exec: nothing to read means bwrap is running.
-            match nix::unistd::read(&err_read, &mut code) {
-                Ok(4) => Err(format!(
-                    "cannot start {}: {}",
-                    request.argv[0],
-                    std::io::Error::from_raw_os_error(i32::from_ne_bytes(code))
-                )),
+            match nix::unistd::read(&err_read, &mut message) {
+                Ok(n) if n > 0 => {
+                    Err(format!("cannot start {}: {}", request.argv[0], String::from_utf8_lossy(&message[..n])))
+                }
                 _ => Ok(child.as_raw()),
             }
         }
@@ -241,41 +275,88 @@ fn spawn(request: &Request, fds: &[OwnedFd]) -> Result<i32, String> {
 }
 
 /// Sets the child up (cgroups, network, mounts, descriptors) and execs; returns only on failure.
-fn child(request: &Request, fds: &[OwnedFd], target: &CString, options: &CString, argv: &[CString]) -> std::io::Error {
+fn child(
+    request: &Request,
+    fds: &[OwnedFd],
+    userns: Option<&OwnedFd>,
+    seccomp: &[Vec<u8>],
+    argv: &[CString],
+) -> std::io::Error {
     let result = (|| -> std::io::Result<()> {
+        use nix::sched::{CloneFlags, unshare};
+        let step = |what: &'static str| move |e: nix::errno::Errno| std::io::Error::other(format!("{what}: {e}"));
         for procs in &request.cgroup_procs {
-            std::fs::write(procs, "0")?;
-        }
-        if let Some(netns) = &request.netns {
-            let ns = std::fs::File::open(netns)?;
-            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+            std::fs::write(procs, "0")
+                .map_err(|e| std::io::Error::other(format!("joining {}: {e}", procs.display())))?;
         }
         if request.rootless {
             // Root in a user namespace of our own, so that the overlay can be mounted.
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS)?;
+            unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS).map_err(step("unshare"))?;
             std::fs::write("/proc/self/setgroups", "deny")?;
             std::fs::write("/proc/self/uid_map", format!("0 {} 1", request.uid))?;
             std::fs::write("/proc/self/gid_map", format!("0 {} 1", request.gid))?;
-        } else {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
         }
-        // The overlay lives in this private mount namespace, and dies with the sandbox.
+        match &request.netns {
+            Some(netns) => {
+                let ns = std::fs::File::open(netns)?;
+                nix::sched::setns(ns, CloneFlags::CLONE_NEWNET).map_err(step("entering the network namespace"))?;
+            }
+            None => {
+                unshare(CloneFlags::CLONE_NEWNET).map_err(step("unsharing the network"))?;
+                crate::network::loopback_up()?;
+            }
+        }
+        if !request.rootless {
+            // The namespace belongs to the host's user namespace, not the sandbox's: the
+            // sandbox's root may bind low ports and ping, as in Docker, but not reconfigure it.
+            crate::network::sandbox_sysctls();
+            unshare(CloneFlags::CLONE_NEWNS).map_err(step("unshare"))?;
+        }
+        // The root lives in this private mount namespace, and dies with the sandbox.
         use nix::mount::{MsFlags, mount};
-        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)?;
-        mount(Some("overlay"), target.as_c_str(), Some("overlay"), MsFlags::empty(), Some(options.as_c_str()))?;
-        // Received descriptors may sit on 0..4: move them out of the way, then into place.
-        let high: Vec<RawFd> = fds
-            .iter()
-            .map(|fd| nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10)))
-            .collect::<Result<_, _>>()?;
-        for (target_fd, source) in [(0, high[0]), (1, high[1]), (2, high[1]), (3, high[2]), (4, high[3])] {
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+            .map_err(step("making mounts private"))?;
+        crate::rootfs::mount_root(&request.root, userns)?;
+        // What bubblewrap reads by descriptor, at the numbers its argv names.
+        let mut extra: Vec<(OwnedFd, i32)> = Vec::new();
+        for (program, fd) in seccomp.iter().zip(crate::launcher::SECCOMP_FDS) {
+            extra.push((memfd_with(program)?, fd));
+        }
+        for (text, fd) in request.etc_files.iter().zip(ETC_FDS) {
+            extra.push((memfd_with(text.as_bytes())?, fd));
+        }
+        if let Some(userns) = userns {
+            // Into the sandbox's user namespace, as its root: bubblewrap makes the rest of the
+            // sandbox from there, so every namespace it creates belongs to the sandbox's.
+            nix::sched::setns(userns, CloneFlags::CLONE_NEWUSER).map_err(step("entering the user namespace"))?;
+            nix::unistd::setgroups(&[]).map_err(step("setgroups"))?;
+            nix::unistd::setresgid(0.into(), 0.into(), 0.into()).map_err(step("setresgid"))?;
+            nix::unistd::setresuid(0.into(), 0.into(), 0.into()).map_err(step("setresuid"))?;
+        }
+        // Received and opened descriptors may sit anywhere below: move them out of the way,
+        // then into place.
+        let wanted = [(0, &fds[0]), (1, &fds[1]), (2, &fds[1]), (3, &fds[2]), (4, &fds[3])]
+            .into_iter()
+            .chain(extra.iter().map(|(fd, n)| (*n, fd)));
+        let mut high = Vec::new();
+        for (target, fd) in wanted {
+            let moved =
+                nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(SCRATCH_FD)).map_err(step("dup"))?;
+            high.push((target, moved));
+        }
+        for (target, source) in high {
             // SAFETY: dup2 on descriptors we hold; the result clears CLOEXEC on the target.
-            if unsafe { libc::dup2(source, target_fd) } < 0 {
+            if unsafe { libc::dup2(source, target) } < 0 {
                 return Err(std::io::Error::last_os_error());
             }
         }
+        // The originals may have had the numbers now in use: never close them here (they are
+        // close-on-exec, so exec drops whichever are not in place).
+        for (fd, _) in extra {
+            std::mem::forget(fd);
+        }
         // Terminal signals aimed at the host must not reach its sandboxes.
-        nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0))?;
+        nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0)).map_err(step("setpgid"))?;
         // SIGCHLD was ignored in the launcher; bwrap must get the default back.
         // SAFETY: restoring the default disposition.
         unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
@@ -285,6 +366,16 @@ fn child(request: &Request, fds: &[OwnedFd], target: &CString, options: &CString
         return e;
     }
     match nix::unistd::execvp(&argv[0], argv) {
-        Err(e) => e.into(),
+        Err(e) => std::io::Error::other(format!("exec: {e}")),
     }
+}
+
+/// A memory file holding `bytes`, positioned at its start.
+fn memfd_with(bytes: &[u8]) -> std::io::Result<OwnedFd> {
+    let fd = nix::sys::memfd::memfd_create(c"orchard", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
+    let mut file = std::fs::File::from(fd);
+    use std::io::{Seek, Write};
+    file.write_all(bytes)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    Ok(file.into())
 }

@@ -6,11 +6,15 @@
 //! a host that crashed adopts the live ones and cleans up the rest when it starts again.
 
 mod cgroup;
+mod ids;
 mod launch;
 mod launcher;
 mod network;
 mod reconcile;
 mod record;
+mod rootfs;
+mod seccomp;
+mod userns;
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
@@ -81,7 +85,10 @@ pub struct LocalBackend {
 #[derive(Default)]
 struct Reserved {
     ids: HashSet<String>,
+    /// Network slots in use.
     slots: HashSet<u32>,
+    /// Identity slots in use (user-namespace id ranges, disk-quota projects): see `ids`.
+    id_slots: HashSet<u32>,
 }
 
 struct LocalSandbox {
@@ -277,6 +284,24 @@ impl LocalBackend {
         self.reserved.lock().unwrap_or_else(|p| p.into_inner()).slots.remove(&slot);
     }
 
+    /// Takes the lowest free identity slot.
+    fn take_id_slot(&self) -> Result<u32> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = ids::free_slot(&reserved.id_slots)
+            .ok_or_else(|| SandboxError::Capacity("every user-namespace id range is in use".into()))?;
+        reserved.id_slots.insert(slot);
+        Ok(slot)
+    }
+
+    /// Marks an identity slot as used (a sandbox adopted after a restart).
+    fn claim_id_slot(&self, slot: u32) {
+        self.reserved.lock().unwrap_or_else(|p| p.into_inner()).id_slots.insert(slot);
+    }
+
+    fn free_id_slot(&self, slot: u32) {
+        self.reserved.lock().unwrap_or_else(|p| p.into_inner()).id_slots.remove(&slot);
+    }
+
     async fn create_inner(&self, id: &str, spec: &SandboxSpec) -> Result<Arc<LocalSandbox>> {
         let t0 = std::time::Instant::now();
         let image = self.images.resolve(&spec.image).await.map_err(|e| SandboxError::Image {
@@ -304,7 +329,8 @@ impl LocalBackend {
             memory_bytes: spec.memory_bytes,
             pids: limits.pids,
             disk_bytes: spec.disk_bytes,
-            slot: None,
+            // Root hosts give every sandbox its own user namespace; rootless ones run in theirs.
+            slot: if nix::unistd::geteuid().is_root() { Some(self.take_id_slot()?) } else { None },
             created_at: now(),
             last_active: now(),
             ttl_seconds: spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs()),
@@ -461,8 +487,11 @@ impl LocalBackend {
                     .unwrap_or_else(|| DEFAULT_WORKDIR.into()),
                 listener: listener.into(),
                 cgroups: &record.cgroups,
-                netns,
                 file_roots: &spec.file_roots,
+                id_base: record.slot.map(ids::host_id_base),
+                cgroup_view: self.cgroups.view(&record.cgroups),
+                etc_files: etc_files(&record.id, record.network.as_ref().map(|a| a.sandbox_ip), netns.is_some()),
+                netns,
             },
             &record.token,
         )
@@ -519,6 +548,9 @@ impl LocalBackend {
         }
         if let Some(a) = &record.network {
             self.free_slot(a.slot);
+        }
+        if let Some(slot) = record.slot {
+            self.free_id_slot(slot);
         }
     }
 }
@@ -628,6 +660,35 @@ impl Backend for LocalBackend {
             let _ = nix::mount::umount2(&run, nix::mount::MntFlags::MNT_DETACH);
         }
     }
+}
+
+/// /etc/hosts, /etc/hostname and /etc/resolv.conf for a sandbox, as Docker writes them: its
+/// name resolves to its own address (loopback without a network), and name servers are the
+/// host's, except those on the host's loopback, which a sandbox cannot reach.
+fn etc_files(hostname: &str, address: Option<std::net::Ipv4Addr>, open_network: bool) -> [String; 3] {
+    let own = address.map(|a| a.to_string()).unwrap_or_else(|| "127.0.1.1".into());
+    let hosts = format!(
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n\
+         ff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n{own}\t{hostname}\n"
+    );
+    let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let mut resolv: String = host_resolv
+        .lines()
+        .filter(|l| {
+            let mut words = l.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some("nameserver"), Some(addr)) => {
+                    addr.parse::<std::net::IpAddr>().map(|ip| !ip.is_loopback()).unwrap_or(false)
+                }
+                _ => true,
+            }
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if open_network && !resolv.lines().any(|l| l.starts_with("nameserver")) {
+        resolv.push_str("nameserver 8.8.8.8\nnameserver 8.8.4.4\n");
+    }
+    [hosts, format!("{hostname}\n"), resolv]
 }
 
 /// Removes a sandbox directory. Overlayfs leaves its work directory without permissions

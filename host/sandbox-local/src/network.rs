@@ -211,6 +211,44 @@ pub fn delete_namespace(name: &str) {
     let _ = run("ip", &["netns", "delete", name], None);
 }
 
+/// Brings `lo` up in the calling thread's network namespace (a new one has it down).
+pub fn loopback_up() -> std::io::Result<()> {
+    /// `struct ifreq` with the flags member of its union.
+    #[repr(C)]
+    struct IfreqFlags {
+        name: [u8; libc::IFNAMSIZ],
+        flags: libc::c_short,
+        _pad: [u8; 22],
+    }
+    // SAFETY: a datagram socket only for the interface ioctls; closed below.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut req = IfreqFlags { name: [0; libc::IFNAMSIZ], flags: 0, _pad: [0; 22] };
+    req.name[..2].copy_from_slice(b"lo");
+    // SAFETY: ifreq-shaped buffer for SIOCGIFFLAGS / SIOCSIFFLAGS.
+    let result = unsafe {
+        if libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            req.flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            if libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+        }
+    };
+    // SAFETY: closing the socket made above.
+    unsafe { libc::close(sock) };
+    result.map_err(|e| std::io::Error::other(format!("bringing up loopback: {e}")))
+}
+
+/// Per-namespace settings Docker makes for a container's network namespace: any port may be
+/// bound and ICMP echo sockets opened without capabilities in the namespace's owner (the
+/// host's user namespace owns it, so the sandbox's root has none there).
+pub fn sandbox_sysctls() {
+    let _ = std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0");
+    let _ = std::fs::write("/proc/sys/net/ipv4/ping_group_range", "0 2147483647");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -114,6 +114,9 @@ async fn adopt(backend: &Arc<LocalBackend>, dir: &std::path::Path, record: &Reco
     if let Some(a) = &record.network {
         backend.reserved.lock().unwrap_or_else(|p| p.into_inner()).slots.insert(a.slot);
     }
+    if let Some(slot) = record.slot {
+        backend.claim_id_slot(slot);
+    }
     backend.sandboxes.write().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone(), sandbox);
     true
 }

@@ -1,0 +1,180 @@
+//! The sandbox's root, mounted by the launcher's child (real root, in the sandbox's private mount
+//! namespace) before bubblewrap starts inside the sandbox's user namespace.
+//!
+//! - The image's lower layer (and the `host` image's read-only binds) id-mapped to the sandbox's
+//!   user namespace, so that files owned by any uid in the image belong to the same uid inside
+//!   (root's files to the sandbox's root), while on the host they stay as they are, shared by
+//!   every sandbox of the image.
+//! - The overlay: that lower, the sandbox's own upper and work directories.
+//! - `/sys` as `docker run` has it: sysfs read-only (mounted here, in the sandbox's network
+//!   namespace, so it shows the sandbox's interfaces), `/sys/firmware` masked, and
+//!   `/sys/fs/cgroup` showing the sandbox's own cgroups read-only (JVMs, `nproc`, build tools
+//!   size themselves from it).
+//!
+//! Everything mounted here belongs to a mount namespace owned by the host's user namespace: from
+//! inside the sandbox these mounts are locked (no unmounting to see what is under them).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{MsFlags, mount};
+use serde::{Deserialize, Serialize};
+
+/// Where the launcher's child assembles the sandbox's root, in its own mount namespace: a tmpfs
+/// over the host's /run, so that the path is one bubblewrap can resolve from inside the
+/// sandbox's user namespace (whose root may not traverse the state directory).
+pub const STAGE: &str = "/run";
+/// The root, as bubblewrap finds it (it binds this as `/`).
+pub const STAGED_ROOT: &str = "/run/orchard-root";
+/// The agent binary, bound where bubblewrap finds it.
+pub const STAGED_AGENT: &str = "/run/orchard-agent";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RootSpec {
+    /// The image's root directory (read-only, shared).
+    pub lower: PathBuf,
+    /// An empty directory where the id-mapped view of `lower` is mounted.
+    pub mapped_lower: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    /// Host directories bound read-only into the root: (source, destination inside).
+    pub ro_binds: Vec<(PathBuf, PathBuf)>,
+    /// The agent binary.
+    pub agent: PathBuf,
+    /// The sandbox's cgroup directories, by controller (`""` for a unified hierarchy).
+    pub cgroups: Vec<(String, PathBuf)>,
+}
+
+fn cstr(path: &Path) -> std::io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| std::io::Error::other("a path contains a NUL byte"))
+}
+
+fn check(ret: libc::c_long) -> std::io::Result<libc::c_long> {
+    if ret < 0 { Err(std::io::Error::last_os_error()) } else { Ok(ret) }
+}
+
+fn context(what: String) -> impl FnOnce(std::io::Error) -> std::io::Error {
+    move |e| std::io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// Mounts `source` at `target` as a recursive bind, read-only, id-mapped to `userns` when given.
+fn bind(source: &Path, target: &Path, userns: Option<&OwnedFd>, read_only: bool) -> std::io::Result<()> {
+    let Some(userns) = userns else {
+        mount(Some(source), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)?;
+        if read_only {
+            let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+            mount(None::<&str>, target, None::<&str>, flags, None::<&str>)?;
+        }
+        return Ok(());
+    };
+    let source_c = cstr(source)?;
+    let target_c = cstr(target)?;
+    // SAFETY: plain system calls on valid C strings and descriptors.
+    unsafe {
+        let tree = check(libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            source_c.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as libc::c_uint,
+        ))?;
+        let tree = OwnedFd::from_raw_fd(tree as i32);
+        let mut attr: libc::mount_attr = std::mem::zeroed();
+        attr.attr_set = libc::MOUNT_ATTR_IDMAP | if read_only { libc::MOUNT_ATTR_RDONLY } else { 0 };
+        attr.userns_fd = userns.as_raw_fd() as u64;
+        check(libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        ))?;
+        check(libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target_c.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        ))?;
+    }
+    Ok(())
+}
+
+/// Makes the directory a mount point needs, when the image lacks it.
+fn ensure_dir(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(std::io::Error::other(format!("{} is not a directory", path.display()))),
+        Err(_) => std::fs::create_dir_all(path),
+    }
+}
+
+/// Assembles the root at [`STAGED_ROOT`], and binds the agent at [`STAGED_AGENT`].
+pub fn mount_root(spec: &RootSpec, userns: Option<&OwnedFd>) -> std::io::Result<()> {
+    let stage_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("tmpfs"), STAGE, Some("tmpfs"), stage_flags, Some("mode=755,size=64k"))
+        .map_err(std::io::Error::from)
+        .map_err(context(format!("mounting a tmpfs on {STAGE}")))?;
+    let target = Path::new(STAGED_ROOT);
+    std::fs::create_dir(target)?;
+    std::fs::write(STAGED_AGENT, b"")?;
+    bind(&spec.agent, Path::new(STAGED_AGENT), None, true)
+        .map_err(context(format!("binding {}", spec.agent.display())))?;
+    let lower = if userns.is_some() {
+        bind(&spec.lower, &spec.mapped_lower, userns, true)
+            .map_err(context(format!("id-mapping the image {}", spec.lower.display())))?;
+        &spec.mapped_lower
+    } else {
+        &spec.lower
+    };
+    let options =
+        format!("lowerdir={},upperdir={},workdir={}", lower.display(), spec.upper.display(), spec.work.display());
+    mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(options.as_str()))
+        .map_err(std::io::Error::from)
+        .map_err(context("mounting the overlay root".into()))?;
+    for (source, dest) in &spec.ro_binds {
+        let point = target.join(dest.strip_prefix("/").unwrap_or(dest));
+        ensure_dir(&point)?;
+        bind(source, &point, userns, true).map_err(context(format!("binding {}", source.display())))?;
+    }
+    mount_sys(target, spec).map_err(context("mounting /sys".into()))
+}
+
+fn mount_sys(root: &Path, spec: &RootSpec) -> std::io::Result<()> {
+    let sys = root.join("sys");
+    ensure_dir(&sys)?;
+    let ro = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("sysfs"), &sys, Some("sysfs"), ro, None::<&str>)?;
+    for masked in ["firmware", "devices/virtual/powercap"] {
+        let path = sys.join(masked);
+        if path.is_dir() {
+            mount(Some("tmpfs"), &path, Some("tmpfs"), ro, Some("size=0"))?;
+        }
+    }
+    let cgroup = sys.join("fs/cgroup");
+    if spec.cgroups.is_empty() || !cgroup.is_dir() {
+        return Ok(());
+    }
+    if let [(name, dir)] = spec.cgroups.as_slice()
+        && name.is_empty()
+    {
+        // Unified hierarchy: the sandbox's cgroup is the whole view.
+        return bind(dir, &cgroup, None, true);
+    }
+    let rw = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("tmpfs"), &cgroup, Some("tmpfs"), rw, Some("mode=755,size=64k"))?;
+    for (name, dir) in &spec.cgroups {
+        let point = cgroup.join(name);
+        std::fs::create_dir_all(&point)?;
+        bind(dir, &point, None, true)?;
+    }
+    if spec.cgroups.iter().any(|(n, _)| n == "cpu") {
+        let _ = std::os::unix::fs::symlink("cpu", cgroup.join("cpuacct"));
+        let _ = std::os::unix::fs::symlink("cpu", cgroup.join("cpu,cpuacct"));
+    }
+    mount(None::<&str>, &cgroup, None::<&str>, MsFlags::MS_REMOUNT | ro, Some("mode=755,size=64k"))?;
+    Ok(())
+}
