@@ -236,3 +236,17 @@ pub fn start_registry() -> Registry {
     }
     Registry { child, addr, _dir: dir }
 }
+
+/// A gzip layer of files owned by the given (uid, gid): `(path, uid, gid, content)`.
+pub fn owned_files_layer(files: &[(&str, u64, u64, &[u8])]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
+    for (name, uid, gid, content) in files {
+        let mut h = header();
+        h.set_mode(0o644);
+        h.set_uid(*uid);
+        h.set_gid(*gid);
+        h.set_size(content.len() as u64);
+        tar.append_data(&mut h, name, *content).expect("file");
+    }
+    tar.into_inner().expect("tar").finish().expect("gzip")
+}

@@ -29,6 +29,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("runc", "runc"),
     ("docker-registry", "docker-registry"),
     ("patch", "patch"),
+    // Sandboxes' disk limits: each writable layer is its own ext4 filesystem.
+    ("mkfs.ext4", "e2fsprogs"),
     // For the SWE-style example tasks and the swe grader's tests: run inside the `host` image.
     ("pytest-3", "python3-pytest"),
     ("go", "golang-go"),

@@ -22,6 +22,9 @@ pub struct RunArgs {
     /// CPU limit in cores, e.g. `0.5`.
     #[arg(long)]
     cpu: Option<String>,
+    /// Size limit of the sandbox's writable layer, e.g. `10Gi` (ENOSPC past it).
+    #[arg(long)]
+    disk: Option<String>,
     /// Open the network (NAT; the host itself stays unreachable).
     #[arg(long)]
     network: bool,
@@ -45,6 +48,12 @@ pub async fn run(args: RunArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32> 
     spec.block_network = !args.network;
     spec.memory_bytes =
         args.memory.as_ref().map(|m| parse_memory(&m.as_str().into())).transpose().map_err(anyhow::Error::msg)?;
+    spec.disk_bytes = args
+        .disk
+        .as_ref()
+        .map(|d| parse_memory(&d.as_str().into()))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--disk: {e}"))?;
     spec.cpu = args.cpu.as_ref().map(|c| parse_cpu(&c.as_str().into())).transpose().map_err(anyhow::Error::msg)?;
     let info = backend.create(spec).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let outcome = stream(&*backend, &info.id, &args).await;

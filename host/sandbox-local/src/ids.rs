@@ -1,8 +1,8 @@
 //! Per-sandbox identities on the host: the range of host uids and gids that a sandbox's users
-//! map to (its user namespace), and the project id that carries its disk quota.
+//! map to (its user namespace).
 //!
-//! Each live sandbox holds a slot; the slot decides both, so no two live sandboxes share a uid
-//! range (a process escaping one could otherwise signal or read another's) or a quota.
+//! Each live sandbox holds a slot, so no two live sandboxes share a uid range (a process
+//! escaping one could otherwise signal or read another's files and processes).
 
 /// Host ids of slot 0's range start here: far above any real account, below 2^31 (some tools
 /// treat ids as signed).
@@ -15,11 +15,6 @@ pub const MAX_SLOTS: u32 = 16_384;
 /// The first host id of the slot's range (what root in the sandbox is on the host).
 pub fn host_id_base(slot: u32) -> u32 {
     ID_BASE + slot * ID_RANGE
-}
-
-/// The disk-quota project of the slot (0 is no project).
-pub fn project_id(slot: u32) -> u32 {
-    slot + 1
 }
 
 /// The lowest slot not in `taken`.

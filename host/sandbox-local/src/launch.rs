@@ -71,6 +71,8 @@ pub struct LaunchSpec<'a> {
     pub cgroup_view: Vec<(String, PathBuf)>,
     /// Contents of /etc/hosts, /etc/hostname and /etc/resolv.conf.
     pub etc_files: [String; 3],
+    /// The writable layer's own filesystem image, when the sandbox has a disk limit.
+    pub disk_image: Option<&'a Path>,
 }
 
 /// /proc paths Docker makes read-only: global kernel settings and hardware.
@@ -150,21 +152,23 @@ fn bwrap_argv(spec: &LaunchSpec<'_>) -> Vec<String> {
 
 pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, String> {
     let mapped_lower = spec.dir.join("lower");
-    let upper = spec.layer_dir.join("upper");
-    let work = spec.layer_dir.join("work");
-    for d in [&mapped_lower, &upper, &work] {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    let (upper, work, disk) = match spec.disk_image {
+        Some(image) => {
+            let mount_point = spec.dir.join("disk");
+            let disk = crate::rootfs::DiskMount { image: image.to_path_buf(), mount_point: mount_point.clone() };
+            (mount_point.join("upper"), mount_point.join("work"), Some(disk))
+        }
+        None => (spec.layer_dir.join("upper"), spec.layer_dir.join("work"), None),
+    };
+    std::fs::create_dir_all(&mapped_lower).map_err(|e| format!("{}: {e}", mapped_lower.display()))?;
+    match &disk {
+        Some(d) => std::fs::create_dir_all(&d.mount_point).map_err(|e| format!("{}: {e}", d.mount_point.display()))?,
+        None => std::fs::create_dir_all(spec.layer_dir).map_err(|e| format!("{}: {e}", spec.layer_dir.display()))?,
     }
-    if let Some(base) = spec.id_base {
-        // The root directory of the merged tree is the upper's: it must belong to the sandbox's
-        // root (host id `base`), with the image root's mode, or root inside could not write `/`.
-        let mode = std::fs::metadata(&spec.image.root)
-            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
-            .unwrap_or(0o755);
-        std::os::unix::fs::chown(&upper, Some(base), Some(base)).map_err(|e| format!("{}: {e}", upper.display()))?;
-        std::fs::set_permissions(&upper, std::os::unix::fs::PermissionsExt::from_mode(mode))
-            .map_err(|e| format!("{}: {e}", upper.display()))?;
-    }
+    // The merged root's `/` is the upper directory: it gets the image root's mode.
+    let upper_mode = std::fs::metadata(&spec.image.root)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
+        .unwrap_or(0o755);
     for p in [&spec.image.root, &upper, &work] {
         let s = p.as_os_str().as_bytes();
         if s.contains(&b',') || s.contains(&b':') {
@@ -178,6 +182,9 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
             mapped_lower: mapped_lower.clone(),
             upper: upper.clone(),
             work: work.clone(),
+            disk,
+            upper_owner: spec.id_base,
+            upper_mode,
             ro_binds: spec.image.ro_binds.clone(),
             cgroups: spec.cgroup_view.clone(),
             agent: spec.agent_binary.to_path_buf(),

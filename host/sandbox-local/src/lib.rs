@@ -6,6 +6,7 @@
 //! a host that crashed adopts the live ones and cleans up the rest when it starts again.
 
 mod cgroup;
+mod disk;
 mod ids;
 mod launch;
 mod launcher;
@@ -75,6 +76,8 @@ pub struct LocalBackend {
     instance: String,
     images: ImageStore,
     cgroups: cgroup::Layout,
+    /// Writable-layer size limits, or why this host cannot enforce them.
+    disks: std::result::Result<disk::Disks, String>,
     sandboxes: RwLock<HashMap<String, Arc<LocalSandbox>>>,
     /// Ids being created (not yet in `sandboxes`), and network slots in use.
     reserved: Mutex<Reserved>,
@@ -179,7 +182,12 @@ impl LocalBackend {
             use sha2::Digest;
             hex::encode(&sha2::Sha256::digest(canonical.as_os_str().as_encoded_bytes())[..4])
         };
+        let disks = disk::Disks::open(&config.state_dir.join("disks"));
+        if let Err(why) = &disks {
+            tracing::warn!("sandboxes cannot have disk limits here: {why}");
+        }
         let backend = Arc::new(LocalBackend {
+            disks,
             _lock: lock,
             cgroups: cgroup::Layout::detect(&instance),
             instance,
@@ -251,6 +259,17 @@ impl LocalBackend {
         }
         if spec.block_network && !spec.network_allow.is_empty() {
             return Err(SandboxError::InvalidSpec("network_allow needs block_network: false".into()));
+        }
+        if let (Some(_), Err(why)) = (spec.disk_bytes, &self.disks) {
+            return Err(SandboxError::InvalidSpec(format!("disk: this host cannot enforce disk limits: {why}")));
+        }
+        if let Some(bytes) = spec.disk_bytes
+            && bytes < disk::MIN_DISK_BYTES
+        {
+            return Err(SandboxError::InvalidSpec(format!(
+                "disk: {bytes} bytes is too small (at least {} MiB)",
+                disk::MIN_DISK_BYTES >> 20
+            )));
         }
         if spec.ttl_seconds == Some(0) {
             return Err(SandboxError::InvalidSpec("timeout: must be at least 1 second".into()));
@@ -468,9 +487,20 @@ impl LocalBackend {
             env.retain(|(key, _)| key != k);
             env.push((k.clone(), v.clone()));
         }
+        let layer_dir = self.layers_dir().join(&record.id);
+        let disk_image = match (spec.disk_bytes, &self.disks) {
+            (Some(bytes), Ok(disks)) => {
+                std::fs::create_dir_all(&layer_dir).map_err(|e| SandboxError::backend("layer dir", e))?;
+                let image = layer_dir.join("disk.img");
+                disks.make(bytes, &image).map_err(SandboxError::Backend)?;
+                Some(image)
+            }
+            _ => None,
+        };
         let launched = launch::launch(
             launch::LaunchSpec {
-                layer_dir: &self.layers_dir().join(&record.id),
+                disk_image: disk_image.as_deref(),
+                layer_dir: &layer_dir,
                 launcher: self.config.launcher.clone(),
                 bwrap: &self.config.bwrap,
                 agent_binary: &self.config.agent_binary,

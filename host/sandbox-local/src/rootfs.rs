@@ -39,6 +39,13 @@ pub struct RootSpec {
     pub mapped_lower: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,
+    /// With a disk limit: the layer's filesystem image, mounted (through a loop device) where
+    /// `upper` and `work` are, before they are made.
+    pub disk: Option<DiskMount>,
+    /// Owner (host ids) and mode of the upper directory, which is the merged root's `/`: the
+    /// sandbox's root and the image root's mode.
+    pub upper_owner: Option<u32>,
+    pub upper_mode: u32,
     /// Host directories bound read-only into the root: (source, destination inside).
     pub ro_binds: Vec<(PathBuf, PathBuf)>,
     /// The agent binary.
@@ -103,6 +110,91 @@ fn bind(source: &Path, target: &Path, userns: Option<&OwnedFd>, read_only: bool)
     Ok(())
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiskMount {
+    pub image: PathBuf,
+    pub mount_point: PathBuf,
+}
+
+/// `struct loop_info64` and `struct loop_config` (linux/loop.h).
+#[repr(C)]
+struct LoopInfo64 {
+    device: u64,
+    inode: u64,
+    rdevice: u64,
+    offset: u64,
+    sizelimit: u64,
+    number: u32,
+    encrypt_type: u32,
+    encrypt_key_size: u32,
+    flags: u32,
+    file_name: [u8; 64],
+    crypt_name: [u8; 64],
+    encrypt_key: [u8; 32],
+    init: [u64; 2],
+}
+
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+/// The device frees itself when its last user (the mount) goes.
+const LO_FLAGS_AUTOCLEAR: u32 = 4;
+const LO_FLAGS_DIRECT_IO: u32 = 16;
+
+/// Attaches `image` to a free loop device; returns the device's path and an open descriptor of
+/// it, which must stay open until the mount holds the device (auto-clear frees a device at its
+/// last close).
+fn attach_loop(image: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let control =
+        std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open("/dev/loop-control")?;
+    let backing = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(image)?;
+    for _ in 0..64 {
+        // SAFETY: an ioctl without arguments on the loop control device.
+        let n = check(unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) } as libc::c_long)?;
+        let path = PathBuf::from(format!("/dev/loop{n}"));
+        let device = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(&path)?;
+        // Direct I/O keeps the layer's pages out of the host's cache twice over; not every
+        // backing filesystem takes it, so it is tried first.
+        for flags in [LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO, LO_FLAGS_AUTOCLEAR] {
+            // SAFETY: a zeroed plain-data struct, then an ioctl that reads it.
+            let result = unsafe {
+                let mut config: LoopConfig = std::mem::zeroed();
+                config.fd = backing.as_raw_fd() as u32;
+                config.block_size = if flags & LO_FLAGS_DIRECT_IO != 0 { 4096 } else { 0 };
+                config.info.flags = flags;
+                libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE, &config as *const LoopConfig)
+            };
+            if result == 0 {
+                return Ok((path, device));
+            }
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINVAL) => continue,
+                // Another sandbox took this device between GET_FREE and CONFIGURE.
+                Some(libc::EBUSY) => break,
+                _ => return Err(std::io::Error::last_os_error()),
+            }
+        }
+    }
+    Err(std::io::Error::other("no free loop device"))
+}
+
+/// Mounts the layer filesystem of a disk-limited sandbox.
+fn mount_disk(disk: &DiskMount) -> std::io::Result<()> {
+    let (device, _held) =
+        attach_loop(&disk.image).map_err(context(format!("attaching {} to a loop device", disk.image.display())))?;
+    mount(Some(&device), &disk.mount_point, Some("ext4"), MsFlags::MS_NOATIME, Some(crate::disk::MOUNT_OPTIONS))
+        .map_err(std::io::Error::from)
+        .map_err(context(format!("mounting {}", disk.image.display())))
+}
+
 /// Makes the directory a mount point needs, when the image lacks it.
 fn ensure_dir(path: &Path) -> std::io::Result<()> {
     match std::fs::symlink_metadata(path) {
@@ -114,6 +206,16 @@ fn ensure_dir(path: &Path) -> std::io::Result<()> {
 
 /// Assembles the root at [`STAGED_ROOT`], and binds the agent at [`STAGED_AGENT`].
 pub fn mount_root(spec: &RootSpec, userns: Option<&OwnedFd>) -> std::io::Result<()> {
+    if let Some(disk) = &spec.disk {
+        mount_disk(disk)?;
+    }
+    for dir in [&spec.upper, &spec.work] {
+        ensure_dir(dir)?;
+    }
+    if let Some(owner) = spec.upper_owner {
+        std::os::unix::fs::chown(&spec.upper, Some(owner), Some(owner))?;
+    }
+    std::fs::set_permissions(&spec.upper, std::os::unix::fs::PermissionsExt::from_mode(spec.upper_mode))?;
     let stage_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount(Some("tmpfs"), STAGE, Some("tmpfs"), stage_flags, Some("mode=755,size=64k"))
         .map_err(std::io::Error::from)
