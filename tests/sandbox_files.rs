@@ -210,3 +210,103 @@ async fn apply_patch_applies_a_unified_diff() {
     assert!(v["stderr"].as_str().unwrap().contains("patch does not apply"), "{v}");
     assert!(v["error"].as_str().unwrap().contains("did not apply"), "{v}");
 }
+
+/// A process inside swaps a directory for a symlink to `/` (and for one climbing out with
+/// `..`) in a tight loop while the API reads, writes, lists and tars through it, both ways:
+/// nothing outside the allowed roots is ever read or written.
+#[tokio::test]
+async fn a_directory_swapped_for_a_symlink_mid_request_never_leads_outside_the_roots() {
+    let server = Server::start().await;
+    let id = server.create(json!({"image": "host", "file_roots": ["/workspace"]})).await;
+    let setup = "echo SECRET-OUTSIDE > /etc/secret-marker && mkdir -p /workspace/real/etc && \
+                 echo inside > /workspace/real/etc/secret-marker && ln -s / /workspace/abs && \
+                 ln -s ../.. /workspace/climb && mv -T /workspace/real /workspace/d";
+    assert_eq!(server.sh(&id, setup).await.exit_code, 0);
+    // Swaps `d` between the real directory and each escaping link, by atomic renames.
+    let swapper = "cd /workspace; while :; do mv -T d real; mv -T abs d; mv -T d abs; mv -T climb d; \
+                   mv -T d climb; mv -T real d; done";
+    let (status, v) = server
+        .call(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/processes"), Some(json!({"command": swapper})))
+        .await;
+    assert_eq!(status, 200, "{v}");
+
+    let mut tar_up = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(6);
+    h.set_mode(0o644);
+    tar_up.append_data(&mut h, "etc/pwned-by-tar", &b"pwned\n"[..]).unwrap();
+    let tar_up = tar_up.into_inner().unwrap();
+
+    let (mut reads, mut refusals) = (0, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
+    let mut round = 0;
+    while std::time::Instant::now() < deadline {
+        round += 1;
+        // Read through it.
+        let resp = server
+            .request(reqwest::Method::GET, &format!("/v1/sandboxes/{id}/files?path=/workspace/d/etc/secret-marker"))
+            .send()
+            .await
+            .unwrap();
+        let ok = resp.status().is_success();
+        let body = resp.text().await.unwrap();
+        assert!(
+            !body.contains("SECRET-OUTSIDE"),
+            "round {round}: read the host-side file through the swapped link: {body}"
+        );
+        if ok {
+            assert_eq!(body, "inside\n");
+            reads += 1;
+        } else {
+            refusals += 1;
+        }
+        // Write through it.
+        let _ = server
+            .request(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/workspace/d/etc/pwned-by-write"))
+            .body("pwned\n")
+            .send()
+            .await
+            .unwrap();
+        // List it.
+        let (status, listing) =
+            server.call(reqwest::Method::GET, &format!("/v1/sandboxes/{id}/files/list?path=/workspace/d"), None).await;
+        if status == 200 {
+            let names: Vec<&str> =
+                listing["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+            assert_eq!(names, ["etc"], "round {round}: listed outside the root: {listing}");
+        }
+        // Tar it down and up.
+        let resp = server
+            .request(reqwest::Method::GET, &format!("/v1/sandboxes/{id}/tar?path=/workspace/d"))
+            .send()
+            .await
+            .unwrap();
+        if resp.status().is_success()
+            && let Ok(bytes) = resp.bytes().await
+        {
+            let mut archive = tar::Archive::new(&bytes[..]);
+            if let Ok(entries) = archive.entries() {
+                for entry in entries.flatten() {
+                    let name = entry.path().unwrap().display().to_string();
+                    let name = name.trim_start_matches("./").trim_end_matches('/');
+                    assert!(
+                        ["", ".", "etc", "etc/secret-marker", "etc/pwned-by-write", "etc/pwned-by-tar"].contains(&name),
+                        "round {round}: the archive holds {name}"
+                    );
+                }
+            }
+        }
+        let _ = server
+            .request(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/tar?path=/workspace/d"))
+            .body(tar_up.clone())
+            .send()
+            .await
+            .unwrap();
+    }
+    assert!(reads > 0 && refusals > 0, "the race was not exercised: {reads} reads, {refusals} refusals");
+    // Nothing was written outside /workspace.
+    let r = server
+        .sh(&id, "ls /etc/pwned-by-write /etc/pwned-by-tar /pwned-by-write /pwned-by-tar /etc/etc 2>&1; true")
+        .await;
+    assert_eq!(r.stdout.text.matches("No such file").count(), 5, "{r:?}");
+}

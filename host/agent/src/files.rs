@@ -1,28 +1,69 @@
-//! The file API and its confinement.
+//! The file API and its confinement, on cap-std.
 //!
-//! Every path must be absolute, must not contain `..`, and must resolve (symlinks followed) inside
-//! one of the configured roots and outside /proc, /sys and /.orchard. Opened files are checked
-//! again through /proc/self/fd, so a symlink swapped in between the check and the open is caught.
+//! Every path must be absolute and free of `..`; it is resolved inside one of the configured
+//! roots, each held open as a [`cap_std::fs::Dir`], and every file system call is made relative
+//! to that directory (openat2 with `RESOLVE_BENEATH` where the kernel has it): whatever a process
+//! in the sandbox swaps in meanwhile, no call can reach outside the root it started from.
+//!
+//! Symlinks are followed the way a process in the sandbox would see them, with one rule: where a
+//! link leads (an absolute target, or `..` above its root) must itself be inside an allowed root.
+//! /proc, /sys and /.orchard are refused whatever the roots, and an opened file is checked again
+//! through /proc/self/fd (a symlink swapped in can lead elsewhere in a root, never out of it, but
+//! it could lead into /proc).
 
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
-use std::time::UNIX_EPOCH;
+use std::os::unix::fs::PermissionsExt;
 
+use cap_fs_ext::OsMetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions};
 use orchard_protocol::{DENIED_PREFIXES, FileEntry, FileKind, Listing};
 
 use crate::error::{AgentError, AgentResult};
 
+/// Symlinks followed while resolving one path, as the kernel's own limit.
+const MAX_LINKS: usize = 40;
+
+struct Root {
+    /// Canonical, absolute.
+    path: PathBuf,
+    dir: Dir,
+}
+
 pub struct Confinement {
-    roots: Vec<PathBuf>,
+    roots: Vec<Root>,
+}
+
+/// A path resolved inside a root: the root's directory and the path relative to it (empty for
+/// the root itself).
+pub struct Resolved<'a> {
+    pub dir: &'a Dir,
+    pub rel: PathBuf,
+    /// The absolute path, for messages and listings.
+    pub real: PathBuf,
+}
+
+impl Resolved<'_> {
+    /// `.` for the root itself: cap-std takes no empty paths.
+    pub fn rel_or_dot(&self) -> &Path {
+        if self.rel.as_os_str().is_empty() { Path::new(".") } else { &self.rel }
+    }
 }
 
 impl Confinement {
     pub fn new(roots: &[PathBuf]) -> anyhow::Result<Self> {
         let roots = roots
             .iter()
-            .map(|r| std::fs::canonicalize(r).map_err(|e| anyhow::anyhow!("--root {}: {e}", r.display())))
+            .map(|r| {
+                let path = std::fs::canonicalize(r).map_err(|e| anyhow::anyhow!("--root {}: {e}", r.display()))?;
+                let dir = Dir::open_ambient_dir(&path, ambient_authority())
+                    .map_err(|e| anyhow::anyhow!("--root {}: {e}", r.display()))?;
+                Ok(Root { path, dir })
+            })
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Confinement { roots })
     }
@@ -42,81 +83,151 @@ impl Confinement {
         if p.components().any(|c| c == Component::ParentDir) {
             return Err(AgentError::denied(format!("path {path}: '..' is not allowed")));
         }
+        if DENIED_PREFIXES.iter().any(|d| p.starts_with(d)) {
+            return Err(AgentError::denied(format!("path {path}: off limits")));
+        }
         Ok(p.components().collect())
     }
 
-    /// Checks that a resolved (symlink-free) path is inside a root and outside the denied trees.
-    fn check_resolved(&self, requested: &str, real: &Path) -> AgentResult<()> {
-        if DENIED_PREFIXES.iter().any(|d| real.starts_with(d)) {
-            return Err(AgentError::denied(format!("path {requested}: {} is off limits", real.display())));
+    /// The root holding `abs` (the longest that does), or why there is none.
+    fn root_of(&self, requested: &str, abs: &Path) -> AgentResult<usize> {
+        if DENIED_PREFIXES.iter().any(|d| abs.starts_with(d)) {
+            return Err(AgentError::denied(format!("path {requested}: {} is off limits", abs.display())));
         }
-        if !self.roots.iter().any(|r| real.starts_with(r)) {
-            let roots = self.roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ");
-            return Err(AgentError::denied(format!(
-                "path {requested}: resolves to {}, outside the allowed roots ({roots})",
-                real.display()
-            )));
-        }
-        Ok(())
+        self.roots
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| abs.starts_with(&r.path))
+            .max_by_key(|(_, r)| r.path.as_os_str().len())
+            .map(|(i, _)| i)
+            .ok_or_else(|| {
+                let roots = self.roots.iter().map(|r| r.path.display().to_string()).collect::<Vec<_>>().join(", ");
+                AgentError::denied(format!(
+                    "path {requested}: resolves to {}, outside the allowed roots ({roots})",
+                    abs.display()
+                ))
+            })
     }
 
-    /// Resolves an existing path (following symlinks) and checks it.
-    pub fn existing(&self, path: &str) -> AgentResult<PathBuf> {
-        let lexical = self.lexical(path)?;
-        // Check the unresolved form first so that /proc/... is refused even when it exists.
-        if DENIED_PREFIXES.iter().any(|d| lexical.starts_with(d)) {
-            return Err(AgentError::denied(format!("path {path}: off limits")));
-        }
-        let real = std::fs::canonicalize(&lexical).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
-        self.check_resolved(path, &real)?;
-        Ok(real)
+    fn resolved(&self, requested: &str, abs: PathBuf) -> AgentResult<Resolved<'_>> {
+        let root = &self.roots[self.root_of(requested, &abs)?];
+        let rel = abs.strip_prefix(&root.path).expect("root_of checked the prefix").to_path_buf();
+        Ok(Resolved { dir: &root.dir, rel, real: abs })
     }
 
-    /// Resolves a path that may not exist yet: its nearest existing ancestor is resolved and
-    /// checked, and the missing components are appended (they cannot be symlinks: they do not
-    /// exist). Returns the resolved path and how many trailing components are missing.
-    pub fn creatable(&self, path: &str) -> AgentResult<(PathBuf, usize)> {
-        let lexical = self.lexical(path)?;
-        if DENIED_PREFIXES.iter().any(|d| lexical.starts_with(d)) {
-            return Err(AgentError::denied(format!("path {path}: off limits")));
-        }
-        let mut existing = lexical.as_path();
-        let mut missing = Vec::new();
-        let real_base = loop {
-            match std::fs::canonicalize(existing) {
-                Ok(real) => break real,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    missing.push(existing.file_name().expect("a missing path has a name").to_owned());
-                    existing = existing.parent().expect("/ exists");
-                }
-                Err(e) => return Err(AgentError::io(&format!("path {path}"), e)),
+    /// Resolves `path` following symlinks (the last one too when `follow_last`); the components
+    /// that do not exist yet are kept as they are (they cannot be symlinks). Every lookup goes
+    /// through a root's `Dir`.
+    fn resolve(&self, requested: &str, path: &Path, follow_last: bool) -> AgentResult<(PathBuf, usize)> {
+        let mut pending: Vec<std::ffi::OsString> = path
+            .components()
+            .filter_map(|c| matches!(c, Component::Normal(_)).then(|| c.as_os_str().to_owned()))
+            .collect();
+        pending.reverse();
+        let mut current = PathBuf::from("/");
+        let mut links = 0;
+        let mut missing = 0;
+        while let Some(name) = pending.pop() {
+            let candidate = current.join(&name);
+            if missing > 0 {
+                current = candidate;
+                missing += 1;
+                continue;
             }
-        };
-        let mut real = real_base;
-        let count = missing.len();
-        for name in missing.into_iter().rev() {
-            real.push(name);
+            let last = pending.is_empty();
+            // Above a root (its ancestors are canonical: no symlinks there), descend as written.
+            if self.roots.iter().any(|r| r.path.starts_with(&candidate) && r.path != candidate) {
+                current = candidate;
+                continue;
+            }
+            let root = &self.roots[self.root_of(requested, &candidate)?];
+            let rel = candidate.strip_prefix(&root.path).expect("prefix").to_path_buf();
+            if rel.as_os_str().is_empty() {
+                current = candidate;
+                continue;
+            }
+            let meta = match root.dir.symlink_metadata(&rel) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    current = candidate;
+                    missing = 1;
+                    continue;
+                }
+                Err(e) => return Err(AgentError::io(&format!("path {requested}"), e)),
+            };
+            if !meta.file_type().is_symlink() || (last && !follow_last) {
+                current = candidate;
+                continue;
+            }
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(AgentError::invalid(format!("path {requested}: too many levels of symbolic links")));
+            }
+            let target =
+                root.dir.read_link_contents(&rel).map_err(|e| AgentError::io(&format!("path {requested}"), e))?;
+            // Splice the target in: absolute from `/`, relative from the link's directory.
+            let base = if target.is_absolute() { PathBuf::from("/") } else { current.clone() };
+            let mut spliced = base;
+            for c in target.components() {
+                match c {
+                    Component::Normal(n) => spliced.push(n),
+                    Component::ParentDir => {
+                        spliced.pop();
+                    }
+                    _ => {}
+                }
+            }
+            for c in spliced.components().rev() {
+                if let Component::Normal(n) = c {
+                    pending.push(n.to_owned());
+                }
+            }
+            current = PathBuf::from("/");
         }
-        self.check_resolved(path, &real)?;
-        Ok((real, count))
+        Ok((current, missing))
     }
 
-    /// Checks what an open file really is, closing the window between check and open.
+    /// An existing path, symlinks followed.
+    pub fn existing(&self, path: &str) -> AgentResult<Resolved<'_>> {
+        let lexical = self.lexical(path)?;
+        let (abs, missing) = self.resolve(path, &lexical, true)?;
+        if missing > 0 {
+            return Err(AgentError::not_found(format!("path {path}: No such file or directory")));
+        }
+        self.resolved(path, abs)
+    }
+
+    /// A path that may not exist yet; also returns how many trailing components are missing.
+    pub fn creatable(&self, path: &str) -> AgentResult<(Resolved<'_>, usize)> {
+        let lexical = self.lexical(path)?;
+        let (abs, missing) = self.resolve(path, &lexical, true)?;
+        Ok((self.resolved(path, abs)?, missing))
+    }
+
+    /// The entry `path` names itself (a symlink is not followed), under its resolved parent.
+    pub fn entry(&self, path: &str) -> AgentResult<Resolved<'_>> {
+        let lexical = self.lexical(path)?;
+        let (abs, _) = self.resolve(path, &lexical, false)?;
+        self.resolved(path, abs)
+    }
+
+    /// Checks what an open file really is: a symlink swapped in after resolution stays inside
+    /// the root (cap-std), but could lead into /proc or another denied tree.
     pub fn verify_open(&self, requested: &str, file: &File) -> AgentResult<()> {
         use std::os::fd::AsRawFd;
         let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .map_err(|e| AgentError::other(format!("path {requested}: cannot verify the opened file: {e}")))?;
-        self.check_resolved(requested, &real)
+        self.root_of(requested, &real).map(|_| ())
     }
 
     pub fn is_root(&self, real: &Path) -> bool {
-        self.roots.iter().any(|r| r == real)
+        self.roots.iter().any(|r| r.path == real)
     }
 }
 
 pub fn open_for_read(conf: &Confinement, path: &str) -> AgentResult<(File, u64)> {
-    let real = conf.existing(path)?;
-    let file = File::open(&real).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+    let at = conf.existing(path)?;
+    let file = at.dir.open(at.rel_or_dot()).map_err(|e| AgentError::io(&format!("path {path}"), e))?.into_std();
     conf.verify_open(path, &file)?;
     let meta = file.metadata().map_err(|e| AgentError::io(&format!("path {path}"), e))?;
     if meta.is_dir() {
@@ -129,7 +240,9 @@ pub fn open_for_read(conf: &Confinement, path: &str) -> AgentResult<(File, u64)>
 /// so that readers never see a half-written file.
 pub struct AtomicWrite {
     requested: String,
-    target: PathBuf,
+    /// The target's directory (inside its root) and names relative to it.
+    parent: Dir,
+    name: PathBuf,
     temp: PathBuf,
     file: Option<File>,
     written: u64,
@@ -137,37 +250,37 @@ pub struct AtomicWrite {
 
 impl AtomicWrite {
     pub fn begin(conf: &Confinement, path: &str, mode: Option<u32>, create_parents: bool) -> AgentResult<Self> {
-        let (target, missing) = conf.creatable(path)?;
-        if conf.is_root(&target) {
+        let io = |e| AgentError::io(&format!("path {path}"), e);
+        let (at, missing) = conf.creatable(path)?;
+        if conf.is_root(&at.real) {
             return Err(AgentError::invalid(format!("path {path}: is a root directory")));
         }
-        let parent = target.parent().expect("a non-root path has a parent").to_path_buf();
+        let parent_rel = at.rel.parent().map(Path::to_path_buf).unwrap_or_default();
         if missing > 1 {
             if !create_parents {
                 return Err(AgentError::not_found(format!(
                     "path {path}: parent directory {} does not exist (set create_parents)",
-                    parent.display()
+                    at.real.parent().unwrap_or(Path::new("/")).display()
                 )));
             }
-            std::fs::create_dir_all(&parent)
-                .map_err(|e| AgentError::io(&format!("creating {}", parent.display()), e))?;
+            at.dir.create_dir_all(&parent_rel).map_err(io)?;
         }
-        if target.is_dir() {
+        let parent = if parent_rel.as_os_str().is_empty() { at.dir.try_clone() } else { at.dir.open_dir(&parent_rel) }
+            .map_err(io)?;
+        let name = PathBuf::from(at.rel.file_name().expect("a non-root path has a name"));
+        if parent.symlink_metadata(&name).is_ok_and(|m| m.is_dir()) {
             return Err(AgentError::invalid(format!("path {path}: is a directory")));
         }
-        let name = target.file_name().expect("has a name").to_string_lossy().into_owned();
-        let temp = parent.join(format!(".{name}.orchard-{}", crate::ids::nonce()));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .map_err(|e| AgentError::io(&format!("path {path}"), e))?;
-        let write = AtomicWrite { requested: path.to_string(), target, temp, file: Some(file), written: 0 };
+        let existing_mode = parent.metadata(&name).ok().map(|m| m.mode());
+        let temp = PathBuf::from(format!(".{}.orchard-{}", name.display(), crate::ids::nonce()));
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true).follow(FollowSymlinks::No);
+        let file = parent.open_with(&temp, &options).map_err(io)?.into_std();
+        let write = AtomicWrite { requested: path.to_string(), parent, name, temp, file: Some(file), written: 0 };
         let file = write.file.as_ref().expect("just set");
         conf.verify_open(path, file)?;
-        let mode = mode.unwrap_or_else(|| existing_mode(&write.target).unwrap_or(0o644));
-        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
-            .map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+        let mode = mode.or(existing_mode).unwrap_or(0o644);
+        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)).map_err(io)?;
         Ok(write)
     }
 
@@ -180,7 +293,8 @@ impl AtomicWrite {
 
     pub fn commit(mut self) -> AgentResult<u64> {
         drop(self.file.take());
-        std::fs::rename(&self.temp, &self.target)
+        self.parent
+            .rename(&self.temp, &self.parent, &self.name)
             .map_err(|e| AgentError::io(&format!("path {}", self.requested), e))?;
         Ok(self.written)
     }
@@ -189,55 +303,51 @@ impl AtomicWrite {
 impl Drop for AtomicWrite {
     fn drop(&mut self) {
         if self.file.is_some() {
-            let _ = std::fs::remove_file(&self.temp);
+            let _ = self.parent.remove_file(&self.temp);
         }
     }
-}
-
-fn existing_mode(path: &Path) -> Option<u32> {
-    std::fs::metadata(path).ok().map(|m| m.permissions().mode())
 }
 
 pub fn stat(conf: &Confinement, path: &str) -> AgentResult<FileEntry> {
-    let real = conf.existing(path)?;
-    let meta = std::fs::symlink_metadata(&real).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
-    Ok(entry(&real, &meta))
+    let at = conf.existing(path)?;
+    let meta = at.dir.symlink_metadata(at.rel_or_dot()).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+    Ok(entry(&at.real, &meta, None))
 }
 
 pub fn list(conf: &Confinement, path: &str) -> AgentResult<Listing> {
-    let real = conf.existing(path)?;
-    let dir = std::fs::read_dir(&real).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+    let at = conf.existing(path)?;
+    let io = |e| AgentError::io(&format!("path {path}"), e);
+    let dir = at.dir.open_dir(at.rel_or_dot()).map_err(io)?;
     let mut entries = Vec::new();
-    for item in dir {
-        let item = item.map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+    for item in dir.entries().map_err(io)? {
+        let item = item.map_err(io)?;
+        let name = item.file_name();
         if let Ok(meta) = item.metadata() {
-            entries.push(entry(&item.path(), &meta));
+            let link = meta.file_type().is_symlink().then(|| dir.read_link_contents(&name).ok()).flatten();
+            entries.push(entry(&at.real.join(&name), &meta, link));
         }
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Listing { path: real.display().to_string(), entries })
+    Ok(Listing { path: at.real.display().to_string(), entries })
 }
 
 pub fn remove(conf: &Confinement, path: &str, recursive: bool) -> AgentResult<()> {
-    // Remove the named entry itself, never what a symlink points to: resolve only the parent.
-    let lexical = conf.lexical(path)?;
-    let name = lexical.file_name().ok_or_else(|| AgentError::invalid(format!("path {path}: cannot remove /")))?;
-    let parent = conf.existing(&lexical.parent().expect("has a parent").display().to_string())?;
-    let target = parent.join(name);
-    conf.check_resolved(path, &target)?;
-    if conf.is_root(&target) {
+    // Remove the named entry itself, never what a symlink points to.
+    let at = conf.entry(path)?;
+    if conf.is_root(&at.real) || at.rel.as_os_str().is_empty() {
         return Err(AgentError::invalid(format!("path {path}: is a root directory")));
     }
-    let meta = std::fs::symlink_metadata(&target).map_err(|e| AgentError::io(&format!("path {path}"), e))?;
+    let io = |e| AgentError::io(&format!("path {path}"), e);
+    let meta = at.dir.symlink_metadata(&at.rel).map_err(io)?;
     let result = if meta.is_dir() {
-        if recursive { std::fs::remove_dir_all(&target) } else { std::fs::remove_dir(&target) }
+        if recursive { at.dir.remove_dir_all(&at.rel) } else { at.dir.remove_dir(&at.rel) }
     } else {
-        std::fs::remove_file(&target)
+        at.dir.remove_file(&at.rel)
     };
-    result.map_err(|e| AgentError::io(&format!("path {path}"), e))
+    result.map_err(io)
 }
 
-fn entry(path: &Path, meta: &Metadata) -> FileEntry {
+pub fn entry(path: &Path, meta: &cap_std::fs::Metadata, link_target: Option<PathBuf>) -> FileEntry {
     let ft = meta.file_type();
     let kind = if ft.is_symlink() {
         FileKind::Symlink
@@ -254,12 +364,7 @@ fn entry(path: &Path, meta: &Metadata) -> FileEntry {
         kind,
         size: meta.len(),
         mode: meta.mode() & 0o7777,
-        modified: meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0),
-        link_target: ft.is_symlink().then(|| std::fs::read_link(path).ok()).flatten().map(|t| t.display().to_string()),
+        modified: meta.mtime() as f64 + meta.mtime_nsec() as f64 / 1e9,
+        link_target: link_target.map(|t| t.display().to_string()),
     }
 }
