@@ -119,10 +119,8 @@ impl Confinement {
     /// that do not exist yet are kept as they are (they cannot be symlinks). Every lookup goes
     /// through a root's `Dir`.
     fn resolve(&self, requested: &str, path: &Path, follow_last: bool) -> AgentResult<(PathBuf, usize)> {
-        let mut pending: Vec<std::ffi::OsString> = path
-            .components()
-            .filter_map(|c| matches!(c, Component::Normal(_)).then(|| c.as_os_str().to_owned()))
-            .collect();
+        let mut pending: Vec<std::ffi::OsString> =
+            path.components().filter(|c| matches!(c, Component::Normal(_))).map(|c| c.as_os_str().to_owned()).collect();
         pending.reverse();
         let mut current = PathBuf::from("/");
         let mut links = 0;
