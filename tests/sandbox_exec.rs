@@ -374,3 +374,44 @@ async fn jobs_run_in_the_background_and_retries_run_once() {
     assert_eq!(failed["exit_code"], 2);
     assert_eq!(failed["stderr"], "bad\n");
 }
+
+/// A command string with no shell syntax is executed without the shell; whatever path a
+/// command takes, its results are those `bash -c` gives.
+#[tokio::test]
+async fn commands_without_shell_syntax_give_what_bash_gives() {
+    let server = Server::start().await;
+    let id = server.create_host().await;
+    for command in [
+        "true",
+        "false",
+        "env",
+        "pwd",
+        "ls -la /workspace",
+        "printf %s-%s a b",
+        "python3 -c print(6*7)",
+        "git --version",
+        "no-such-program --flag",
+        "/bin/echo plain words",
+        "sh -c exit\\ 3",
+        "echo $HOME; pwd",
+    ] {
+        let direct = server.exec(&id, json!({"command": command, "timeout_seconds": 30})).await;
+        let bash = server.exec(&id, json!({"command": ["/bin/bash", "-c", command], "timeout_seconds": 30})).await;
+        // The environment's order is bash's hash order: compared as a set.
+        let sorted = |s: &str| {
+            let mut lines: Vec<&str> = s.lines().collect();
+            if command == "env" {
+                lines.sort();
+            }
+            lines.join("\n")
+        };
+        assert_eq!(
+            (direct.exit_code, sorted(&direct.stdout.text), &direct.stderr.text),
+            (bash.exit_code, sorted(&bash.stdout.text), &bash.stderr.text),
+            "{command:?}"
+        );
+    }
+    let r = server.exec(&id, json!({"command": "env"})).await;
+    assert!(r.stdout.text.lines().any(|l| l == "SHLVL=0"), "{r:?}");
+    assert!(r.stdout.text.lines().any(|l| l == "_=/usr/bin/env"), "{r:?}");
+}
