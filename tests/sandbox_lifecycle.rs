@@ -183,3 +183,62 @@ async fn a_dead_agent_is_reported_not_hung_on() {
     let (status, _) = server.call(reqwest::Method::DELETE, &format!("/sandboxes/{id}"), None).await;
     assert_eq!(status, 200);
 }
+
+/// Ids of the sandboxes the local backend holds, pooled ones included (from its state dir).
+fn sandbox_dirs(server: &Server) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(server.state_dir.join("run/sandboxes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+async fn wait_for_dirs(server: &Server, n: usize) -> std::collections::BTreeSet<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let dirs = sandbox_dirs(server);
+        if dirs.len() == n {
+            return dirs;
+        }
+        assert!(std::time::Instant::now() < deadline, "expected {n} sandboxes, have {dirs:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_warm_pool_serves_plain_creates_and_refills() {
+    let server = orchard_tests::Server::start_with(orchard_tests::ServerOptions {
+        extra_args: ["--warm-pool", "host=2"].map(String::from).to_vec(),
+        ..Default::default()
+    })
+    .await;
+    let pooled = wait_for_dirs(&server, 2).await;
+    // Pooled sandboxes are nobody's: not listed, not reachable.
+    let (_, listed) = server.call(reqwest::Method::GET, "/sandboxes", None).await;
+    assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 0, "{listed}");
+    for id in &pooled {
+        let (status, _) = server.call(reqwest::Method::GET, &format!("/sandboxes/{id}"), None).await;
+        assert_eq!(status, 404);
+    }
+    // A plain create takes one, ready, and the pool refills behind it.
+    let id = server.create_host().await;
+    assert!(pooled.contains(&id), "{id} was not taken from the pool {pooled:?}");
+    let r = server.sh(&id, "echo from-the-pool; hostname").await;
+    assert_eq!(r.stdout.text, format!("from-the-pool\n{id}\n"));
+    let (_, info) = server.call(reqwest::Method::GET, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!((info["memory"].as_str(), info["status"].as_str()), (Some("2Gi"), Some("ready")), "{info}");
+    wait_for_dirs(&server, 3).await;
+    // A create of another shape is made fresh.
+    let other = server.create(json!({"image": "host", "memory": "512Mi"})).await;
+    assert!(!pooled.contains(&other));
+    // Claimed sandboxes are like any other: listed, deleted, reaped when idle.
+    let (_, listed) = server.call(reqwest::Method::GET, "/sandboxes", None).await;
+    assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 2, "{listed}");
+    let short = server.create(json!({"image": "host", "timeout": 1})).await;
+    assert!(pooled.contains(&short) || !sandbox_dirs(&server).is_empty());
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let (status, _) = server.call(reqwest::Method::GET, &format!("/sandboxes/{short}"), None).await;
+    assert_eq!(status, 404, "the claimed sandbox was not reaped when idle");
+    let (status, _) = server.call(reqwest::Method::DELETE, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(status, 200);
+}

@@ -51,6 +51,16 @@ pub struct ServeArgs {
     plugin_dir: Option<PathBuf>,
     #[command(flatten)]
     admission: crate::admission_args::AdmissionArgs,
+    /// Keep N ready sandboxes of IMAGE with the default resources (IMAGE=N, repeatable): a create
+    /// that asks for that image and nothing else is served from it (local backend).
+    #[arg(long = "warm-pool", value_parser = image_count)]
+    warm_pools: Vec<(String, usize)>,
+}
+
+fn image_count(text: &str) -> Result<(String, usize), String> {
+    let (image, n) = text.rsplit_once('=').ok_or_else(|| format!("{text:?}: expected IMAGE=N"))?;
+    let n = n.parse().map_err(|_| format!("{text:?}: {n:?} is not a count"))?;
+    Ok((image.to_string(), n))
 }
 
 pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>) -> anyhow::Result<()> {
@@ -71,9 +81,23 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             config.max_sandboxes = args.max_sandboxes;
             config.default_ttl = Duration::from_secs(args.default_timeout);
             config.registry.insecure = args.insecure_registry.clone();
+            for (image, size) in &args.warm_pools {
+                // The shape a create gets when it asks for the image and nothing else.
+                let image = admission.images.admit(image).map_err(|e| anyhow::anyhow!("--warm-pool {image}: {e}"))?;
+                let r = &admission.resources;
+                let shape = orchard_sandbox_local::PoolShape {
+                    image,
+                    memory_bytes: r.default_memory_bytes,
+                    cpu: r.default_cpu,
+                    pids: r.default_pids,
+                    disk_bytes: r.default_disk_bytes,
+                };
+                config.pools.push((shape, *size));
+            }
             LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
         }
         BackendKind::Kubernetes => {
+            anyhow::ensure!(args.warm_pools.is_empty(), "--warm-pool is for the local backend");
             args.kube
                 .open(args.max_sandboxes, Duration::from_secs(args.default_timeout), &args.insecure_registry)
                 .await?

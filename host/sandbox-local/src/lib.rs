@@ -11,6 +11,7 @@ mod ids;
 mod launch;
 mod launcher;
 mod network;
+mod pool;
 mod reconcile;
 mod record;
 mod rootfs;
@@ -31,6 +32,7 @@ use tokio::sync::watch;
 
 pub use cgroup::Limits;
 pub use launcher::Launcher;
+pub use pool::PoolShape;
 use record::{Record, now};
 
 /// The working directory of a sandbox whose image and spec name none (created at start).
@@ -49,6 +51,8 @@ pub struct LocalConfig {
     /// Process limit when a create does not give one (fork bombs stop here).
     pub default_pids: u64,
     pub registry: RegistryOptions,
+    /// Warm pools: ready sandboxes kept per shape, and how many of each.
+    pub pools: Vec<(PoolShape, usize)>,
     /// Forks bubblewrap for every sandbox; start it with [`Launcher::start`] before any thread.
     pub launcher: Arc<Launcher>,
 }
@@ -64,6 +68,7 @@ impl LocalConfig {
             default_ttl: Duration::from_secs(3600),
             default_pids: 4096,
             registry: RegistryOptions::default(),
+            pools: Vec::new(),
         }
     }
 }
@@ -83,6 +88,9 @@ pub struct LocalBackend {
     reserved: Mutex<Reserved>,
     network_ready: tokio::sync::OnceCell<std::result::Result<(), String>>,
     network_lock: tokio::sync::Mutex<()>,
+    pools: Vec<pool::Pool>,
+    /// Wakes the refill task.
+    refill: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -196,11 +204,75 @@ impl LocalBackend {
             reserved: Mutex::new(Reserved::default()),
             network_ready: tokio::sync::OnceCell::new(),
             network_lock: tokio::sync::Mutex::new(()),
+            pools: config.pools.iter().map(|(shape, size)| pool::Pool::new(shape.clone(), *size)).collect(),
+            refill: tokio::sync::Notify::new(),
             config,
         });
         let report = reconcile::run(&backend).await;
         tracing::info!(adopted = report.adopted, cleaned = report.cleaned, "local backend ready");
+        if !backend.pools.is_empty() {
+            tokio::spawn(refill_pools(Arc::downgrade(&backend)));
+        }
         Ok(backend)
+    }
+
+    /// A ready sandbox of the shape `spec` asks for, now the caller's.
+    fn claim_pooled(&self, spec: &SandboxSpec) -> Option<SandboxInfo> {
+        let pool = self.pools.iter().find(|p| p.shape.serves(spec))?;
+        let claimed = loop {
+            let id = pool.take()?;
+            // One that died while it waited is dropped (the refill task replaces it).
+            match self.find(&id) {
+                Ok(sandbox) if sandbox.info().status == SandboxStatus::Ready => break sandbox,
+                _ => continue,
+            }
+        };
+        {
+            let mut r = claimed.record.lock().unwrap_or_else(|p| p.into_inner());
+            r.tenant = spec.tenant.clone();
+            r.ttl_seconds = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
+            r.created_at = now();
+            r.last_active = now();
+            if let Err(e) = r.save(&claimed.dir) {
+                tracing::warn!(sandbox = %r.id, "claiming a pooled sandbox: {e}");
+            }
+        }
+        self.refill.notify_one();
+        Some(claimed.info())
+    }
+
+    /// Creates what the pools lack, one sandbox at a time per pool, within capacity.
+    async fn refill_once(&self) {
+        for pool in &self.pools {
+            while pool.len() < pool.size && self.free_slots_now() > 0 {
+                let spec = pool.shape.spec();
+                let created = match self.reserve(&spec) {
+                    Ok(id) => {
+                        let made = self.create_inner(&id, &spec).await;
+                        let made = made.map(|sandbox| {
+                            self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), sandbox);
+                            id.clone()
+                        });
+                        self.release(&id);
+                        made
+                    }
+                    Err(e) => Err(e),
+                };
+                match created {
+                    Ok(id) => pool.put(id),
+                    Err(e) => {
+                        tracing::warn!(image = %pool.shape.image, "warm pool: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn free_slots_now(&self) -> usize {
+        let used = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).len()
+            + self.reserved.lock().unwrap_or_else(|p| p.into_inner()).ids.len();
+        self.config.max_sandboxes.saturating_sub(used)
     }
 
     /// Records, sockets and logs: small files that come and go with sandboxes.
@@ -593,6 +665,9 @@ impl Backend for LocalBackend {
 
     async fn create(&self, spec: SandboxSpec) -> Result<SandboxInfo> {
         self.validate(&spec)?;
+        if let Some(info) = self.claim_pooled(&spec) {
+            return Ok(info);
+        }
         let id = self.reserve(&spec)?;
         let created = self.create_inner(&id, &spec).await;
         let outcome = created.map(|sandbox| {
@@ -610,8 +685,12 @@ impl Backend for LocalBackend {
 
     async fn list(&self) -> Vec<SandboxInfo> {
         let sandboxes: Vec<_> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-        let mut infos: Vec<_> =
-            sandboxes.iter().filter(|s| !s.deleting.load(Ordering::Relaxed)).map(|s| s.info()).collect();
+        let mut infos: Vec<_> = sandboxes
+            .iter()
+            .filter(|s| !s.deleting.load(Ordering::Relaxed))
+            .map(|s| s.info())
+            .filter(|i| i.tenant != pool::POOL_TENANT)
+            .collect();
         infos.sort_by(|a, b| a.created_at.total_cmp(&b.created_at));
         infos
     }
@@ -648,6 +727,9 @@ impl Backend for LocalBackend {
 
     async fn delete(&self, id: &str) -> Result<()> {
         let sandbox = self.find(id)?;
+        for pool in &self.pools {
+            pool.remove(id);
+        }
         if sandbox.deleting.swap(true, Ordering::Relaxed) {
             return Err(SandboxError::NotFound(id.to_string()));
         }
@@ -665,7 +747,7 @@ impl Backend for LocalBackend {
             .values()
             .filter(|s| !s.deleting.load(Ordering::Relaxed))
             .map(|s| s.info())
-            .filter(|i| i.expires_at() <= now)
+            .filter(|i| i.tenant != pool::POOL_TENANT && i.expires_at() <= now)
             .map(|i| i.id)
             .collect();
         for id in &expired {
@@ -676,9 +758,9 @@ impl Backend for LocalBackend {
     }
 
     async fn free_slots(&self) -> Option<usize> {
-        let used = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).len()
-            + self.reserved.lock().unwrap_or_else(|p| p.into_inner()).ids.len();
-        Some(self.config.max_sandboxes.saturating_sub(used))
+        // Pooled sandboxes are room too: a create takes one or deletes one for its space.
+        let pooled: usize = self.pools.iter().map(pool::Pool::len).sum();
+        Some(self.free_slots_now() + pooled)
     }
 
     async fn shutdown(&self) {
@@ -719,6 +801,16 @@ fn etc_files(hostname: &str, address: Option<std::net::Ipv4Addr>, open_network: 
         resolv.push_str("nameserver 8.8.8.8\nnameserver 8.8.4.4\n");
     }
     [hosts, format!("{hostname}\n"), resolv]
+}
+
+/// Keeps the pools full: refills at start, after every claim, and every few seconds (pooled
+/// sandboxes that died are replaced).
+async fn refill_pools(backend: std::sync::Weak<LocalBackend>) {
+    loop {
+        let Some(strong) = backend.upgrade() else { return };
+        strong.refill_once().await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), strong.refill.notified()).await;
+    }
 }
 
 /// Removes a sandbox directory. Overlayfs leaves its work directory without permissions

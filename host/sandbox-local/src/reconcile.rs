@@ -45,7 +45,8 @@ pub async fn run(backend: &Arc<LocalBackend>) -> Report {
         if let Some(a) = &record.network {
             known_netns.insert(a.netns.clone());
         }
-        if adopt(backend, &dir, &record).await {
+        // A sandbox still waiting in a warm pool belongs to nobody: made again, not adopted.
+        if record.tenant != crate::pool::POOL_TENANT && adopt(backend, &dir, &record).await {
             known_ids.insert(id);
             report.adopted += 1;
         } else {
