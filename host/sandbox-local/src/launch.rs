@@ -211,9 +211,15 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
     drop(stdin_write);
     let log: OwnedFd = log.into();
     let fds = Fds { stdin: stdin_read, log, listener: spec.listener, info: info_write };
-    let pid = spec.launcher.launch(&request, fds).await?;
+    let started = spec.launcher.launch(&request, fds).await?;
+    let pid = started.pid;
     let monitor = Monitor::new(pid);
-    match read_child_pid(info_read).await {
+    let setup = setup_outcome(started.setup).await;
+    let child_pid = match setup {
+        Ok(()) => read_child_pid(info_read).await,
+        Err(e) => Err(e),
+    };
+    match child_pid {
         Ok(init_pid) => Ok(Launched { monitor, init_pid }),
         Err(e) => {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
@@ -222,6 +228,18 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
             Err(format!("{e}; bwrap said: {}", log.trim()))
         }
     }
+}
+
+/// Waits for the setup pipe: closed (the setup exec'd bubblewrap) or carrying why it failed.
+async fn setup_outcome(fd: OwnedFd) -> Result<(), String> {
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| e.to_string())?;
+    let mut message = Vec::new();
+    let read = pipe.read_to_end(&mut message);
+    tokio::time::timeout(std::time::Duration::from_secs(30), read)
+        .await
+        .map_err(|_| "the sandbox's setup did not finish within 30 s".to_string())?
+        .map_err(|e| format!("setup pipe: {e}"))?;
+    if message.is_empty() { Ok(()) } else { Err(String::from_utf8_lossy(&message).into_owned()) }
 }
 
 /// bwrap writes `{"child-pid": N, ...}` on its info fd once the sandbox's init is running.

@@ -84,7 +84,14 @@ pub struct Launcher {
 struct Job {
     body: Vec<u8>,
     fds: [OwnedFd; 4],
-    reply: tokio::sync::oneshot::Sender<Result<i32, String>>,
+    reply: tokio::sync::oneshot::Sender<Result<Started, String>>,
+}
+
+/// A sandbox's start, as the launcher reports it: bubblewrap's future pid, and a pipe that
+/// closes when the child has exec'd bubblewrap, or carries why its setup failed.
+pub struct Started {
+    pub pid: i32,
+    pub setup: OwnedFd,
 }
 
 impl std::fmt::Debug for Launcher {
@@ -122,8 +129,9 @@ impl Launcher {
         }
     }
 
-    /// Starts a sandbox's bubblewrap; returns its pid (about a millisecond of the launcher's time).
-    pub async fn launch(&self, request: &Request, fds: Fds) -> Result<i32, String> {
+    /// Starts a sandbox: forks its setup and returns at once (a fork of the launcher's time);
+    /// [`Started::setup`] says when the setup is done.
+    pub async fn launch(&self, request: &Request, fds: Fds) -> Result<Started, String> {
         let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
         if body.len() > MAX_MESSAGE {
             return Err("launch request too large".into());
@@ -139,8 +147,8 @@ impl Launcher {
     }
 }
 
-/// One request and its reply over the launcher's socket.
-fn exchange(sock: &OwnedFd, body: &[u8], fds: &[OwnedFd; 4]) -> Result<i32, String> {
+/// One request and its reply over the launcher's socket (the reply carries the setup pipe).
+fn exchange(sock: &OwnedFd, body: &[u8], fds: &[OwnedFd; 4]) -> Result<Started, String> {
     let raw = fds.each_ref().map(|fd| fd.as_raw_fd());
     let iov = [std::io::IoSlice::new(body)];
     nix::sys::socket::sendmsg::<()>(
@@ -152,13 +160,27 @@ fn exchange(sock: &OwnedFd, body: &[u8], fds: &[OwnedFd; 4]) -> Result<i32, Stri
     )
     .map_err(|e| format!("launcher unreachable: {e}"))?;
     let mut buf = vec![0u8; 64 * 1024];
-    let n = nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())
-        .map_err(|e| format!("launcher unreachable: {e}"))?;
+    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+    let (n, setup) = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = nix::sys::socket::recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+            .map_err(|e| format!("launcher unreachable: {e}"))?;
+        let mut setup = None;
+        if let Ok(cmsgs) = msg.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::ScmRights(received) = c {
+                    // SAFETY: descriptors received with SCM_RIGHTS are new and ours.
+                    setup = received.into_iter().next().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+                }
+            }
+        }
+        (msg.bytes, setup)
+    };
     if n == 0 {
         return Err("the launcher exited".into());
     }
     match serde_json::from_slice(&buf[..n]).map_err(|e| format!("launcher answer: {e}"))? {
-        Reply::Started { pid } => Ok(pid),
+        Reply::Started { pid } => Ok(Started { pid, setup: setup.ok_or("the launcher sent no setup pipe")? }),
         Reply::Failed { error } => Err(error),
     }
 }
@@ -198,21 +220,24 @@ fn serve(sock: OwnedFd) -> ! {
         if n == 0 {
             std::process::exit(0);
         }
-        let reply = match (serde_json::from_slice::<Request>(&buf[..n]), fds.len()) {
+        let (reply, setup) = match (serde_json::from_slice::<Request>(&buf[..n]), fds.len()) {
             (Ok(request), 4) => match seccomp
                 .as_ref()
                 .map_err(|e| format!("seccomp profile: {e}"))
                 .and_then(|programs| spawn(&request, &fds, programs))
             {
-                Ok(pid) => Reply::Started { pid },
-                Err(error) => Reply::Failed { error },
+                Ok((pid, setup)) => (Reply::Started { pid }, Some(setup)),
+                Err(error) => (Reply::Failed { error }, None),
             },
-            (Ok(_), got) => Reply::Failed { error: format!("expected 4 descriptors, got {got}") },
-            (Err(e), _) => Reply::Failed { error: format!("bad request: {e}") },
+            (Ok(_), got) => (Reply::Failed { error: format!("expected 4 descriptors, got {got}") }, None),
+            (Err(e), _) => (Reply::Failed { error: format!("bad request: {e}") }, None),
         };
         drop(fds);
         let body = serde_json::to_vec(&reply).unwrap_or_default();
-        let _ = nix::sys::socket::send(sock.as_raw_fd(), &body, MsgFlags::empty());
+        let iov = [std::io::IoSlice::new(&body)];
+        let raw: Vec<RawFd> = setup.iter().map(|fd| fd.as_raw_fd()).collect();
+        let cmsgs = if raw.is_empty() { vec![] } else { vec![ControlMessage::ScmRights(&raw)] };
+        let _ = nix::sys::socket::sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None);
     }
 }
 
@@ -231,64 +256,49 @@ fn close_all_but(keep: RawFd) {
     }
 }
 
-/// Forks and execs one bubblewrap. The launcher is single-threaded, so the child may allocate.
-fn spawn(request: &Request, fds: &[OwnedFd], seccomp: &[Vec<u8>]) -> Result<i32, String> {
+/// Forks one sandbox's setup, which ends in exec'ing bubblewrap, and returns at once with its
+/// pid and the read end of its setup pipe. The launcher is single-threaded, so the child may
+/// allocate.
+fn spawn(request: &Request, fds: &[OwnedFd], seccomp: &[Vec<u8>]) -> Result<(i32, OwnedFd), String> {
     let cstr = |s: &str| CString::new(s).map_err(|_| format!("{s:?} contains a NUL byte"));
     let argv: Vec<CString> = request.argv.iter().map(|a| cstr(a)).collect::<Result<_, _>>()?;
     if argv.is_empty() {
         return Err("empty argv".into());
     }
-    // The user namespace exists before the child does: its lower layers are id-mapped to it.
-    let userns = match request.id_base {
-        Some(base) => Some(
-            crate::userns::create(base, crate::ids::ID_RANGE)
-                .and_then(kept)
-                .map_err(|e| format!("creating the user namespace: {e}"))?,
-        ),
-        None => None,
-    };
     let (err_read, err_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let err_write = kept(err_write).map_err(|e| format!("pipe: {e}"))?;
     // SAFETY: the launcher is single-threaded; the child only sets itself up and execs.
     match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
         nix::unistd::ForkResult::Child => {
             drop(err_read);
-            let error = child(request, fds, userns.as_ref(), seccomp, &argv);
-            let message = error.to_string();
+            let error = child(request, fds, seccomp, &argv);
+            let message = format!("cannot start {}: {error}", request.argv[0]);
             let _ = nix::unistd::write(&err_write, message.as_bytes());
             // SAFETY: leaving the forked child without running any destructor.
             unsafe { libc::_exit(127) }
         }
-        nix::unistd::ForkResult::Parent { child } => {
-            drop(err_write);
-            drop(userns);
-            let mut message = vec![0u8; 4096];
-            // The write end closes at exec: nothing to read means bwrap is running.
-            match nix::unistd::read(&err_read, &mut message) {
-                Ok(n) if n > 0 => {
-                    Err(format!("cannot start {}: {}", request.argv[0], String::from_utf8_lossy(&message[..n])))
-                }
-                _ => Ok(child.as_raw()),
-            }
-        }
+        nix::unistd::ForkResult::Parent { child } => Ok((child.as_raw(), err_read)),
     }
 }
 
 /// Sets the child up (cgroups, network, mounts, descriptors) and execs; returns only on failure.
-fn child(
-    request: &Request,
-    fds: &[OwnedFd],
-    userns: Option<&OwnedFd>,
-    seccomp: &[Vec<u8>],
-    argv: &[CString],
-) -> std::io::Error {
+fn child(request: &Request, fds: &[OwnedFd], seccomp: &[Vec<u8>], argv: &[CString]) -> std::io::Error {
     let result = (|| -> std::io::Result<()> {
         use nix::sched::{CloneFlags, unshare};
         let step = |what: &'static str| move |e: nix::errno::Errno| std::io::Error::other(format!("{what}: {e}"));
-        for procs in &request.cgroup_procs {
-            std::fs::write(procs, "0")
-                .map_err(|e| std::io::Error::other(format!("joining {}: {e}", procs.display())))?;
-        }
+        // SIGCHLD was ignored in the launcher: our own helpers must be waited for.
+        // SAFETY: restoring the default disposition.
+        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+        // Moving into a cgroup waits for an RCU grace period (milliseconds on cgroup v1): a
+        // helper moves us while we set up, and we wait for it before anything is started.
+        let joiner = join_cgroups_in_background(&request.cgroup_procs)?;
+        // The user namespace exists before the root is mounted: its lower layers are id-mapped
+        // to it.
+        let userns = match request.id_base {
+            Some(base) => Some(crate::userns::create(base, crate::ids::ID_RANGE).and_then(kept)?),
+            None => None,
+        };
+        let userns = userns.as_ref();
         if request.rootless {
             // Root in a user namespace of our own, so that the overlay can be mounted.
             unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS).map_err(step("unshare"))?;
@@ -317,6 +327,12 @@ fn child(
         mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
             .map_err(step("making mounts private"))?;
         crate::rootfs::mount_root(&request.root, userns)?;
+        if let Some(joiner) = joiner {
+            match nix::sys::wait::waitpid(joiner, None).map_err(step("joining the cgroups"))? {
+                nix::sys::wait::WaitStatus::Exited(_, 0) => {}
+                other => return Err(std::io::Error::other(format!("joining the sandbox's cgroups failed: {other:?}"))),
+            }
+        }
         // What bubblewrap reads by descriptor, at the numbers its argv names.
         let mut extra: Vec<(OwnedFd, i32)> = Vec::new();
         for (program, fd) in seccomp.iter().zip(crate::launcher::SECCOMP_FDS) {
@@ -357,9 +373,6 @@ fn child(
         }
         // Terminal signals aimed at the host must not reach its sandboxes.
         nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0)).map_err(step("setpgid"))?;
-        // SIGCHLD was ignored in the launcher; bwrap must get the default back.
-        // SAFETY: restoring the default disposition.
-        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
         Ok(())
     })();
     if let Err(e) = result {
@@ -367,6 +380,23 @@ fn child(
     }
     match nix::unistd::execvp(&argv[0], argv) {
         Err(e) => std::io::Error::other(format!("exec: {e}")),
+    }
+}
+
+/// Forks a helper that writes our pid into each `cgroup.procs`; `None` when there are none.
+fn join_cgroups_in_background(procs: &[PathBuf]) -> std::io::Result<Option<nix::unistd::Pid>> {
+    if procs.is_empty() {
+        return Ok(None);
+    }
+    let me = std::process::id().to_string();
+    // SAFETY: the caller is single-threaded; the helper only writes files and exits.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => {
+            let ok = procs.iter().all(|p| std::fs::write(p, &me).is_ok());
+            // SAFETY: leaving the helper without running destructors.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+        }
+        nix::unistd::ForkResult::Parent { child } => Ok(Some(child)),
     }
 }
 

@@ -1,7 +1,7 @@
 //! User namespaces for sandboxes: root inside is an unprivileged id range outside.
 //!
-//! Made by the launcher (a privileged, single-threaded process) before the sandbox starts, so
-//! that the sandbox's lower layers can be id-mapped to it and bubblewrap can run inside it.
+//! Made by the sandbox's setup process (privileged, single-threaded) before the root is mounted,
+//! so that the sandbox's lower layers can be id-mapped to it and bubblewrap can run inside it.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 pub fn create(base: u32, size: u32) -> std::io::Result<OwnedFd> {
     let (ready_read, ready_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let (done_read, done_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    // SAFETY: called from the single-threaded launcher; the child only unshares, talks over its
+    // SAFETY: called from a single-threaded process; the child only unshares, talks over its
     // pipes and exits.
     match unsafe { nix::unistd::fork() }? {
         nix::unistd::ForkResult::Child => {
@@ -36,7 +36,7 @@ pub fn create(base: u32, size: u32) -> std::io::Result<OwnedFd> {
                 _ => Err(std::io::Error::other("could not create a user namespace")),
             };
             drop(done_write);
-            // The launcher ignores SIGCHLD: the kernel reaps the helper.
+            let _ = nix::sys::wait::waitpid(child, None);
             result
         }
     }
