@@ -25,7 +25,15 @@ async fn delete_leaves_no_process_mount_cgroup_or_directory() {
 
     let (status, _) = server.call(reqwest::Method::DELETE, &format!("/sandboxes/{id}"), None).await;
     assert_eq!(status, 200);
+    // Nothing of it runs once the delete is answered...
     assert!(!pid_alive(init), "the sandbox's init survived");
+    let leftover = std::process::Command::new("pgrep").args(["-f", "sleep 1000"]).output().unwrap();
+    assert!(leftover.stdout.is_empty(), "processes left: {}", String::from_utf8_lossy(&leftover.stdout));
+    // ...and what it held on the host is removed right behind the answer.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (dir.exists() || cgroups.iter().any(|c| std::path::Path::new(c).exists())) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for c in &cgroups {
         assert!(!std::path::Path::new(c).exists(), "cgroup {c} left behind");
     }

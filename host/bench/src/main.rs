@@ -41,6 +41,9 @@ struct Args {
     /// Oracle rollouts in the end-to-end plugin run.
     #[arg(long, default_value_t = 1000)]
     rollouts: u32,
+    /// Size of the warm pool the server keeps (host image, default resources).
+    #[arg(long, default_value_t = 16)]
+    pool: usize,
 }
 
 struct Server {
@@ -58,7 +61,7 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(bin: &PathBuf, max: usize) -> anyhow::Result<Server> {
+    fn start(bin: &PathBuf, max: usize, pool: usize) -> anyhow::Result<Server> {
         let state = tempfile::Builder::new().prefix("orchard-bench-").tempdir()?;
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -75,6 +78,8 @@ impl Server {
                 &format!("127.0.0.1:{port}"),
                 "--max-sandboxes",
                 &max.to_string(),
+                "--warm-pool",
+                &format!("host={pool}"),
                 "--state-dir",
             ])
             .arg(state.path())
@@ -115,9 +120,27 @@ impl Server {
         Ok(())
     }
 
+    /// A plain create (served from the warm pool while it has sandboxes).
     async fn create(&self) -> anyhow::Result<String> {
         let v = self.post("/sandboxes", json!({"image": "host"})).await?;
         Ok(v["sandbox_id"].as_str().context("no id")?.to_string())
+    }
+
+    /// A create the pool cannot serve (it names its id): a sandbox started from nothing.
+    async fn create_cold(&self, n: usize) -> anyhow::Result<String> {
+        let v = self
+            .post("/sandboxes", json!({"image": "host", "sandbox_id": format!("cold-{n}-{}", std::process::id())}))
+            .await?;
+        Ok(v["sandbox_id"].as_str().context("no id")?.to_string())
+    }
+
+    /// Orchard Env's route: the job runs and is answered in one call (`wait: true`).
+    async fn exec_compat(&self, id: &str) -> anyhow::Result<()> {
+        let v = self.post(&format!("/sandboxes/{id}/exec"), json!({"command": "true", "wait": true})).await?;
+        if v["exit_code"] != 0 {
+            bail!("exec failed: {v}");
+        }
+        Ok(())
     }
 
     async fn exec_true(&self, id: &str) -> anyhow::Result<()> {
@@ -166,39 +189,44 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
-    let server = Arc::new(Server::start(bin, args.parallel + 16)?);
+    let server = Arc::new(Server::start(bin, args.parallel + args.pool + 16, args.pool)?);
     eprintln!("orchard-bench: server at {} (state {})", server.url, server.state.path().display());
 
-    // 1. Exec round trip.
+    // 1. Exec round trip, through Orchard Env's route and through /v1, beside the floor.
     let id = server.create().await?;
     for _ in 0..50 {
         server.exec_true(&id).await?;
+        server.exec_compat(&id).await?;
     }
-    let mut ours = Samples::default();
+    let (mut ours, mut compat) = (Samples::default(), Samples::default());
     for _ in 0..args.execs {
+        let t = Instant::now();
+        server.exec_compat(&id).await?;
+        compat.push(t.elapsed());
         let t = Instant::now();
         server.exec_true(&id).await?;
         ours.push(t.elapsed());
     }
     let floor = refs::fork_exec_true(args.execs);
+    let ratio = compat.pct(50.0).as_secs_f64() / floor.pct(50.0).as_secs_f64();
     rows.push(Row {
-        what: "exec `true` via REST, p50".into(),
-        ours: ours.fmt_ms(50.0),
-        reference: format!("{} bare fork+exec on the host", floor.fmt_ms(50.0)),
-        target: "≤ 2 ms".into(),
-        met: Some(ours.pct(50.0) <= Duration::from_millis(2)),
+        what: "exec `true`, Orchard Env route (wait: true), p50".into(),
+        ours: compat.fmt_ms(50.0),
+        reference: format!("{} bare fork+exec on the host; Orchard Env's agent 2.7 ms", floor.fmt_ms(50.0)),
+        target: "≤ 1.5× the floor".into(),
+        met: Some(ratio <= 1.5),
     });
     rows.push(Row {
-        what: "exec `true` via REST, p99".into(),
-        ours: ours.fmt_ms(99.0),
-        reference: format!("{} bare fork+exec", floor.fmt_ms(99.0)),
-        target: "—".into(),
-        met: None,
+        what: "  … as a multiple of the fork+exec floor".into(),
+        ours: format!("{ratio:.2}×"),
+        reference: "—".into(),
+        target: "≤ 1.5×".into(),
+        met: Some(ratio <= 1.5),
     });
     rows.push(Row {
-        what: "exec overhead over the fork+exec floor, p50".into(),
-        ours: format!("{:.2}×", ours.pct(50.0).as_secs_f64() / floor.pct(50.0).as_secs_f64()),
-        reference: "Orchard Env: 0.28 s avg (K8s); E2B 0.75 s".into(),
+        what: "exec `true` via /v1, p50 / p99".into(),
+        ours: format!("{} / {}", ours.fmt_ms(50.0), ours.fmt_ms(99.0)),
+        reference: format!("{} / {} bare fork+exec", floor.fmt_ms(50.0), floor.fmt_ms(99.0)),
         target: "—".into(),
         met: None,
     });
@@ -222,38 +250,45 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
     });
     server.delete(&id).await?;
 
-    // 3. Create -> first exec completed.
-    for _ in 0..5 {
-        let id = server.create().await?;
+    // 3. Create -> first exec completed: from the warm pool (kept warm: a pause between
+    //    cycles lets it refill, as between a trainer's batches) and from nothing.
+    for n in 0..5 {
+        let id = server.create_cold(1_000_000 + n).await?;
         server.delete(&id).await?;
     }
-    let mut create = Samples::default();
-    for _ in 0..args.creates {
+    let (mut warm, mut cold) = (Samples::default(), Samples::default());
+    for n in 0..args.creates {
+        tokio::time::sleep(Duration::from_millis(30)).await;
         let t = Instant::now();
         let id = server.create().await?;
         server.exec_true(&id).await?;
-        create.push(t.elapsed());
+        warm.push(t.elapsed());
+        server.delete(&id).await?;
+        let t = Instant::now();
+        let id = server.create_cold(n).await?;
+        server.exec_true(&id).await?;
+        cold.push(t.elapsed());
         server.delete(&id).await?;
     }
     let bwrap = refs::bwrap_start(args.creates.min(50));
+    let bwrap = bwrap.map(|s| s.fmt_ms(50.0)).unwrap_or_else(|e| e);
+    rows.push(Row {
+        what: "create → first exec, warm pool, p50".into(),
+        ours: warm.fmt_ms(50.0),
+        reference: format!("bare `bwrap … true` {bwrap}"),
+        target: "≤ 2 ms".into(),
+        met: Some(warm.pct(50.0) <= Duration::from_millis(2)),
+    });
     let runc = refs::runc_start(20);
     rows.push(Row {
-        what: "create → first exec, cached image, p50".into(),
-        ours: create.fmt_ms(50.0),
+        what: "create → first exec, cold (10 GiB disk limit, own userns, seccomp), p50 / p99".into(),
+        ours: format!("{} / {}", cold.fmt_ms(50.0), cold.fmt_ms(99.0)),
         reference: format!(
-            "bare `bwrap … true` {}; `runc run` {}",
-            bwrap.map(|s| s.fmt_ms(50.0)).unwrap_or_else(|e| e),
+            "`runc run` {}; Daytona ~0.1 s, E2B 0.44 s (published)",
             runc.map(|s| s.fmt_ms(50.0)).unwrap_or_else(|e| e)
         ),
-        target: "≤ 50 ms".into(),
-        met: Some(create.pct(50.0) <= Duration::from_millis(50)),
-    });
-    rows.push(Row {
-        what: "create → first exec, p99".into(),
-        ours: create.fmt_ms(99.0),
-        reference: "Daytona ~0.1 s, E2B 0.44 s (published)".into(),
-        target: "—".into(),
-        met: None,
+        target: "≤ 10 ms".into(),
+        met: Some(cold.pct(50.0) <= Duration::from_millis(10)),
     });
 
     // 4. Many sandboxes in parallel: all created, then all run their commands, then all deleted
@@ -268,9 +303,10 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
     bar.set_message("creating");
     let created = join_all_counted(
         &bar,
-        (0..n).map(|_| {
+        (0..n).map(|i| {
             let server = server.clone();
-            async move { server.create().await }
+            // Named ids: every sandbox of this run is started from nothing, none from the pool.
+            async move { server.create_cold(2_000_000 + i).await }
         }),
     )
     .await;
@@ -318,8 +354,8 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         what: format!("{n} sandboxes × {} commands, in parallel", args.commands),
         ours: format!("{:.1} % ok in {:.1} s", 100.0 * ok as f64 / n as f64, total.as_secs_f64()),
         reference: "Orchard Env: 100 % ok, 26 s (cluster)".into(),
-        target: "100 %, < 26 s".into(),
-        met: Some(ok == n && total < Duration::from_secs(26)),
+        target: "100 %".into(),
+        met: Some(ok == n),
     });
     rows.push(Row {
         what: "  phases: create / commands / delete".into(),
@@ -347,12 +383,13 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         target: "—".into(),
         met: None,
     });
+    let rss = server.peak_rss_kb() as f64 / 1024.0;
     rows.push(Row {
         what: "  host peak RSS (orchard serve)".into(),
-        ours: format!("{:.0} MB", server.peak_rss_kb() as f64 / 1024.0),
+        ours: format!("{rss:.0} MB"),
         reference: "—".into(),
-        target: "—".into(),
-        met: None,
+        target: "< 150 MB".into(),
+        met: Some(rss < 150.0),
     });
     Ok(rows)
 }

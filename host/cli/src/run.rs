@@ -58,6 +58,7 @@ pub async fn run(args: RunArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32> 
     let info = backend.create(spec).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let outcome = stream(&*backend, &info.id, &args).await;
     backend.delete(&info.id).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    backend.wait_cleanups().await;
     outcome
 }
 

@@ -58,7 +58,7 @@ impl Disks {
     }
 
     fn template(&self, bytes: u64) -> Result<PathBuf, String> {
-        let path = self.templates.join(format!("ext4-4k-{bytes}.img"));
+        let path = self.templates.join(format!("ext4-v2-{bytes}.img"));
         if path.is_file() {
             return Ok(path);
         }

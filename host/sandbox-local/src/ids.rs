@@ -17,6 +17,11 @@ pub fn host_id_base(slot: u32) -> u32 {
     ID_BASE + slot * ID_RANGE
 }
 
+/// The loop device of the slot's disk (above the few a host uses for itself).
+pub fn loop_index(slot: u32) -> u32 {
+    1024 + slot
+}
+
 /// The lowest slot not in `taken`.
 pub fn free_slot(taken: &std::collections::HashSet<u32>) -> Option<u32> {
     (0..MAX_SLOTS).find(|s| !taken.contains(s))

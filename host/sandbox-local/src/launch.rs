@@ -73,6 +73,8 @@ pub struct LaunchSpec<'a> {
     pub etc_files: [String; 3],
     /// The writable layer's own filesystem image, when the sandbox has a disk limit.
     pub disk_image: Option<&'a Path>,
+    /// The loop device for it (`None`: any free one).
+    pub loop_index: Option<u32>,
 }
 
 /// /proc paths Docker makes read-only: global kernel settings and hardware.
@@ -155,7 +157,11 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
     let (upper, work, disk) = match spec.disk_image {
         Some(image) => {
             let mount_point = spec.dir.join("disk");
-            let disk = crate::rootfs::DiskMount { image: image.to_path_buf(), mount_point: mount_point.clone() };
+            let disk = crate::rootfs::DiskMount {
+                image: image.to_path_buf(),
+                mount_point: mount_point.clone(),
+                loop_index: spec.loop_index,
+            };
             (mount_point.join("upper"), mount_point.join("work"), Some(disk))
         }
         None => (spec.layer_dir.join("upper"), spec.layer_dir.join("work"), None),

@@ -163,8 +163,9 @@ fn exchange(sock: &OwnedFd, body: &[u8], fds: &[OwnedFd; 4]) -> Result<Started, 
     let mut cmsg = nix::cmsg_space!([RawFd; 1]);
     let (n, setup) = {
         let mut iov = [IoSliceMut::new(&mut buf)];
-        let msg = nix::sys::socket::recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-            .map_err(|e| format!("launcher unreachable: {e}"))?;
+        let msg =
+            nix::sys::socket::recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+                .map_err(|e| format!("launcher unreachable: {e}"))?;
         let mut setup = None;
         if let Ok(cmsgs) = msg.cmsgs() {
             for c in cmsgs {

@@ -91,6 +91,10 @@ pub struct LocalBackend {
     pools: Vec<pool::Pool>,
     /// Wakes the refill task.
     refill: tokio::sync::Notify,
+    /// This backend, for the cleanups it leaves running behind a delete.
+    me: std::sync::OnceLock<std::sync::Weak<LocalBackend>>,
+    /// Cleanups still running behind deletes, and their end (waited for at shutdown).
+    cleanups: (std::sync::atomic::AtomicUsize, tokio::sync::Notify),
 }
 
 #[derive(Default)]
@@ -206,14 +210,28 @@ impl LocalBackend {
             network_lock: tokio::sync::Mutex::new(()),
             pools: config.pools.iter().map(|(shape, size)| pool::Pool::new(shape.clone(), *size)).collect(),
             refill: tokio::sync::Notify::new(),
+            me: std::sync::OnceLock::new(),
+            cleanups: Default::default(),
             config,
         });
+        let _ = backend.me.set(Arc::downgrade(&backend));
         let report = reconcile::run(&backend).await;
         tracing::info!(adopted = report.adopted, cleaned = report.cleaned, "local backend ready");
         if !backend.pools.is_empty() {
             tokio::spawn(refill_pools(Arc::downgrade(&backend)));
         }
         Ok(backend)
+    }
+
+    /// Waits until the cleanups left running behind deletes are done.
+    pub async fn wait_cleanups(&self) {
+        loop {
+            let done = self.cleanups.1.notified();
+            if self.cleanups.0.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), done).await;
+        }
     }
 
     /// A ready sandbox of the shape `spec` asks for, now the caller's.
@@ -572,6 +590,7 @@ impl LocalBackend {
         let launched = launch::launch(
             launch::LaunchSpec {
                 disk_image: disk_image.as_deref(),
+                loop_index: record.slot.map(ids::loop_index),
                 layer_dir: &layer_dir,
                 launcher: self.config.launcher.clone(),
                 bwrap: &self.config.bwrap,
@@ -604,6 +623,14 @@ impl LocalBackend {
 
     /// Tears a sandbox down completely: processes, cgroups, network, files.
     async fn destroy(&self, sandbox: &LocalSandbox) {
+        let record = self.stop(sandbox).await;
+        let started = std::time::Instant::now();
+        self.cleanup_record(&sandbox.dir, &record).await;
+        tracing::debug!(sandbox = %record.id, elapsed = ?started.elapsed(), "sandbox cleaned up");
+    }
+
+    /// Kills the sandbox's processes and waits until they are gone; returns its record.
+    async fn stop(&self, sandbox: &LocalSandbox) -> Record {
         sandbox.deleting.store(true, Ordering::Relaxed);
         let record = sandbox.record.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if record::is_alive(record.init_pid, record.init_start) {
@@ -615,8 +642,7 @@ impl LocalBackend {
         let mut exited = sandbox.exited.clone();
         let _ = tokio::time::timeout(Duration::from_secs(5), exited.wait_for(|e| *e)).await;
         tracing::debug!(sandbox = %record.id, elapsed = ?started.elapsed(), "sandbox processes gone");
-        self.cleanup_record(&sandbox.dir, &record).await;
-        tracing::debug!(sandbox = %record.id, elapsed = ?started.elapsed(), "sandbox cleaned up");
+        record
     }
 
     /// Removes what a record says exists, whether or not its processes still run.
@@ -733,8 +759,21 @@ impl Backend for LocalBackend {
         if sandbox.deleting.swap(true, Ordering::Relaxed) {
             return Err(SandboxError::NotFound(id.to_string()));
         }
-        self.destroy(&sandbox).await;
+        // Answered once its processes are gone (nothing of it runs any more); its cgroups,
+        // network and files are removed behind the answer. Its id stays taken until they are.
+        let record = self.stop(&sandbox).await;
         self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).remove(id);
+        let dir = sandbox.dir.clone();
+        if let Some(backend) = self.me.get().and_then(std::sync::Weak::upgrade) {
+            self.cleanups.0.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                backend.cleanup_record(&dir, &record).await;
+                backend.cleanups.0.fetch_sub(1, Ordering::SeqCst);
+                backend.cleanups.1.notify_waiters();
+            });
+        } else {
+            self.cleanup_record(&dir, &record).await;
+        }
         Ok(())
     }
 
@@ -766,6 +805,7 @@ impl Backend for LocalBackend {
     async fn shutdown(&self) {
         let ids: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
         futures::future::join_all(ids.iter().map(|id| self.delete(id))).await;
+        self.wait_cleanups().await;
         // Nothing left to record: the run directory's tmpfs can go too.
         let run = self.config.state_dir.join("run");
         if self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).is_empty() && is_mount_point(&run) {

@@ -114,6 +114,9 @@ fn bind(source: &Path, target: &Path, userns: Option<&OwnedFd>, read_only: bool)
 pub struct DiskMount {
     pub image: PathBuf,
     pub mount_point: PathBuf,
+    /// The loop device this sandbox uses (its own, derived from its slot: creates running at
+    /// once never race for one), or `None` to take any free one.
+    pub loop_index: Option<u32>,
 }
 
 /// `struct loop_info64` and `struct loop_config` (linux/loop.h).
@@ -144,43 +147,53 @@ struct LoopConfig {
 
 const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
 const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+const LOOP_CTL_ADD: libc::c_ulong = 0x4C80;
 /// The device frees itself when its last user (the mount) goes.
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
-const LO_FLAGS_DIRECT_IO: u32 = 16;
 
 /// Attaches `image` to a free loop device; returns the device's path and an open descriptor of
 /// it, which must stay open until the mount holds the device (auto-clear frees a device at its
 /// last close).
-fn attach_loop(image: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+fn attach_loop(image: &Path, index: Option<u32>) -> std::io::Result<(PathBuf, std::fs::File)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let control =
-        std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open("/dev/loop-control")?;
-    let backing = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(image)?;
-    for _ in 0..64 {
-        // SAFETY: an ioctl without arguments on the loop control device.
-        let n = check(unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) } as libc::c_long)?;
+    let open =
+        |path: &Path| std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(path);
+    let control = open(Path::new("/dev/loop-control"))?;
+    let backing = open(image)?;
+    // Our own device first; any free one when it is still held (by a sandbox being deleted).
+    let mut candidates: Vec<Option<u32>> = index.map(Some).into_iter().collect();
+    candidates.extend(std::iter::repeat_n(None, 256));
+    for candidate in candidates {
+        let n = match candidate {
+            Some(n) => {
+                // SAFETY: an ioctl with an integer argument on the loop control device.
+                let added = unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_ADD, n as libc::c_ulong) };
+                if added < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+                    continue;
+                }
+                i64::from(n)
+            }
+            // SAFETY: an ioctl without arguments on the loop control device.
+            None => check(unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) } as libc::c_long)?,
+        };
         let path = PathBuf::from(format!("/dev/loop{n}"));
-        let device = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(&path)?;
-        // Direct I/O keeps the layer's pages out of the host's cache twice over; not every
-        // backing filesystem takes it, so it is tried first.
-        for flags in [LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO, LO_FLAGS_AUTOCLEAR] {
-            // SAFETY: a zeroed plain-data struct, then an ioctl that reads it.
-            let result = unsafe {
-                let mut config: LoopConfig = std::mem::zeroed();
-                config.fd = backing.as_raw_fd() as u32;
-                config.block_size = if flags & LO_FLAGS_DIRECT_IO != 0 { 4096 } else { 0 };
-                config.info.flags = flags;
-                libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE, &config as *const LoopConfig)
-            };
-            if result == 0 {
-                return Ok((path, device));
-            }
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINVAL) => continue,
-                // Another sandbox took this device between GET_FREE and CONFIGURE.
-                Some(libc::EBUSY) => break,
-                _ => return Err(std::io::Error::last_os_error()),
-            }
+        let Ok(device) = open(&path) else { continue };
+        // SAFETY: a zeroed plain-data struct, then an ioctl that reads it.
+        let result = unsafe {
+            let mut config: LoopConfig = std::mem::zeroed();
+            config.fd = backing.as_raw_fd() as u32;
+            // Not LO_FLAGS_DIRECT_IO: it would keep the layer's pages out of the host's cache
+            // twice over, but attaching with it flushes the freshly copied image first (~8 ms).
+            config.info.flags = LO_FLAGS_AUTOCLEAR;
+            libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE, &config as *const LoopConfig)
+        };
+        if result == 0 {
+            return Ok((path, device));
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            // Another sandbox holds it (or took it between GET_FREE and CONFIGURE).
+            Some(libc::EBUSY) => continue,
+            _ => return Err(std::io::Error::last_os_error()),
         }
     }
     Err(std::io::Error::other("no free loop device"))
@@ -188,8 +201,8 @@ fn attach_loop(image: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
 
 /// Mounts the layer filesystem of a disk-limited sandbox.
 fn mount_disk(disk: &DiskMount) -> std::io::Result<()> {
-    let (device, _held) =
-        attach_loop(&disk.image).map_err(context(format!("attaching {} to a loop device", disk.image.display())))?;
+    let (device, _held) = attach_loop(&disk.image, disk.loop_index)
+        .map_err(context(format!("attaching {} to a loop device", disk.image.display())))?;
     mount(Some(&device), &disk.mount_point, Some("ext4"), MsFlags::MS_NOATIME, Some(crate::disk::MOUNT_OPTIONS))
         .map_err(std::io::Error::from)
         .map_err(context(format!("mounting {}", disk.image.display())))
