@@ -257,13 +257,17 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         server.delete(&id).await?;
     }
     let (mut warm, mut cold) = (Samples::default(), Samples::default());
-    for n in 0..args.creates {
-        tokio::time::sleep(Duration::from_millis(30)).await;
+    for _ in 0..args.creates {
+        // Long enough for the pool to have made up for the last claim (a cold start, below).
+        tokio::time::sleep(Duration::from_millis(150)).await;
         let t = Instant::now();
         let id = server.create().await?;
         server.exec_true(&id).await?;
         warm.push(t.elapsed());
         server.delete(&id).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for n in 0..args.creates {
         let t = Instant::now();
         let id = server.create_cold(n).await?;
         server.exec_true(&id).await?;
@@ -291,8 +295,19 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         met: Some(cold.pct(50.0) <= Duration::from_millis(10)),
     });
 
-    // 4. Many sandboxes in parallel: all created, then all run their commands, then all deleted
-    //    (each phase with every sandbox at once), so that each phase's cost shows on its own.
+    // 4. Many sandboxes in parallel: from nothing, then from a warm pool as large as the run.
+    rows.extend(parallel(&server, args, false).await);
+    drop(server);
+    let pooled = Arc::new(Server::start(bin, args.parallel + args.pool + 16, args.parallel)?);
+    wait_pool_full(&pooled, args.parallel).await;
+    rows.extend(parallel(&pooled, args, true).await);
+    Ok(rows)
+}
+
+/// Many sandboxes in parallel: all created, then all run their commands, then all deleted (each
+/// phase with every sandbox at once), so that each phase's cost shows on its own.
+async fn parallel(server: &Arc<Server>, args: &Args, from_pool: bool) -> Vec<Row> {
+    let mut rows = Vec::new();
     let n = args.parallel;
     let bar = indicatif::ProgressBar::new((n * 3) as u64);
     bar.set_style(
@@ -305,8 +320,10 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         &bar,
         (0..n).map(|i| {
             let server = server.clone();
-            // Named ids: every sandbox of this run is started from nothing, none from the pool.
-            async move { server.create_cold(2_000_000 + i).await }
+            async move {
+                // Named ids are started from nothing; plain creates take pooled sandboxes.
+                if from_pool { server.create().await } else { server.create_cold(2_000_000 + i).await }
+            }
         }),
     )
     .await;
@@ -351,7 +368,11 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
     let ok = ids.len() - ran.iter().filter(|r| r.is_err()).count() - deleted.iter().filter(|r| r.is_err()).count();
     let total_cmds = (ok * args.commands) as f64;
     rows.push(Row {
-        what: format!("{n} sandboxes × {} commands, in parallel", args.commands),
+        what: format!(
+            "{n} sandboxes × {} commands, in parallel, {}",
+            args.commands,
+            if from_pool { "from a warm pool" } else { "from nothing" }
+        ),
         ours: format!("{:.1} % ok in {:.1} s", 100.0 * ok as f64 / n as f64, total.as_secs_f64()),
         reference: "Orchard Env: 100 % ok, 26 s (cluster)".into(),
         target: "100 %".into(),
@@ -391,7 +412,26 @@ async fn run(args: &Args, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         target: "< 150 MB".into(),
         met: Some(rss < 150.0),
     });
-    Ok(rows)
+    rows
+}
+
+/// Waits until the server's warm pool holds `n` sandboxes (they are the state dir's records).
+async fn wait_pool_full(server: &Server, n: usize) {
+    let dir = server.state.path().join("run/sandboxes");
+    let bar = indicatif::ProgressBar::new(n as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} filling the warm pool {pos}/{len} ({elapsed})")
+            .expect("template"),
+    );
+    loop {
+        let have = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        bar.set_position(have as u64);
+        if have >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bar.finish_and_clear();
 }
 
 /// Runs futures as tasks, all at once, ticking the bar as each finishes.

@@ -267,6 +267,16 @@ impl LocalBackend {
                 let created = match self.reserve(&spec) {
                     Ok(id) => {
                         let made = self.create_inner(&id, &spec).await;
+                        if let Ok(sandbox) = &made {
+                            // Warm: the agent's first command pays for threads and page cache
+                            // that later ones find ready; a pooled sandbox pays it now.
+                            let _ = sandbox
+                                .agent
+                                .exec(&orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(vec![
+                                    "true".into(),
+                                ])))
+                                .await;
+                        }
                         let made = made.map(|sandbox| {
                             self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), sandbox);
                             id.clone()
@@ -843,13 +853,18 @@ fn etc_files(hostname: &str, address: Option<std::net::Ipv4Addr>, open_network: 
     [hosts, format!("{hostname}\n"), resolv]
 }
 
-/// Keeps the pools full: refills at start, after every claim, and every few seconds (pooled
-/// sandboxes that died are replaced).
+/// Keeps the pools full: refills at start, shortly after claims, and every few seconds (pooled
+/// sandboxes that died are replaced). A refill waits until claims have paused for a moment: the
+/// sandbox just claimed gets the machine for its first commands, and a burst of claims is made
+/// up for in one go.
 async fn refill_pools(backend: std::sync::Weak<LocalBackend>) {
+    const QUIET: Duration = Duration::from_millis(100);
     loop {
         let Some(strong) = backend.upgrade() else { return };
         strong.refill_once().await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), strong.refill.notified()).await;
+        if tokio::time::timeout(Duration::from_secs(5), strong.refill.notified()).await.is_ok() {
+            while tokio::time::timeout(QUIET, strong.refill.notified()).await.is_ok() {}
+        }
     }
 }
 
