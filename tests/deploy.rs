@@ -155,6 +155,7 @@ fn the_objects_the_backend_writes_validate_strictly() {
     sandbox.network_allow = vec!["10.0.0.0/8".into()];
     sandbox.cpu = Some(2.0);
     sandbox.memory_bytes = Some(4 << 30);
+    sandbox.disk_bytes = Some(10 << 30);
     sandbox.env = BTreeMap::from([("A".into(), "1".into())]);
     let plan = PodPlan {
         id: "sb-1",
@@ -165,6 +166,7 @@ fn the_objects_the_backend_writes_validate_strictly() {
         token: "t",
         nonce: "n",
         image_command: vec!["python3".into()],
+        pool: None,
     };
     let docs = [
         serde_json::to_value(spec::pod(&cluster, &plan)).unwrap(),

@@ -43,6 +43,18 @@ impl Cluster {
 
     async fn host_with(&self, host_id: &str, extra: &[&str]) -> Server {
         let mut args = self.api.backend_args(&self.key_dir.path().join("key"), host_id, self.port);
+        // The operator's registries: the fake cluster's, and a dead address the tests use.
+        args.extend(
+            [
+                "--allowed-registry",
+                "registry.test",
+                "--allowed-registry",
+                "127.0.0.1:9",
+                "--allowed-registry",
+                "docker.io",
+            ]
+            .map(String::from),
+        );
         args.extend(extra.iter().map(|a| a.to_string()));
         self.start_host(args).await
     }
@@ -110,7 +122,11 @@ async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it()
     assert_eq!(&command[command.len() - 3..], ["--", "sleep", "300"]);
     assert_eq!(main["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
     assert_eq!(main["securityContext"]["allowPrivilegeEscalation"], false);
-    assert_eq!(main["resources"]["limits"], json!({"cpu": "500m", "memory": "268435456"}));
+    // The server's default disk limit becomes the pod's ephemeral-storage limit.
+    assert_eq!(
+        main["resources"]["limits"],
+        json!({"cpu": "500m", "memory": "268435456", "ephemeral-storage": "10737418240"})
+    );
     assert_eq!(main["env"], json!([{"name": "GREETING", "value": "hello"}]));
     let meta = &p["metadata"];
     assert_eq!(meta["labels"]["orchard.dev/sandbox"], "sb-direct");
@@ -452,4 +468,70 @@ async fn domain_allowlists_become_cilium_policies_when_the_cluster_has_cilium() 
     let (status, _) = server.call(reqwest::Method::DELETE, "/sandboxes/sb-pip", None).await;
     assert_eq!(status, 200);
     assert!(cilium.get_opt("orchard-sb-pip").await.unwrap().is_none(), "deleted with the sandbox");
+}
+
+/// Warm pools on Kubernetes: ready pods of a shape are claimed by creates of that shape with a
+/// resourceVersion precondition, so two replicas racing for the pool never claim one pod twice.
+#[tokio::test]
+async fn two_replicas_claim_from_one_warm_pool_and_never_the_same_pod() {
+    let cluster = Cluster::start().await;
+    let image = "registry.test/python:3.12";
+    let pool = ["--warm-pool", "registry.test/python:3.12=4"];
+    let a = cluster.host_with("host-a", &pool).await;
+    let b = cluster.host_with("host-b", &pool).await;
+    wait_until("the pool to fill", Duration::from_secs(60), async || {
+        let pods = cluster.api::<Pod>().list(&Default::default()).await.unwrap().items;
+        let ready = pods.iter().filter(|p| {
+            p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("orchard.dev/pool"))
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        });
+        ready.count() >= 4
+    })
+    .await;
+    // Only one replica fills a pool: no more than asked for.
+    let pooled = cluster.api::<Pod>().list(&Default::default()).await.unwrap().items.len();
+    assert_eq!(pooled, 4, "the pool was overfilled");
+    // Pooled pods are nobody's.
+    let (_, listed) = a.call(reqwest::Method::GET, "/sandboxes", None).await;
+    assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 0, "{listed}");
+
+    // A precondition that no longer holds is refused, as by a real API server.
+    let pods = cluster.api::<Pod>().list(&Default::default()).await.unwrap().items;
+    let name = pods[0].metadata.name.clone().unwrap();
+    let stale = json!({"metadata": {"resourceVersion": "1", "annotations": {"x": "y"}}});
+    let refused = cluster
+        .api::<Pod>()
+        .patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&stale))
+        .await
+        .expect_err("a stale resourceVersion must not be applied");
+    assert!(refused.to_string().contains("409") || refused.to_string().contains("Conflict"), "{refused}");
+
+    // Eight creates at once over two replicas, for a pool of four.
+    let body = json!({"image": image, "entrypoint": []});
+    let creates = (0..8).map(|i| {
+        let server = if i % 2 == 0 { &a } else { &b };
+        let body = body.clone();
+        async move { create(server, body).await["sandbox_id"].as_str().unwrap().to_string() }
+    });
+    let ids: Vec<String> = futures::future::join_all(creates).await;
+    let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), 8, "a pod was handed out twice: {ids:?}");
+    let claimed: Vec<&String> = ids.iter().filter(|id| id.starts_with("pool-")).collect();
+    assert!(!claimed.is_empty() && claimed.len() <= 4, "claimed {claimed:?}");
+    // Each claimed pod now belongs to the tenant and works from either replica.
+    let first = claimed[0];
+    assert_eq!(b.sh(first, "echo claimed").await.stdout.text, "claimed\n");
+    let pod = cluster.api::<Pod>().get(&format!("orchard-{first}")).await.unwrap();
+    let notes = pod.metadata.annotations.unwrap();
+    assert!(!notes.contains_key("orchard.dev/pool"), "{notes:?}");
+    assert_eq!(notes.get("orchard.dev/tenant").map(String::as_str), Some("default"));
+    // The owner of the pool tops it up again.
+    wait_until("the pool to refill", Duration::from_secs(60), async || {
+        let pods = cluster.api::<Pod>().list(&Default::default()).await.unwrap().items;
+        pods.iter()
+            .filter(|p| p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("orchard.dev/pool")))
+            .count()
+            >= 4
+    })
+    .await;
 }

@@ -10,7 +10,11 @@ and watcher use. This file adds what the tests need on top, and fills two gaps o
   did NOT go through the API server (exec, attach, port-forward);
 - Status reasons are the machine-readable ones (NotFound, AlreadyExists) clients match on;
 - `/_test/faults` (POST) makes the next N matching requests fail with a status (429 storms,
-  5xx) before kmock sees them, so no object is created by a refused request.
+  5xx) before kmock sees them, so no object is created by a refused request;
+- optimistic concurrency, as a real API server has it: every write gives the object a new
+  resourceVersion, and a patch whose body names a `metadata.resourceVersion` other than the
+  object's current one is refused with 409 Conflict (kmock applies patches unconditionally).
+  Writes are serialised, so that a check and the write it guards are one step.
 
 Label selectors are not applied by kmock; Orchard filters client-side as well, so the tests do
 not depend on it. Prints `URL http://127.0.0.1:PORT` once serving.
@@ -33,6 +37,7 @@ class OrchardTestApiServer(kmock.KubernetesEmulator):
         super().__init__(*args, **kwargs)
         self.seen = []
         self.faults = []
+        self.writes = asyncio.Lock()
 
     async def _handle(self, request):
         path = request.url.path
@@ -54,6 +59,22 @@ class OrchardTestApiServer(kmock.KubernetesEmulator):
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
             meta["resourceVersion"] = str(next(_versions))
+        if request.action == kmock.action.UPDATE and request.name is not None and isinstance(request.data, dict):
+            async with self.writes:
+                key = (request.resource, request.namespace, request.name)
+                current = self._objects[key] if key in self._objects else None
+                if current is not None and not current.deleted:
+                    meta = request.data.setdefault("metadata", {})
+                    wanted = meta.get("resourceVersion")
+                    have = current.get("metadata", {}).get("resourceVersion")
+                    if wanted is not None and wanted != have:
+                        return _status(409, "Conflict", f"{path}: the object has been modified (resourceVersion "
+                                       f"{have}, not {wanted}); please apply your changes to the latest version")
+                    meta["resourceVersion"] = str(next(_versions))
+                return await self._handled(request, path)
+        return await self._handled(request, path)
+
+    async def _handled(self, request, path):
         # kmock's Status reasons are prose; clients (kube-rs's get_opt among them) match the
         # machine-readable reasons a real API server sends.
         try:

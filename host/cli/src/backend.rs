@@ -112,6 +112,7 @@ impl KubeArgs {
         max_sandboxes: usize,
         default_ttl: Duration,
         insecure_registries: &[String],
+        pools: Vec<(orchard_sandbox::PoolShape, usize)>,
     ) -> anyhow::Result<Arc<dyn Backend>> {
         let token_key = match &self.token_key_file {
             Some(path) => std::fs::read(path).with_context(|| format!("--token-key-file {}", path.display()))?,
@@ -158,6 +159,7 @@ impl KubeArgs {
         // replicas reap the same share for a while).
         config.lease_duration = (config.reap_interval * 4).max(Duration::from_secs(15));
         config.insecure_registries = insecure_registries.to_vec();
+        config.pools = pools;
         let backend =
             KubernetesBackend::connect(config).await.map_err(|e| anyhow::anyhow!("kubernetes backend: {e}"))?;
         Ok(Arc::new(Kubernetes(backend)))

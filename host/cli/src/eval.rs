@@ -157,7 +157,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         }
         BackendKind::Kubernetes => {
             let rollouts = job.tasks.len() * job.harnesses.len() * job.attempts as usize;
-            args.kube.open(rollouts.max(1), Duration::from_secs(3600), &args.insecure_registry).await?
+            args.kube.open(rollouts.max(1), Duration::from_secs(3600), &args.insecure_registry, Vec::new()).await?
         }
     };
     let total = (job.tasks.len() * job.harnesses.len()) as u64 * job.attempts as u64;

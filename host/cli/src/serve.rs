@@ -52,7 +52,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     admission: crate::admission_args::AdmissionArgs,
     /// Keep N ready sandboxes of IMAGE with the default resources (IMAGE=N, repeatable): a create
-    /// that asks for that image and nothing else is served from it (local backend).
+    /// that asks for that image and nothing else is served from it.
     #[arg(long = "warm-pool", value_parser = image_count)]
     warm_pools: Vec<(String, usize)>,
 }
@@ -73,7 +73,25 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             .map_err(|e| anyhow::anyhow!("ORCHARD_API_KEYS: {e}"))?,
     };
     orchard_server::check_listen_policy(&args.listen, &keys, args.insecure_no_auth).map_err(anyhow::Error::msg)?;
-    let admission = args.admission.build(&keys, args.max_sandboxes, &args.insecure_registry)?;
+    let mut admission = args.admission.build(&keys, args.max_sandboxes, &args.insecure_registry)?;
+    if args.backend == BackendKind::Kubernetes {
+        // A process limit per pod is the kubelet's setting (podPidsLimit), not a pod field.
+        admission.resources.default_pids = None;
+    }
+    // The shape a create gets when it asks for the image and nothing else.
+    let mut pools = Vec::new();
+    for (image, size) in &args.warm_pools {
+        let image = admission.images.admit(image).map_err(|e| anyhow::anyhow!("--warm-pool {image}: {e}"))?;
+        let r = &admission.resources;
+        let shape = orchard_sandbox::PoolShape {
+            image,
+            memory_bytes: r.default_memory_bytes,
+            cpu: r.default_cpu,
+            pids: r.default_pids,
+            disk_bytes: r.default_disk_bytes,
+        };
+        pools.push((shape, *size));
+    }
     let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Local => {
@@ -81,25 +99,12 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             config.max_sandboxes = args.max_sandboxes;
             config.default_ttl = Duration::from_secs(args.default_timeout);
             config.registry.insecure = args.insecure_registry.clone();
-            for (image, size) in &args.warm_pools {
-                // The shape a create gets when it asks for the image and nothing else.
-                let image = admission.images.admit(image).map_err(|e| anyhow::anyhow!("--warm-pool {image}: {e}"))?;
-                let r = &admission.resources;
-                let shape = orchard_sandbox_local::PoolShape {
-                    image,
-                    memory_bytes: r.default_memory_bytes,
-                    cpu: r.default_cpu,
-                    pids: r.default_pids,
-                    disk_bytes: r.default_disk_bytes,
-                };
-                config.pools.push((shape, *size));
-            }
+            config.pools = pools;
             LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
         }
         BackendKind::Kubernetes => {
-            anyhow::ensure!(args.warm_pools.is_empty(), "--warm-pool is for the local backend");
             args.kube
-                .open(args.max_sandboxes, Duration::from_secs(args.default_timeout), &args.insecure_registry)
+                .open(args.max_sandboxes, Duration::from_secs(args.default_timeout), &args.insecure_registry, pools)
                 .await?
         }
     };

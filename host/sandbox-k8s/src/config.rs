@@ -26,6 +26,9 @@ pub struct KubernetesConfig {
     pub lease_duration: Duration,
     /// Registries read over plain HTTP when looking up an image's entrypoint.
     pub insecure_registries: Vec<String>,
+    /// Warm pools: ready pods kept per shape (by the replica that owns each pool), claimed by a
+    /// create of that shape with a resourceVersion precondition.
+    pub pools: Vec<(orchard_sandbox::PoolShape, usize)>,
 }
 
 impl KubernetesConfig {
@@ -35,6 +38,7 @@ impl KubernetesConfig {
             host_id: host_id.into(),
             token_key,
             max_sandboxes: 10_000,
+            pools: Vec::new(),
             default_ttl: Duration::from_secs(3600),
             write_rate: 50.0,
             write_retries: 8,

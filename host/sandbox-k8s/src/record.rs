@@ -32,6 +32,10 @@ pub struct PodRecord {
     pub status: SandboxStatus,
     pub status_message: Option<String>,
     pub deleting: bool,
+    /// The pod's resourceVersion when seen: a claim is made conditional on it.
+    pub resource_version: String,
+    /// The warm pool the pod waits in (unclaimed).
+    pub pool: Option<String>,
 }
 
 impl PodRecord {
@@ -70,6 +74,8 @@ impl PodRecord {
             status,
             status_message,
             deleting: meta.deletion_timestamp.is_some(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            pool: note(crate::spec::ANNOTATION_POOL),
             id,
         })
     }

@@ -42,6 +42,9 @@ pub const ANNOTATION_NONCE: &str = "orchard.dev/token-nonce";
 pub const ANNOTATION_LAST_ACTIVE: &str = "orchard.dev/last-active";
 /// `blocked` or `open`.
 pub const ANNOTATION_NETWORK: &str = "orchard.dev/network";
+/// On a pod waiting in a warm pool: the shape it serves (see `PoolShape::key`). Removed by the
+/// claim.
+pub const ANNOTATION_POOL: &str = "orchard.dev/pool";
 pub const MANAGED_BY: &str = "orchard";
 /// Selects every object this backend writes.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=orchard";
@@ -86,6 +89,8 @@ pub struct PodPlan<'a> {
     pub token: &'a str,
     pub nonce: &'a str,
     pub image_command: Vec<String>,
+    /// The warm pool this pod waits in, if any.
+    pub pool: Option<&'a str>,
 }
 
 /// Every object of a sandbox is named after it.
@@ -203,16 +208,24 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
             name: Some(object_name(plan.id)),
             namespace: Some(cluster.namespace.clone()),
             labels: Some(labels(plan)),
-            annotations: Some(BTreeMap::from([
-                (LABEL_SANDBOX.to_string(), plan.id.to_string()),
-                (LABEL_TENANT.to_string(), plan.spec.tenant.clone()),
-                (ANNOTATION_OWNER.to_string(), plan.owner_host.to_string()),
-                (ANNOTATION_CREATED.to_string(), format!("{:.3}", plan.created_at)),
-                (ANNOTATION_TTL.to_string(), plan.ttl_seconds.to_string()),
-                (ANNOTATION_TOKEN_HASH.to_string(), token_hash(plan.token)),
-                (ANNOTATION_NONCE.to_string(), plan.nonce.to_string()),
-                (ANNOTATION_NETWORK.to_string(), if plan.spec.block_network { "blocked" } else { "open" }.to_string()),
-            ])),
+            annotations: Some(
+                BTreeMap::from([
+                    (LABEL_SANDBOX.to_string(), plan.id.to_string()),
+                    (LABEL_TENANT.to_string(), plan.spec.tenant.clone()),
+                    (ANNOTATION_OWNER.to_string(), plan.owner_host.to_string()),
+                    (ANNOTATION_CREATED.to_string(), format!("{:.3}", plan.created_at)),
+                    (ANNOTATION_TTL.to_string(), plan.ttl_seconds.to_string()),
+                    (ANNOTATION_TOKEN_HASH.to_string(), token_hash(plan.token)),
+                    (ANNOTATION_NONCE.to_string(), plan.nonce.to_string()),
+                    (
+                        ANNOTATION_NETWORK.to_string(),
+                        if plan.spec.block_network { "blocked" } else { "open" }.to_string(),
+                    ),
+                ])
+                .into_iter()
+                .chain(plan.pool.map(|key| (ANNOTATION_POOL.to_string(), key.to_string())))
+                .collect(),
+            ),
             ..Default::default()
         },
         spec: Some(PodSpec {
@@ -466,6 +479,7 @@ mod tests {
             token: "secret-token",
             nonce: "n1",
             image_command: vec!["python3".into(), "-m".into(), "http.server".into()],
+            pool: None,
         };
         let p = as_json(&pod(&cluster(), &plan));
         let spec = &p["spec"];
@@ -532,6 +546,7 @@ mod tests {
             token: "t",
             nonce: "n",
             image_command: vec![],
+            pool: None,
         };
         let closed = spec(true, &[]);
         let n = as_json(&network_policy(&cluster(), &plan(&closed)));
@@ -584,6 +599,7 @@ mod tests {
             token: "t",
             nonce: "n",
             image_command: vec![],
+            pool: None,
         };
         let cnp = cilium_fqdn_policy(&cilium, &plan).expect("a policy");
         assert_eq!(cnp["spec"]["endpointSelector"]["matchLabels"], json!({"orchard.dev/sandbox": "sb-3"}));

@@ -2,6 +2,7 @@
 //! [`Backend`] trait that the local and Kubernetes backends implement.
 
 mod error;
+mod pool;
 mod quantity;
 mod spec;
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 use orchard_agent_client::AgentClient;
 
 pub use error::SandboxError;
+pub use pool::{POOL_TENANT, PoolShape};
 pub use quantity::{parse_cpu, parse_memory};
 pub use spec::{SandboxInfo, SandboxSpec, SandboxStatus, valid_sandbox_id};
 
@@ -18,11 +20,10 @@ pub type Result<T> = std::result::Result<T, SandboxError>;
 
 /// A place where sandboxes run. Every method is safe to call concurrently.
 ///
-/// Warm pools (planned, not built): a backend that keeps ready sandboxes per image serves a
-/// matching `create` by claiming one, so callers keep calling `create` and nothing here changes.
-/// What a pool needs from a backend is already how the Kubernetes one records sandboxes: the
-/// sandbox id lives in the pod's annotations, apart from the pod's name, so a claim is one patch
-/// of annotations (made exclusive by a resourceVersion precondition).
+/// Warm pools: a backend that keeps ready sandboxes per [`PoolShape`] serves a matching `create`
+/// by claiming one, so callers keep calling `create`. The local backend hands a pooled sandbox
+/// over in memory; the Kubernetes one claims a pooled pod with one patch of its annotations, made
+/// exclusive by a resourceVersion precondition.
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync + 'static {
     /// Short name: `local`, `kubernetes`.

@@ -20,7 +20,7 @@ use crate::cache::PodCache;
 use crate::config::KubernetesConfig;
 use crate::record::PodRecord;
 use crate::replicas;
-use crate::spec::{self, ANNOTATION_LAST_ACTIVE, PodPlan};
+use crate::spec::{self, ANNOTATION_LAST_ACTIVE, LABEL_TENANT, PodPlan};
 use crate::token::{random_hex, sandbox_token};
 use crate::writes::{Writes, api_code};
 
@@ -164,7 +164,13 @@ impl KubernetesBackend {
         Ok(command)
     }
 
-    async fn create_objects(&self, id: &str, spec: &SandboxSpec, command: Vec<String>) -> Result<()> {
+    async fn create_objects(
+        &self,
+        id: &str,
+        spec: &SandboxSpec,
+        command: Vec<String>,
+        pool: Option<&str>,
+    ) -> Result<()> {
         let nonce = random_hex(12);
         let token = sandbox_token(&self.config.token_key, id, &nonce);
         let plan = PodPlan {
@@ -176,6 +182,7 @@ impl KubernetesBackend {
             token: &token,
             nonce: &nonce,
             image_command: command,
+            pool,
         };
         let cluster = &self.config.cluster;
         let secret = &spec::token_secret(cluster, &plan);
@@ -333,6 +340,91 @@ impl KubernetesBackend {
         }
     }
 
+    /// A ready pooled pod of the shape `spec` asks for, claimed for its tenant: a merge patch
+    /// carrying the resourceVersion the claim saw, so that when two replicas race for one pod the
+    /// API server accepts one patch and answers the other 409.
+    async fn claim_pooled(&self, spec: &SandboxSpec) -> Option<SandboxInfo> {
+        let (shape, _) = self.config.pools.iter().find(|(shape, _)| shape.serves(spec))?;
+        let key = shape.key();
+        let mut candidates: Vec<PodRecord> = self
+            .cache
+            .all()
+            .into_iter()
+            .filter(|r| r.pool.as_deref() == Some(key.as_str()) && r.status == SandboxStatus::Ready && !r.deleting)
+            .collect();
+        // Spread concurrent claims (other replicas, other requests) over the pool.
+        use rand::seq::SliceRandom;
+        candidates.shuffle(&mut rand::rng());
+        let ttl = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
+        for record in candidates {
+            let now = format!("{:.3}", now());
+            let patch = serde_json::json!({
+                "metadata": {
+                    "resourceVersion": record.resource_version,
+                    "labels": {LABEL_TENANT: spec.tenant},
+                    "annotations": {
+                        LABEL_TENANT: spec.tenant,
+                        spec::ANNOTATION_POOL: null,
+                        spec::ANNOTATION_TTL: ttl.to_string(),
+                        spec::ANNOTATION_CREATED: now,
+                        spec::ANNOTATION_LAST_ACTIVE: now,
+                    },
+                }
+            });
+            let name = spec::object_name(&record.id);
+            let (params, body) = (&PatchParams::default(), &Patch::Merge(&patch));
+            match self.writes.run(|_| self.pods.patch(&name, params, body)).await {
+                Ok(pod) => {
+                    self.cache.upsert(&pod);
+                    self.activity
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(record.id.clone(), (now_f(), now_f()));
+                    let claimed = self.cache.get(&record.id)?;
+                    tracing::debug!(sandbox = %record.id, tenant = %spec.tenant, "claimed from the warm pool");
+                    return Some(self.info(&claimed));
+                }
+                Err(e) if api_code(&e) == Some(409) => {
+                    tracing::debug!(sandbox = %record.id, "claimed by someone else first");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(sandbox = %record.id, "claiming a pooled pod: {e}");
+                    continue;
+                }
+            }
+        }
+        None
+    }
+
+    /// Tops up the warm pools this replica owns (one owner per pool, by rendezvous over the live
+    /// replicas), a few pods per pass.
+    pub(super) async fn refill_pools(&self, live: &[String]) {
+        const PER_PASS: usize = 8;
+        for (shape, size) in &self.config.pools {
+            let key = shape.key();
+            if crate::replicas::owner_of(&format!("pool-{key}"), live) != Some(self.config.host_id.as_str()) {
+                continue;
+            }
+            let have =
+                self.cache.all().iter().filter(|r| r.pool.as_deref() == Some(key.as_str()) && !r.deleting).count();
+            let room = self.config.max_sandboxes.saturating_sub(self.cache.len());
+            let missing = size.saturating_sub(have).min(PER_PASS).min(room);
+            let spec = shape.spec();
+            for _ in 0..missing {
+                let id = format!("pool-{}", random_hex(6));
+                let made = match self.image_command(&spec).await {
+                    Ok(command) => self.create_objects(&id, &spec, command, Some(&key)).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = made {
+                    tracing::warn!(image = %shape.image, "warm pool: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
     fn forget(&self, id: &str) {
         self.cache.forget(id);
         self.agents.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
@@ -349,6 +441,10 @@ fn cilium_resource() -> ApiResource {
 
 pub(crate) fn flush_interval(ttl_seconds: u64) -> f64 {
     (ttl_seconds as f64 / 4.0).clamp(1.0, 30.0)
+}
+
+fn now_f() -> f64 {
+    now()
 }
 
 pub(crate) fn now() -> f64 {
@@ -387,8 +483,11 @@ impl Backend for Kubernetes {
         if b.cache.len() >= b.config.max_sandboxes {
             return Err(SandboxError::Capacity(format!("{} sandboxes exist", b.config.max_sandboxes)));
         }
+        if let Some(info) = b.claim_pooled(&spec).await {
+            return Ok(info);
+        }
         let command = b.image_command(&spec).await?;
-        b.create_objects(&id, &spec, command).await?;
+        b.create_objects(&id, &spec, command, None).await?;
         b.activity.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), (now(), now()));
         // Inline, "unschedulable" is an answer worth giving at once; `wait_ready` keeps waiting
         // through it (a cluster autoscaler may be adding a node).
@@ -404,8 +503,14 @@ impl Backend for Kubernetes {
     }
 
     async fn list(&self) -> Vec<SandboxInfo> {
-        let mut infos: Vec<SandboxInfo> =
-            self.0.cache.all().iter().filter(|r| !r.deleting).map(|r| self.0.info(r)).collect();
+        let mut infos: Vec<SandboxInfo> = self
+            .0
+            .cache
+            .all()
+            .iter()
+            .filter(|r| !r.deleting && r.tenant != orchard_sandbox::POOL_TENANT)
+            .map(|r| self.0.info(r))
+            .collect();
         infos.sort_by(|a, b| a.created_at.total_cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
         infos
     }

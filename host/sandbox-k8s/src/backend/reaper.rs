@@ -55,6 +55,7 @@ impl KubernetesBackend {
             }
         }
         self.collect_orphans(&mine, now).await;
+        self.refill_pools(&live).await;
         reaped
     }
 
