@@ -222,9 +222,10 @@ async fn a_directory_swapped_for_a_symlink_mid_request_never_leads_outside_the_r
                  echo inside > /workspace/real/etc/secret-marker && ln -s / /workspace/abs && \
                  ln -s ../.. /workspace/climb && mv -T /workspace/real /workspace/d";
     assert_eq!(server.sh(&id, setup).await.exit_code, 0);
-    // Swaps `d` between the real directory and each escaping link, by atomic renames.
+    // Swaps `d` between the real directory and each escaping link, by atomic renames (the real
+    // directory stays a moment each time, so that requests see both).
     let swapper = "cd /workspace; while :; do mv -T d real; mv -T abs d; mv -T d abs; mv -T climb d; \
-                   mv -T d climb; mv -T real d; done";
+                   mv -T d climb; mv -T real d; sleep 0.02; done";
     let (status, v) = server
         .call(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/processes"), Some(json!({"command": swapper})))
         .await;

@@ -1,0 +1,452 @@
+//! Jobs and what they show: create (with every rollout queued), read one, list a tenant's,
+//! page through rollouts, per-cell counts for the task × harness matrix, cancel, retry.
+
+use serde::Serialize;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::{Result, Store, StoreError, get_f64, get_i64, get_opt_f64, get_opt_str, get_str, now, unpack};
+
+/// A job to create. `spec` is the request as JSON (never a secret's value).
+pub struct NewEval {
+    pub id: String,
+    pub tenant: String,
+    pub spec: String,
+    /// What identifies the request (a resumed CLI run must match it).
+    pub fingerprint: String,
+    pub k: u32,
+    pub rollouts: Vec<NewRollout>,
+}
+
+/// A rollout in work order (`seq`): task, harness as given, attempt.
+pub struct NewRollout {
+    pub rollout_id: String,
+    pub task_id: String,
+    pub harness: String,
+    pub attempt: u32,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EvalRow {
+    pub id: String,
+    pub tenant: String,
+    /// queued | running | done | cancelled
+    pub status: String,
+    #[serde(skip)]
+    pub spec: String,
+    #[serde(skip)]
+    pub fingerprint: String,
+    pub created_at: f64,
+    pub finished_at: Option<f64>,
+    pub k: i64,
+    pub total: i64,
+    pub queued: i64,
+    pub running: i64,
+    pub done: i64,
+    pub graded: i64,
+    pub passed: i64,
+    pub errored: i64,
+    pub unknown: i64,
+    pub cancelled: i64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RolloutRow {
+    pub eval_id: String,
+    pub rollout_id: String,
+    pub seq: i64,
+    pub task_id: String,
+    pub harness: String,
+    pub attempt: i64,
+    /// queued | running | done | cancelled
+    pub state: String,
+    /// graded | unknown | error, once done.
+    pub status: Option<String>,
+    pub reward: Option<f64>,
+    pub passed: Option<bool>,
+    pub error: Option<String>,
+    pub tries: i64,
+    pub finish_seq: Option<i64>,
+    pub finished_at: Option<f64>,
+    /// The whole result document, once done.
+    #[serde(skip)]
+    pub result: Option<String>,
+}
+
+/// Counts for one task × harness cell, from the rollouts done so far.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TaskCell {
+    pub task_id: String,
+    pub harness: String,
+    pub done: i64,
+    pub graded: i64,
+    pub passed: i64,
+    pub errored: i64,
+    pub unknown: i64,
+    pub reward_sum: f64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct EvalFilter {
+    pub status: Option<String>,
+    /// Page after this one: (created_at, id) of the last row seen.
+    pub before: Option<(f64, String)>,
+    pub limit: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RolloutFilter {
+    pub task_id: Option<String>,
+    pub harness: Option<String>,
+    pub state: Option<String>,
+    pub status: Option<String>,
+    pub passed: Option<bool>,
+    /// Page after this `seq`.
+    pub after_seq: Option<i64>,
+    pub limit: i64,
+}
+
+const EVAL_COLUMNS: &str = "id, tenant, status, spec, fingerprint, created_at, finished_at, k, total, queued, \
+                            running, done, graded, passed, errored, unknown, cancelled";
+const ROLLOUT_COLUMNS: &str = "eval_id, rollout_id, seq, task_id, harness, attempt, state, status, reward, \
+                               passed, error, tries, finish_seq, finished_at, result";
+
+fn eval_row(row: &AnyRow) -> Result<EvalRow> {
+    Ok(EvalRow {
+        id: get_str(row, "id")?,
+        tenant: get_str(row, "tenant")?,
+        status: get_str(row, "status")?,
+        spec: get_str(row, "spec")?,
+        fingerprint: get_str(row, "fingerprint")?,
+        created_at: get_f64(row, "created_at")?,
+        finished_at: get_opt_f64(row, "finished_at")?,
+        k: get_i64(row, "k")?,
+        total: get_i64(row, "total")?,
+        queued: get_i64(row, "queued")?,
+        running: get_i64(row, "running")?,
+        done: get_i64(row, "done")?,
+        graded: get_i64(row, "graded")?,
+        passed: get_i64(row, "passed")?,
+        errored: get_i64(row, "errored")?,
+        unknown: get_i64(row, "unknown")?,
+        cancelled: get_i64(row, "cancelled")?,
+    })
+}
+
+pub(crate) fn rollout_row(row: &AnyRow) -> Result<RolloutRow> {
+    Ok(RolloutRow {
+        eval_id: get_str(row, "eval_id")?,
+        rollout_id: get_str(row, "rollout_id")?,
+        seq: get_i64(row, "seq")?,
+        task_id: get_str(row, "task_id")?,
+        harness: get_str(row, "harness")?,
+        attempt: get_i64(row, "attempt")?,
+        state: get_str(row, "state")?,
+        status: get_opt_str(row, "status")?,
+        reward: get_opt_f64(row, "reward")?,
+        passed: row.try_get::<Option<i64>, _>("passed")?.map(|p| p != 0),
+        error: get_opt_str(row, "error")?,
+        tries: get_i64(row, "tries")?,
+        finish_seq: row.try_get::<Option<i64>, _>("finish_seq")?,
+        finished_at: get_opt_f64(row, "finished_at")?,
+        result: get_opt_str(row, "result")?,
+    })
+}
+
+/// Rows per multi-row INSERT (well under both engines' bound-parameter limits).
+const INSERT_CHUNK: usize = 400;
+
+impl Store {
+    /// Creates the job with every rollout queued, in one transaction.
+    pub async fn create_eval(&self, eval: &NewEval) -> Result<EvalRow> {
+        if eval.rollouts.is_empty() {
+            return Err(StoreError::Invalid("an evaluation needs at least one rollout".into()));
+        }
+        let now = now();
+        let mut tx = self.write.begin().await?;
+        let total = eval.rollouts.len() as i64;
+        sqlx::query(
+            "INSERT INTO evals (id, tenant, status, spec, fingerprint, created_at, k, total, queued, running, done) \
+             VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7, $7, 0, 0)",
+        )
+        .bind(&eval.id)
+        .bind(&eval.tenant)
+        .bind(&eval.spec)
+        .bind(&eval.fingerprint)
+        .bind(now)
+        .bind(i64::from(eval.k))
+        .bind(total)
+        .execute(&mut *tx)
+        .await?;
+        for (chunk_index, chunk) in eval.rollouts.chunks(INSERT_CHUNK).enumerate() {
+            let mut sql = String::from(
+                "INSERT INTO rollouts (eval_id, rollout_id, seq, tenant, task_id, harness, attempt, state, queued_at) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                let b = i * 7;
+                if i > 0 {
+                    sql.push(',');
+                }
+                sql.push_str(&format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, 'queued', ${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6,
+                    b + 7,
+                    chunk.len() * 7 + 1
+                ));
+            }
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for (i, r) in chunk.iter().enumerate() {
+                let seq = (chunk_index * INSERT_CHUNK + i) as i64;
+                query = query
+                    .bind(&eval.id)
+                    .bind(&r.rollout_id)
+                    .bind(seq)
+                    .bind(&eval.tenant)
+                    .bind(&r.task_id)
+                    .bind(&r.harness)
+                    .bind(i64::from(r.attempt));
+            }
+            query.bind(now).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        self.eval(&eval.id).await?.ok_or_else(|| StoreError::Corrupt("the evaluation just created is gone".into()))
+    }
+
+    pub async fn eval(&self, id: &str) -> Result<Option<EvalRow>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {EVAL_COLUMNS} FROM evals WHERE id = $1")))
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(eval_row).transpose()
+    }
+
+    /// A tenant's jobs, newest first, a page at a time.
+    pub async fn list_evals(&self, tenant: &str, filter: &EvalFilter) -> Result<Vec<EvalRow>> {
+        let mut sql = format!("SELECT {EVAL_COLUMNS} FROM evals WHERE tenant = $1");
+        let mut n = 1;
+        if filter.status.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND status = ${n}"));
+        }
+        if filter.before.is_some() {
+            sql.push_str(&format!(" AND (created_at < ${} OR (created_at = ${} AND id < ${}))", n + 1, n + 1, n + 2));
+            n += 2;
+        }
+        sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT ${}", n + 1));
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant);
+        if let Some(status) = &filter.status {
+            query = query.bind(status);
+        }
+        if let Some((at, id)) = &filter.before {
+            query = query.bind(*at).bind(id);
+        }
+        let rows = query.bind(filter.limit.clamp(1, 1000)).fetch_all(&self.read).await?;
+        rows.iter().map(eval_row).collect()
+    }
+
+    /// A page of a job's rollouts, in work order.
+    pub async fn rollouts(&self, eval_id: &str, filter: &RolloutFilter) -> Result<Vec<RolloutRow>> {
+        let mut sql = format!("SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE eval_id = $1");
+        let mut binds: Vec<String> = Vec::new();
+        for (column, value) in [
+            ("task_id", &filter.task_id),
+            ("harness", &filter.harness),
+            ("state", &filter.state),
+            ("status", &filter.status),
+        ] {
+            if let Some(v) = value {
+                binds.push(v.clone());
+                sql.push_str(&format!(" AND {column} = ${}", binds.len() + 1));
+            }
+        }
+        if let Some(passed) = filter.passed {
+            sql.push_str(if passed {
+                " AND passed = 1"
+            } else {
+                " AND state = 'done' AND (passed = 0 OR passed IS NULL)"
+            });
+        }
+        let n = binds.len() + 1;
+        sql.push_str(&format!(" AND seq > ${} ORDER BY seq LIMIT ${}", n + 1, n + 2));
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(eval_id);
+        for b in &binds {
+            query = query.bind(b);
+        }
+        let rows =
+            query.bind(filter.after_seq.unwrap_or(-1)).bind(filter.limit.clamp(1, 1000)).fetch_all(&self.read).await?;
+        rows.iter().map(rollout_row).collect()
+    }
+
+    /// One rollout, with its trajectory document once it has one.
+    pub async fn rollout(&self, eval_id: &str, rollout_id: &str) -> Result<Option<(RolloutRow, Option<String>)>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE eval_id = $1 AND rollout_id = $2"
+        )))
+        .bind(eval_id)
+        .bind(rollout_id)
+        .fetch_optional(&self.read)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let rollout = rollout_row(&row)?;
+        let doc = sqlx::query("SELECT doc FROM trajectories WHERE eval_id = $1 AND rollout_id = $2")
+            .bind(eval_id)
+            .bind(rollout_id)
+            .fetch_optional(&self.read)
+            .await?;
+        let doc = doc.map(|r| r.try_get::<Vec<u8>, _>("doc")).transpose()?.map(|b| unpack(&b)).transpose()?;
+        Ok(Some((rollout, doc)))
+    }
+
+    /// Rollouts finished after `after` (a `finish_seq`), in the order they finished.
+    pub async fn finished_since(&self, eval_id: &str, after: i64, limit: i64) -> Result<Vec<RolloutRow>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE eval_id = $1 AND finish_seq > $2 ORDER BY finish_seq LIMIT $3"
+        )))
+        .bind(eval_id)
+        .bind(after)
+        .bind(limit.clamp(1, 1000))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(rollout_row).collect()
+    }
+
+    /// Per task × harness counts of what is done, for summaries and the matrix.
+    pub async fn cells(&self, eval_id: &str) -> Result<Vec<TaskCell>> {
+        let rows = sqlx::query(
+            "SELECT task_id, harness, COUNT(*) AS done,
+                    SUM(CASE WHEN status = 'graded' THEN 1 ELSE 0 END) AS graded,
+                    SUM(CASE WHEN passed = 1 THEN 1 ELSE 0 END) AS passed,
+                    SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS errored,
+                    SUM(CASE WHEN status = 'unknown' THEN 1 ELSE 0 END) AS unknown,
+                    SUM(COALESCE(reward, 0)) AS reward_sum
+             FROM rollouts WHERE eval_id = $1 AND state = 'done'
+             GROUP BY task_id, harness",
+        )
+        .bind(eval_id)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(TaskCell {
+                    task_id: get_str(r, "task_id")?,
+                    harness: get_str(r, "harness")?,
+                    done: get_i64(r, "done")?,
+                    graded: get_i64(r, "graded")?,
+                    passed: get_i64(r, "passed")?,
+                    errored: get_i64(r, "errored")?,
+                    unknown: get_i64(r, "unknown")?,
+                    reward_sum: get_f64(r, "reward_sum")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Every finished rollout's result and trajectory, in work order, a page at a time.
+    pub async fn results_page(
+        &self,
+        eval_id: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<(RolloutRow, Option<String>)>> {
+        let rows = sqlx::query(
+            "SELECT r.eval_id AS eval_id, r.rollout_id AS rollout_id, seq, task_id, harness, attempt, state, status, \
+             reward, passed, error, tries, finish_seq, finished_at, result, t.doc AS doc \
+             FROM rollouts r LEFT JOIN trajectories t ON t.eval_id = r.eval_id AND t.rollout_id = r.rollout_id \
+             WHERE r.eval_id = $1 AND r.state = 'done' AND r.seq > $2 ORDER BY r.seq LIMIT $3",
+        )
+        .bind(eval_id)
+        .bind(after_seq)
+        .bind(limit.clamp(1, 1000))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let doc = row.try_get::<Option<Vec<u8>>, _>("doc")?.map(|b| unpack(&b)).transpose()?;
+                Ok((rollout_row(row)?, doc))
+            })
+            .collect()
+    }
+
+    /// Stops a job: queued rollouts are cancelled now; running ones when their runner sees it.
+    pub async fn cancel(&self, eval_id: &str) -> Result<()> {
+        let mut tx = self.write.begin().await?;
+        let n = sqlx::query("UPDATE rollouts SET state = 'cancelled' WHERE eval_id = $1 AND state = 'queued'")
+            .bind(eval_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected() as i64;
+        sqlx::query(
+            "UPDATE evals SET queued = queued - $2, cancelled = cancelled + $2, status = 'cancelled', \
+             finished_at = CASE WHEN running = 0 THEN $3 ELSE finished_at END WHERE id = $1",
+        )
+        .bind(eval_id)
+        .bind(n)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Queues again a job's errored and unknown rollouts (and only those); returns how many.
+    pub async fn retry(&self, eval_id: &str) -> Result<i64> {
+        let mut tx = self.write.begin().await?;
+        let counts = sqlx::query(
+            "SELECT SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS errored,
+                    SUM(CASE WHEN status = 'unknown' THEN 1 ELSE 0 END) AS unknown
+             FROM rollouts WHERE eval_id = $1 AND state = 'done' AND status IN ('error', 'unknown')",
+        )
+        .bind(eval_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let errored = counts.try_get::<Option<i64>, _>("errored")?.unwrap_or(0);
+        let unknown = counts.try_get::<Option<i64>, _>("unknown")?.unwrap_or(0);
+        let n = errored + unknown;
+        if n > 0 {
+            sqlx::query(
+                "DELETE FROM trajectories WHERE eval_id = $1 AND rollout_id IN \
+                 (SELECT rollout_id FROM rollouts WHERE eval_id = $1 AND state = 'done' AND status IN ('error', 'unknown'))",
+            )
+            .bind(eval_id)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE rollouts SET state = 'queued', status = NULL, reward = NULL, passed = NULL, error = NULL, \
+                 result = NULL, finish_seq = NULL, finished_at = NULL, owner = NULL, lease_until = NULL, queued_at = $2 \
+                 WHERE eval_id = $1 AND state = 'done' AND status IN ('error', 'unknown')",
+            )
+            .bind(eval_id)
+            .bind(now())
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE evals SET queued = queued + $2, done = done - $2, errored = errored - $3, unknown = unknown - $4, \
+                 status = 'queued', finished_at = NULL WHERE id = $1",
+            )
+            .bind(eval_id)
+            .bind(n)
+            .bind(errored)
+            .bind(unknown)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Ids of evaluations with work left (queued or running), for runners checking cancels.
+    pub async fn statuses(&self, ids: &[String]) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(e) = self.eval(id).await? {
+                out.push((e.id, e.status));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,92 @@
+//! Tables and indexes, created if missing (both engines read the same statements but for the
+//! binary type).
+
+use crate::{Dialect, Result, Store};
+
+pub async fn migrate(store: &Store) -> Result<()> {
+    let blob = match store.dialect {
+        Dialect::Sqlite => "BLOB",
+        Dialect::Postgres => "BYTEA",
+    };
+    let statements = [
+        // One row per job: its request, its state, and counters kept in step with its rollouts.
+        "CREATE TABLE IF NOT EXISTS evals (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            status TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            finished_at DOUBLE PRECISION,
+            k BIGINT NOT NULL,
+            total BIGINT NOT NULL,
+            queued BIGINT NOT NULL,
+            running BIGINT NOT NULL,
+            done BIGINT NOT NULL,
+            graded BIGINT NOT NULL DEFAULT 0,
+            passed BIGINT NOT NULL DEFAULT 0,
+            errored BIGINT NOT NULL DEFAULT 0,
+            unknown BIGINT NOT NULL DEFAULT 0,
+            cancelled BIGINT NOT NULL DEFAULT 0
+        )",
+        "CREATE INDEX IF NOT EXISTS evals_by_tenant ON evals (tenant, created_at)",
+        // The queue and the results: `state` queued | running | done | cancelled.
+        "CREATE TABLE IF NOT EXISTS rollouts (
+            eval_id TEXT NOT NULL,
+            rollout_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            tenant TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            harness TEXT NOT NULL,
+            attempt BIGINT NOT NULL,
+            state TEXT NOT NULL,
+            queued_at DOUBLE PRECISION NOT NULL,
+            owner TEXT,
+            lease_until DOUBLE PRECISION,
+            tries BIGINT NOT NULL DEFAULT 0,
+            status TEXT,
+            reward DOUBLE PRECISION,
+            passed BIGINT,
+            error TEXT,
+            result TEXT,
+            finish_seq BIGINT,
+            finished_at DOUBLE PRECISION,
+            PRIMARY KEY (eval_id, rollout_id)
+        )",
+        "CREATE INDEX IF NOT EXISTS rollouts_order ON rollouts (eval_id, seq)",
+        "CREATE INDEX IF NOT EXISTS rollouts_queue ON rollouts (state, tenant, queued_at)",
+        "CREATE INDEX IF NOT EXISTS rollouts_leases ON rollouts (state, lease_until)",
+        "CREATE INDEX IF NOT EXISTS rollouts_finished ON rollouts (eval_id, finish_seq)",
+        "CREATE INDEX IF NOT EXISTS rollouts_finish_seq ON rollouts (finish_seq)",
+        &format!(
+            "CREATE TABLE IF NOT EXISTS trajectories (
+                eval_id TEXT NOT NULL,
+                rollout_id TEXT NOT NULL,
+                doc {blob} NOT NULL,
+                PRIMARY KEY (eval_id, rollout_id)
+            )"
+        ),
+        "CREATE TABLE IF NOT EXISTS secrets (
+            tenant TEXT NOT NULL,
+            name TEXT NOT NULL,
+            value TEXT NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (tenant, name)
+        )",
+        &format!(
+            "CREATE TABLE IF NOT EXISTS blobs (
+                id TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL,
+                data {blob} NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL
+            )"
+        ),
+    ];
+    for statement in statements {
+        sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&store.write).await?;
+    }
+    if store.dialect == Dialect::Postgres {
+        sqlx::query("CREATE SEQUENCE IF NOT EXISTS rollout_finish_seq").execute(&store.write).await?;
+    }
+    Ok(())
+}

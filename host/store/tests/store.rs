@@ -1,0 +1,146 @@
+//! The store against real SQLite (and, when ORCHARD_TEST_POSTGRES_URL is set, PostgreSQL): the
+//! queue's claims, leases and counters behave as the service relies on.
+
+use orchard_store::{EvalFilter, Finished, NewEval, NewRollout, RolloutFilter, Store};
+
+fn eval(id: &str, tenant: &str, n: usize) -> NewEval {
+    NewEval {
+        id: id.into(),
+        tenant: tenant.into(),
+        spec: "{}".into(),
+        fingerprint: "f".into(),
+        k: 1,
+        rollouts: (0..n)
+            .map(|i| NewRollout {
+                rollout_id: format!("t{i}__h__1"),
+                task_id: format!("t{i}"),
+                harness: "h".into(),
+                attempt: 1,
+            })
+            .collect(),
+    }
+}
+
+fn finished(status: &str, passed: bool) -> Finished {
+    Finished {
+        status: status.into(),
+        reward: (status == "graded").then_some(if passed { 1.0 } else { 0.0 }),
+        passed,
+        error: (status == "error").then(|| "boom".into()),
+        result: "{\"r\":1}".into(),
+        trajectory: "{\"steps\":[]}".into(),
+    }
+}
+
+async fn stores() -> Vec<(Store, Option<tempfile::TempDir>)> {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut out =
+        vec![(Store::open(&format!("sqlite:{}", tmp.path().join("db.sqlite").display())).await.unwrap(), Some(tmp))];
+    if let Ok(url) = std::env::var("ORCHARD_TEST_POSTGRES_URL") {
+        out.push((Store::open(&url).await.unwrap(), None));
+    }
+    out
+}
+
+#[tokio::test]
+async fn claims_are_exclusive_finishes_count_and_lapsed_leases_requeue() {
+    for (store, _tmp) in stores().await {
+        let id = format!("e-{}", std::process::id());
+        let row = store.create_eval(&eval(&id, "alice", 5)).await.unwrap();
+        assert_eq!((row.total, row.queued, row.status.as_str()), (5, 5, "queued"));
+        let far = 1e12;
+        let a = store.claim("runner-a", "alice", far, 2).await.unwrap();
+        let b = store.claim("runner-b", "alice", far, 2).await.unwrap();
+        assert_eq!(a.len() + b.len(), 4);
+        let mut all: Vec<&str> = a.iter().chain(&b).map(|c| c.rollout_id.as_str()).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 4, "a rollout was claimed twice");
+        let e = store.eval(&id).await.unwrap().unwrap();
+        assert_eq!((e.queued, e.running, e.status.as_str()), (1, 4, "running"));
+
+        // Only the holder finishes; a result lands once.
+        assert!(!store.finish("runner-b", &id, &a[0].rollout_id, &finished("graded", true)).await.unwrap());
+        assert!(store.finish("runner-a", &id, &a[0].rollout_id, &finished("graded", true)).await.unwrap());
+        assert!(!store.finish("runner-a", &id, &a[0].rollout_id, &finished("graded", true)).await.unwrap());
+        assert!(store.finish("runner-a", &id, &a[1].rollout_id, &finished("error", false)).await.unwrap());
+        let e = store.eval(&id).await.unwrap().unwrap();
+        assert_eq!((e.done, e.passed, e.errored, e.running), (2, 1, 1, 2));
+        let (row, doc) = store.rollout(&id, &a[0].rollout_id).await.unwrap().unwrap();
+        assert_eq!((row.state.as_str(), row.passed, doc.as_deref()), ("done", Some(true), Some("{\"steps\":[]}")));
+
+        // runner-b dies: its leases lapse and its rollouts are queued again, counters with them.
+        store.renew("runner-b", 0.0).await.unwrap();
+        assert_eq!(store.requeue_expired().await.unwrap(), 2);
+        let e = store.eval(&id).await.unwrap().unwrap();
+        assert_eq!((e.queued, e.running), (3, 0));
+        assert!(!store.finish("runner-b", &id, &b[0].rollout_id, &finished("graded", true)).await.unwrap());
+        let c = store.claim("runner-c", "alice", far, 10).await.unwrap();
+        assert_eq!(c.len(), 3);
+        assert!(c.iter().all(|x| x.tries >= 1));
+        for claim in &c {
+            assert!(store.finish("runner-c", &id, &claim.rollout_id, &finished("unknown", false)).await.unwrap());
+        }
+        let e = store.eval(&id).await.unwrap().unwrap();
+        assert_eq!((e.done, e.unknown, e.status.as_str()), (5, 3, "done"));
+        assert!(e.finished_at.is_some());
+
+        // Retry queues the errored and unknown ones only.
+        assert_eq!(store.retry(&id).await.unwrap(), 4);
+        let e = store.eval(&id).await.unwrap().unwrap();
+        assert_eq!((e.queued, e.done, e.passed, e.errored, e.unknown, e.status.as_str()), (4, 1, 1, 0, 0, "queued"));
+
+        // Cancel: queued ones go at once; a running one when its runner abandons it.
+        let d = store.claim("runner-d", "alice", far, 1).await.unwrap();
+        store.cancel(&id).await.unwrap();
+        let e = store.eval(&id).await.unwrap().unwrap();
+        assert_eq!((e.queued, e.running, e.cancelled, e.status.as_str()), (0, 1, 3, "cancelled"));
+        assert!(store.abandon("runner-d", &id, &d[0].rollout_id).await.unwrap());
+        let e = store.eval(&id).await.unwrap().unwrap();
+        assert_eq!((e.running, e.cancelled), (0, 4));
+        assert!(store.claim("runner-d", "alice", far, 10).await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn pages_cells_secrets_and_blobs() {
+    for (store, _tmp) in stores().await {
+        let id = format!("p-{}", std::process::id());
+        store.create_eval(&eval(&id, "bob", 450)).await.unwrap();
+        let page = store.rollouts(&id, &RolloutFilter { limit: 100, ..Default::default() }).await.unwrap();
+        assert_eq!(page.len(), 100);
+        assert_eq!(page[0].seq, 0);
+        let next = store
+            .rollouts(&id, &RolloutFilter { limit: 1000, after_seq: Some(page[99].seq), ..Default::default() })
+            .await
+            .unwrap();
+        assert_eq!(next.len(), 350);
+        let claims = store.claim("r", "bob", 1e12, 3).await.unwrap();
+        for (i, c) in claims.iter().enumerate() {
+            store.finish("r", &id, &c.rollout_id, &finished("graded", i != 1)).await.unwrap();
+        }
+        let cells = store.cells(&id).await.unwrap();
+        assert_eq!(cells.iter().map(|c| c.passed).sum::<i64>(), 2);
+        let done = store.finished_since(&id, 0, 10).await.unwrap();
+        assert_eq!(done.len(), 3);
+        assert!(store.finished_since(&id, done[2].finish_seq.unwrap(), 10).await.unwrap().is_empty());
+        let results = store.results_page(&id, -1, 10).await.unwrap();
+        assert_eq!(results.len(), 3);
+        assert!(results.iter().all(|(_, doc)| doc.is_some()));
+        let listed = store.list_evals("bob", &EvalFilter { limit: 10, ..Default::default() }).await.unwrap();
+        assert!(listed.iter().any(|e| e.id == id));
+        assert!(store.list_evals("nobody", &EvalFilter { limit: 10, ..Default::default() }).await.unwrap().is_empty());
+
+        store.put_secret("bob", "openai", "sk-1").await.unwrap();
+        store.put_secret("bob", "openai", "sk-2").await.unwrap();
+        assert_eq!(store.secret("bob", "openai").await.unwrap().as_deref(), Some("sk-2"));
+        assert_eq!(store.secret("alice", "openai").await.unwrap(), None);
+        assert_eq!(store.secret_names("bob").await.unwrap(), ["openai"]);
+        assert!(store.delete_secret("bob", "openai").await.unwrap());
+
+        let blob = format!("sha256:{id}");
+        store.put_blob(&blob, "bob", b"\x1f\x8b archive").await.unwrap();
+        store.put_blob(&blob, "bob", b"ignored").await.unwrap();
+        assert_eq!(store.blob(&blob).await.unwrap(), Some(("bob".into(), b"\x1f\x8b archive".to_vec())));
+    }
+}
