@@ -82,11 +82,18 @@ pub async fn migrate(store: &Store) -> Result<()> {
             )"
         ),
     ];
+    // In one transaction, under a lock on PostgreSQL: replicas starting together would
+    // otherwise race on `CREATE ... IF NOT EXISTS` (it is not atomic there).
+    let mut tx = store.write.begin().await?;
+    if store.dialect == Dialect::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock(7246352)").execute(&mut *tx).await?;
+    }
     for statement in statements {
-        sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&store.write).await?;
+        sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut *tx).await?;
     }
     if store.dialect == Dialect::Postgres {
-        sqlx::query("CREATE SEQUENCE IF NOT EXISTS rollout_finish_seq").execute(&store.write).await?;
+        sqlx::query("CREATE SEQUENCE IF NOT EXISTS rollout_finish_seq").execute(&mut *tx).await?;
     }
+    tx.commit().await?;
     Ok(())
 }
