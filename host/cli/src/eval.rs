@@ -5,11 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use orchard_eval::{Job, RolloutStatus, Summary, load_tasks, run_job, summarize, write_outputs};
-use orchard_model::{ModelClient, ModelConfig};
-use orchard_runtime::{Capability, Grants, Limits, PluginKind};
+use orchard_eval::{Summary, summarize, write_outputs};
 use orchard_sandbox::Backend;
 use orchard_sandbox_local::{Launcher, LocalBackend, LocalConfig};
+use orchard_scheduler::{Env, EvalSpec, ModelSpec, Runner, RunnerConfig, TaskSource};
 
 use crate::backend::{BackendKind, KubeArgs};
 
@@ -87,68 +86,95 @@ pub struct EvalArgs {
     insecure_registry: Vec<String>,
 }
 
+/// The secret name the CLI's own `--api-key` goes by (never stored: it lives in this process).
+const CLI_KEY: &str = "cli-api-key";
+
+impl EvalArgs {
+    /// The job this command line asks for.
+    fn spec(&self) -> anyhow::Result<EvalSpec> {
+        let canonical = |arg: &String| -> String {
+            let p = std::path::Path::new(arg);
+            if arg.ends_with(".wasm") || p.is_file() {
+                std::fs::canonicalize(p).map(|c| c.display().to_string()).unwrap_or_else(|_| arg.clone())
+            } else {
+                arg.clone()
+            }
+        };
+        let tasks = std::fs::canonicalize(&self.tasks)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.tasks.display()))?
+            .display()
+            .to_string();
+        let model = |url: &Option<String>, name: &str, logprobs: bool| {
+            url.as_ref().map(|url| ModelSpec {
+                url: url.clone(),
+                name: name.to_string(),
+                api_key_secret: self.api_key.as_ref().map(|_| CLI_KEY.to_string()),
+                logprobs,
+                concurrency: self.model_concurrency,
+            })
+        };
+        Ok(EvalSpec {
+            tasks: TaskSource::Dir(tasks),
+            harnesses: self.harnesses.iter().map(canonical).collect(),
+            tools: self.tools.iter().map(canonical).collect(),
+            grader: canonical(&self.grader),
+            model: model(&self.model, &self.model_name, self.logprobs),
+            grader_model: model(&self.grader_model, &self.grader_model_name, false),
+            attempts: self.attempts.max(1),
+            concurrency: self.concurrency.max(1),
+            grants: self.grants.clone(),
+            image: self.image.clone(),
+            config: serde_json::from_str(&self.config).map_err(|e| anyhow::anyhow!("--config: {e}"))?,
+            plugin_cpu: self.plugin_cpu,
+            plugin_memory: self.plugin_memory.clone(),
+            pins: Default::default(),
+        })
+    }
+}
+
 pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32> {
-    let tasks = load_tasks(&args.tasks)?;
+    let spec = args.spec()?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stamp =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        PathBuf::from("orchard-runs").join(stamp.to_string())
+    });
+    std::fs::create_dir_all(out.join("rollouts")).map_err(|e| anyhow::anyhow!("--out {}: {e}", out.display()))?;
+    // Every rollout's result and trajectory land in DIR/orchard.db the moment it finishes: a
+    // killed run resumes from there.
+    let store = orchard_store::Store::open(&format!("sqlite:{}", out.join("orchard.db").display()))
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
     let runtime = crate::plugins::runtime(&state_dir)?;
-    let registry = crate::plugins::registry(runtime.clone(), args.plugin_dir.as_deref())?;
-    let pick = |arg: &str, kind: PluginKind, flag: &str| -> anyhow::Result<_> {
-        let plugin = registry.resolve(arg).map_err(|e| anyhow::anyhow!("--{flag} {arg}: {e}"))?;
-        let ok =
-            plugin.kind() == kind || (kind == PluginKind::ToolAdapter && plugin.kind() == PluginKind::BrowserDriver);
-        anyhow::ensure!(ok, "--{flag} {arg}: {} is a {}, not a {kind}", plugin.id(), plugin.kind());
-        Ok(plugin)
-    };
-    let harnesses =
-        args.harnesses.iter().map(|h| pick(h, PluginKind::Harness, "harness")).collect::<anyhow::Result<Vec<_>>>()?;
-    let tools =
-        args.tools.iter().map(|t| pick(t, PluginKind::ToolAdapter, "tools")).collect::<anyhow::Result<Vec<_>>>()?;
-    let grader = pick(&args.grader, PluginKind::Grader, "grader")?;
-    let mut grants = Grants::default();
-    for g in &args.grants {
-        grants.0.insert(Capability::parse(g).map_err(|e| anyhow::anyhow!("--grant: {e}"))?);
-    }
-    let model = match &args.model {
-        Some(url) => {
-            let mut config = ModelConfig::new(url, &args.model_name);
-            config.api_key = args.api_key.clone();
-            config.concurrency = args.model_concurrency;
-            config.logprobs = args.logprobs;
-            Some(Arc::new(ModelClient::new(config).map_err(|e| anyhow::anyhow!("{e}"))?))
-        }
-        None => None,
-    };
-    let grader_model = match &args.grader_model {
-        Some(url) => {
-            let mut config = ModelConfig::new(url, &args.grader_model_name);
-            config.api_key = args.api_key.clone();
-            config.concurrency = args.model_concurrency;
-            Some(Arc::new(ModelClient::new(config).map_err(|e| anyhow::anyhow!("--grader-model: {e}"))?))
-        }
-        None => None,
-    };
-    let harness_config: serde_json::Value =
-        serde_json::from_str(&args.config).map_err(|e| anyhow::anyhow!("--config: {e}"))?;
-    let memory = orchard_sandbox::parse_memory(&args.plugin_memory.as_str().into())
-        .map_err(|e| anyhow::anyhow!("--plugin-memory: {e}"))?;
-    let job = Arc::new(Job {
-        tasks,
-        harnesses,
-        tools,
-        grader,
-        model,
-        grader_model,
-        default_image: args.image.clone(),
-        attempts: args.attempts.max(1),
-        concurrency: args.concurrency.max(1),
-        harness_config,
-        limits: Limits {
-            memory_bytes: memory,
-            cpu: Duration::from_secs_f64(args.plugin_cpu),
-            wall: Duration::from_secs(3600),
-        },
-        grants,
+    let registry = Arc::new(crate::plugins::registry(runtime.clone(), args.plugin_dir.as_deref())?);
+    let env = Arc::new(Env {
+        store: store.clone(),
+        registry,
+        datasets_dir: out.join("datasets"),
+        datasets: Default::default(),
+        local_secrets: args.api_key.iter().map(|k| (CLI_KEY.to_string(), k.clone())).collect(),
     });
+    let previous = store
+        .list_evals(LOCAL_TENANT, &orchard_store::EvalFilter { limit: 1, ..Default::default() })
+        .await?
+        .into_iter()
+        .next();
+    let eval = match previous {
+        Some(e) if e.fingerprint != spec.fingerprint() => anyhow::bail!(
+            "{} holds a run with other arguments ({}); resume it with the same arguments, or give another --out",
+            out.display(),
+            describe(&e.spec)
+        ),
+        Some(e) => {
+            store.requeue_all_running().await?;
+            eprintln!("orchard eval: resuming {}: {} of {} rollouts already done", out.display(), e.done, e.total);
+            e
+        }
+        None => orchard_scheduler::submit(&env, &orchard_scheduler::new_eval_id(), LOCAL_TENANT, spec.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    };
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Local => {
             let mut config = LocalConfig::new(&state_dir, crate::agent_bin::find(args.agent_bin.clone())?, launcher);
@@ -156,53 +182,35 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
             LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
         }
         BackendKind::Kubernetes => {
-            let rollouts = job.tasks.len() * job.harnesses.len() * job.attempts as usize;
+            let rollouts = eval.total as usize;
             args.kube.open(rollouts.max(1), Duration::from_secs(3600), &args.insecure_registry, Vec::new()).await?
         }
     };
-    let total = (job.tasks.len() * job.harnesses.len()) as u64 * job.attempts as u64;
     eprintln!(
-        "orchard eval: {} tasks × {} attempts with {} (tools: {}) graded by {}",
-        job.tasks.len(),
-        job.attempts,
-        job.harnesses.iter().map(|h| h.id()).collect::<Vec<_>>().join(" and "),
-        if job.tools.is_empty() {
-            "none".into()
-        } else {
-            job.tools.iter().map(|t| t.id()).collect::<Vec<_>>().join(", ")
+        "orchard eval: {} rollouts ({} attempts) with {} (tools: {}) graded by {}",
+        eval.total,
+        spec.attempts,
+        spec.harnesses.join(" and "),
+        if spec.tools.is_empty() { "none".into() } else { spec.tools.join(", ") },
+        spec.grader
+    );
+    let runner = Runner::new(
+        env.clone(),
+        backend.clone(),
+        runtime,
+        RunnerConfig {
+            owner: format!("cli-{}", std::process::id()),
+            sandbox_tenant: "eval".into(),
+            capacity: spec.concurrency,
+            lease: Duration::from_secs(60),
+            tenant_quota: None,
         },
-        job.grader.id()
     );
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} rollouts {msg}")
-            .expect("template"),
-    );
-    let counts = Arc::new(std::sync::Mutex::new([0u32; 4]));
-    let (bar2, counts2) = (bar.clone(), counts.clone());
-    let results = run_job(job.clone(), backend.clone(), runtime, move |r| {
-        let mut c = counts2.lock().unwrap_or_else(|p| p.into_inner());
-        match (r.status, r.passed) {
-            (RolloutStatus::Graded, true) => c[0] += 1,
-            (RolloutStatus::Graded, false) => c[1] += 1,
-            (RolloutStatus::Unknown, _) => c[2] += 1,
-            (RolloutStatus::Error, _) => c[3] += 1,
-        }
-        bar2.set_message(format!("passed {} · failed {} · unknown {} · errors {}", c[0], c[1], c[2], c[3]));
-        bar2.inc(1);
-        if let Some(e) = &r.error {
-            bar2.suspend(|| eprintln!("{}: {e}", r.rollout_id));
-        }
-    })
-    .await;
-    bar.finish();
+    let interrupted = follow(&runner, &eval.id, &out).await;
     backend.shutdown().await;
-    let summary = summarize(&results, job.attempts);
-    let out = args.out.clone().unwrap_or_else(|| {
-        let stamp =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        PathBuf::from("orchard-runs").join(stamp.to_string())
-    });
+    let eval = store.eval(&eval.id).await?.ok_or_else(|| anyhow::anyhow!("the run's record is gone"))?;
+    let results = orchard_scheduler::results(&store, &eval.id).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let summary = summarize(&results, eval.k as u32);
     write_outputs(&out, &results, &summary)?;
     if summary.harnesses.len() > 1 {
         print_matrix(&summary);
@@ -210,7 +218,102 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         print_summary(&summary);
     }
     println!("results: {}", out.display());
+    if interrupted {
+        eprintln!(
+            "orchard eval: interrupted with {} of {} rollouts done; run the same command again to go on",
+            eval.done, eval.total
+        );
+        return Ok(130);
+    }
     Ok(0)
+}
+
+/// The tenant of `orchard eval`'s own store.
+const LOCAL_TENANT: &str = "local";
+
+/// A short description of a stored spec, for the message that refuses a resume.
+fn describe(spec: &str) -> String {
+    match serde_json::from_str::<EvalSpec>(spec) {
+        Ok(s) => format!(
+            "harness {}, grader {}, {} attempts, tasks {:?}",
+            s.harnesses.join(","),
+            s.grader,
+            s.attempts,
+            s.tasks
+        ),
+        Err(_) => "unreadable".into(),
+    }
+}
+
+/// Runs the job to its end with a progress bar; `true` when Ctrl-C stopped it first (what was
+/// running is queued again for the next run on the same directory).
+async fn follow(runner: &Arc<Runner>, eval_id: &str, out: &std::path::Path) -> bool {
+    let store = runner.store().clone();
+    let Ok(Some(start)) = store.eval(eval_id).await else { return false };
+    let bar = indicatif::ProgressBar::new(start.total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} rollouts {msg}")
+            .expect("template"),
+    );
+    let show = |bar: &indicatif::ProgressBar, e: &orchard_store::EvalRow| {
+        bar.set_position(e.done as u64);
+        bar.set_message(format!(
+            "passed {} · failed {} · unknown {} · errors {}",
+            e.passed,
+            e.graded - e.passed,
+            e.unknown,
+            e.errored
+        ));
+    };
+    show(&bar, &start);
+    let mut events = runner.subscribe();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = {
+        let runner = runner.clone();
+        tokio::spawn(async move {
+            runner
+                .run(async {
+                    let _ = stop_rx.await;
+                })
+                .await
+        })
+    };
+    runner.wake();
+    let mut interrupted = false;
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                if let Ok(event) = event {
+                    let r = &event.result;
+                    if let Some(e) = &r.error {
+                        bar.suspend(|| eprintln!("{}: {e}", r.rollout_id));
+                    }
+                    // Each result is also a file as soon as it is done.
+                    let path = out.join("rollouts").join(format!("{}.json", r.rollout_id));
+                    let _ = std::fs::write(path, serde_json::to_vec_pretty(&**r).unwrap_or_default());
+                }
+            }
+            _ = tokio::signal::ctrl_c() => {
+                interrupted = true;
+                break;
+            }
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        match store.eval(eval_id).await {
+            Ok(Some(e)) => {
+                show(&bar, &e);
+                if e.done + e.cancelled >= e.total {
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => bar.suspend(|| eprintln!("orchard eval: reading progress: {e}")),
+        }
+    }
+    let _ = stop_tx.send(());
+    let _ = running.await;
+    bar.finish();
+    interrupted
 }
 
 fn fmt(v: Option<f64>) -> String {

@@ -54,6 +54,9 @@ pub struct RolloutResult {
     pub harness: String,
     pub tools: Vec<String>,
     pub grader: String,
+    /// The content hash (sha256) of each plugin the rollout ran, by `name@version`.
+    #[serde(default)]
+    pub plugins: std::collections::BTreeMap<String, String>,
     pub model: Option<String>,
     pub status: RolloutStatus,
     pub reward: Option<f64>,
@@ -92,7 +95,8 @@ pub async fn run_job(
             let (task_id, harness_id) = (job.tasks[t].id.clone(), job.harnesses[h].id());
             let result = tokio::spawn(async move {
                 let harness = job.harnesses[h].clone();
-                rollout(&job, &harness, &job.tasks[t], attempt, &*backend, &runtime).await
+                let placement = Placement { tenant: "eval".into(), sandbox_id: None };
+                rollout(&job, &harness, &job.tasks[t], attempt, &*backend, &runtime, &placement).await
             })
             .await
             .unwrap_or_else(|e| panic_result(&task_id, &harness_id, attempt, &e.to_string()));
@@ -109,17 +113,23 @@ pub async fn run_job(
 }
 
 impl RolloutResult {
-    /// A rollout not yet run: an error until it says otherwise. Its id is
-    /// `<task>__<harness name>__<attempt>`, the name of its file in `rollouts/`.
-    fn pending(task_id: &str, harness_id: &str, attempt: u32) -> RolloutResult {
+    /// The id of a rollout: `<task>__<harness name>__<attempt>`, the name of its file in
+    /// `rollouts/`.
+    pub fn id_for(task_id: &str, harness_id: &str, attempt: u32) -> String {
         let harness_name = harness_id.split('@').next().unwrap_or(harness_id);
+        format!("{task_id}__{harness_name}__{attempt}")
+    }
+
+    /// A rollout not yet run: an error until it says otherwise.
+    pub fn pending(task_id: &str, harness_id: &str, attempt: u32) -> RolloutResult {
         RolloutResult {
-            rollout_id: format!("{task_id}__{harness_name}__{attempt}"),
+            rollout_id: Self::id_for(task_id, harness_id, attempt),
             task_id: task_id.into(),
             attempt,
             harness: harness_id.into(),
             tools: vec![],
             grader: String::new(),
+            plugins: Default::default(),
             model: None,
             status: RolloutStatus::Error,
             reward: None,
@@ -138,29 +148,46 @@ impl RolloutResult {
 }
 
 /// A rollout whose task panicked (a host bug): recorded as an error under its own name.
-fn panic_result(task_id: &str, harness: &str, attempt: u32, e: &str) -> RolloutResult {
+pub fn panic_result(task_id: &str, harness: &str, attempt: u32, e: &str) -> RolloutResult {
     RolloutResult {
         error: Some(format!("rollout task failed: {e}")),
         ..RolloutResult::pending(task_id, harness, attempt)
     }
 }
 
-async fn rollout(
+/// Where a rollout's sandbox goes: the tenant it is created for and, when the caller needs to
+/// find it again (to stop it), the id it gets.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub tenant: String,
+    pub sandbox_id: Option<String>,
+}
+
+/// Runs one rollout on a fresh sandbox and grades it; the sandbox is gone when this returns.
+pub async fn rollout(
     job: &Job,
     harness: &Arc<Plugin>,
     task: &Task,
     attempt: u32,
     backend: &dyn Backend,
     runtime: &Runtime,
+    placement: &Placement,
 ) -> RolloutResult {
     let started = Instant::now();
     let mut result = RolloutResult {
         tools: job.tools.iter().map(|t| t.id()).collect(),
         grader: job.grader.id(),
+        plugins: std::iter::once(harness)
+            .chain(&job.tools)
+            .chain(std::iter::once(&job.grader))
+            .map(|p| (p.id(), p.info.sha256.clone()))
+            .collect(),
         model: job.model.as_ref().map(|m| m.config().model.clone()),
         ..RolloutResult::pending(&task.id, &harness.id(), attempt)
     };
-    let mut spec = SandboxSpec::new("eval", task.image.clone().unwrap_or_else(|| job.default_image.clone()));
+    let mut spec =
+        SandboxSpec::new(placement.tenant.clone(), task.image.clone().unwrap_or_else(|| job.default_image.clone()));
+    spec.id = placement.sandbox_id.clone();
     spec.block_network = !task.allow_internet;
     spec.cpu = task.cpus;
     spec.memory_bytes = task.memory_bytes;

@@ -141,7 +141,17 @@ pub fn write_outputs(dir: &Path, results: &[RolloutResult], summary: &Summary) -
     let mut trajectories = std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.jsonl"))?);
     for r in results {
         std::fs::write(dir.join("rollouts").join(format!("{}.json", r.rollout_id)), serde_json::to_vec_pretty(r)?)?;
-        let line = serde_json::json!({
+        serde_json::to_writer(&mut trajectories, &trajectory_line(r))?;
+        trajectories.write_all(b"\n")?;
+    }
+    trajectories.flush()?;
+    std::fs::write(dir.join("summary.json"), serde_json::to_vec_pretty(summary)?)?;
+    Ok(())
+}
+
+/// One line of `trajectories.jsonl`: the rollout's identity, grade and trajectory.
+pub fn trajectory_line(r: &RolloutResult) -> serde_json::Value {
+    serde_json::json!({
             "rollout_id": r.rollout_id,
             "task_id": r.task_id,
             "attempt": r.attempt,
@@ -156,11 +166,5 @@ pub fn write_outputs(dir: &Path, results: &[RolloutResult], summary: &Summary) -
             "verdict": r.verdict,
             "error": r.error,
             "trajectory": r.trajectory,
-        });
-        serde_json::to_writer(&mut trajectories, &line)?;
-        trajectories.write_all(b"\n")?;
-    }
-    trajectories.flush()?;
-    std::fs::write(dir.join("summary.json"), serde_json::to_vec_pretty(summary)?)?;
-    Ok(())
+    })
 }

@@ -13,11 +13,13 @@ use crate::plugin::{Plugin, PluginError, PluginInfo};
 pub struct Registry {
     runtime: Arc<Runtime>,
     plugins: RwLock<BTreeMap<String, Arc<Plugin>>>,
+    /// Every version loaded since start, by content hash (jobs may pin one).
+    versions: RwLock<std::collections::HashMap<String, Arc<Plugin>>>,
 }
 
 impl Registry {
     pub fn new(runtime: Arc<Runtime>) -> Self {
-        Registry { runtime, plugins: RwLock::new(BTreeMap::new()) }
+        Registry { runtime, plugins: RwLock::new(BTreeMap::new()), versions: RwLock::new(Default::default()) }
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
@@ -41,6 +43,7 @@ impl Registry {
     }
 
     fn put(&self, plugin: Arc<Plugin>) {
+        self.versions.write().unwrap_or_else(|p| p.into_inner()).insert(plugin.info.sha256.clone(), plugin.clone());
         self.plugins.write().unwrap_or_else(|p| p.into_inner()).insert(plugin.manifest.name.clone(), plugin);
     }
 
@@ -50,6 +53,12 @@ impl Registry {
         let info = plugin.info.clone();
         self.put(plugin);
         Ok(info)
+    }
+
+    /// A version loaded since start, by its sha256 (with or without a `sha256:` prefix).
+    pub fn by_hash(&self, hash: &str) -> Option<Arc<Plugin>> {
+        let hash = hash.strip_prefix("sha256:").unwrap_or(hash);
+        self.versions.read().unwrap_or_else(|p| p.into_inner()).get(hash).cloned()
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {

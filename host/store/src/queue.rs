@@ -37,32 +37,42 @@ pub struct Finished {
 }
 
 impl Store {
-    /// Tenants with queued work: (tenant, queued, running), from the jobs' counters.
-    pub async fn tenants_waiting(&self) -> Result<Vec<(String, i64, i64)>> {
+    /// Jobs with queued work, oldest first: (eval id, tenant, queued, running), from the jobs'
+    /// counters (one row per job, however large).
+    pub async fn evals_waiting(&self) -> Result<Vec<(String, String, i64, i64)>> {
         let rows = sqlx::query(
-            "SELECT tenant, SUM(queued) AS queued, SUM(running) AS running FROM evals \
-             WHERE status IN ('queued', 'running') GROUP BY tenant",
+            "SELECT id, tenant, queued, running FROM evals WHERE status IN ('queued', 'running') AND queued > 0 \
+             ORDER BY created_at, id",
         )
         .fetch_all(&self.read)
         .await?;
         rows.iter()
-            .map(|r| Ok((get_str(r, "tenant")?, get_i64(r, "queued")?, get_i64(r, "running")?)))
-            .filter(|r: &Result<(String, i64, i64)>| r.as_ref().map(|(_, q, _)| *q > 0).unwrap_or(true))
+            .map(|r| Ok((get_str(r, "id")?, get_str(r, "tenant")?, get_i64(r, "queued")?, get_i64(r, "running")?)))
             .collect()
     }
 
-    /// Claims up to `limit` of `tenant`'s queued rollouts, oldest jobs first, for `owner` until
+    /// Running rollouts per tenant, over every job (for fairness and quotas across replicas).
+    pub async fn running_per_tenant(&self) -> Result<BTreeMap<String, i64>> {
+        let rows = sqlx::query(
+            "SELECT tenant, SUM(running) AS running FROM evals WHERE status IN ('queued', 'running', 'cancelled') \
+             GROUP BY tenant",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(|r| Ok((get_str(r, "tenant")?, get_i64(r, "running")?))).collect()
+    }
+
+    /// Claims up to `limit` of a job's queued rollouts, in work order, for `owner` until
     /// `lease_until`. Several replicas claim at once without waiting on each other (PostgreSQL:
     /// `FOR UPDATE SKIP LOCKED`; SQLite has one writer).
-    pub async fn claim(&self, owner: &str, tenant: &str, lease_until: f64, limit: i64) -> Result<Vec<Claim>> {
+    pub async fn claim(&self, owner: &str, eval_id: &str, lease_until: f64, limit: i64) -> Result<Vec<Claim>> {
         let pick = match self.dialect {
             Dialect::Postgres => {
-                "SELECT eval_id, rollout_id FROM rollouts WHERE state = 'queued' AND tenant = $3 \
-                 ORDER BY queued_at, seq LIMIT $4 FOR UPDATE SKIP LOCKED"
+                "SELECT eval_id, rollout_id FROM rollouts WHERE eval_id = $3 AND state = 'queued' \
+                 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED"
             }
             Dialect::Sqlite => {
-                "SELECT eval_id, rollout_id FROM rollouts WHERE state = 'queued' AND tenant = $3 \
-                 ORDER BY queued_at, seq LIMIT $4"
+                "SELECT eval_id, rollout_id FROM rollouts WHERE eval_id = $3 AND state = 'queued' ORDER BY seq LIMIT $4"
             }
         };
         let sql = format!(
@@ -74,7 +84,7 @@ impl Store {
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(owner)
             .bind(lease_until)
-            .bind(tenant)
+            .bind(eval_id)
             .bind(limit)
             .fetch_all(&mut *tx)
             .await?;

@@ -54,7 +54,7 @@ pub async fn migrate(store: &Store) -> Result<()> {
             PRIMARY KEY (eval_id, rollout_id)
         )",
         "CREATE INDEX IF NOT EXISTS rollouts_order ON rollouts (eval_id, seq)",
-        "CREATE INDEX IF NOT EXISTS rollouts_queue ON rollouts (state, tenant, queued_at)",
+        "CREATE INDEX IF NOT EXISTS rollouts_queue ON rollouts (eval_id, state, seq)",
         "CREATE INDEX IF NOT EXISTS rollouts_leases ON rollouts (state, lease_until)",
         "CREATE INDEX IF NOT EXISTS rollouts_finished ON rollouts (eval_id, finish_seq)",
         "CREATE INDEX IF NOT EXISTS rollouts_finish_seq ON rollouts (finish_seq)",

@@ -49,8 +49,8 @@ async fn claims_are_exclusive_finishes_count_and_lapsed_leases_requeue() {
         let row = store.create_eval(&eval(&id, "alice", 5)).await.unwrap();
         assert_eq!((row.total, row.queued, row.status.as_str()), (5, 5, "queued"));
         let far = 1e12;
-        let a = store.claim("runner-a", "alice", far, 2).await.unwrap();
-        let b = store.claim("runner-b", "alice", far, 2).await.unwrap();
+        let a = store.claim("runner-a", &id, far, 2).await.unwrap();
+        let b = store.claim("runner-b", &id, far, 2).await.unwrap();
         assert_eq!(a.len() + b.len(), 4);
         let mut all: Vec<&str> = a.iter().chain(&b).map(|c| c.rollout_id.as_str()).collect();
         all.sort();
@@ -75,7 +75,7 @@ async fn claims_are_exclusive_finishes_count_and_lapsed_leases_requeue() {
         let e = store.eval(&id).await.unwrap().unwrap();
         assert_eq!((e.queued, e.running), (3, 0));
         assert!(!store.finish("runner-b", &id, &b[0].rollout_id, &finished("graded", true)).await.unwrap());
-        let c = store.claim("runner-c", "alice", far, 10).await.unwrap();
+        let c = store.claim("runner-c", &id, far, 10).await.unwrap();
         assert_eq!(c.len(), 3);
         assert!(c.iter().all(|x| x.tries >= 1));
         for claim in &c {
@@ -91,14 +91,14 @@ async fn claims_are_exclusive_finishes_count_and_lapsed_leases_requeue() {
         assert_eq!((e.queued, e.done, e.passed, e.errored, e.unknown, e.status.as_str()), (4, 1, 1, 0, 0, "queued"));
 
         // Cancel: queued ones go at once; a running one when its runner abandons it.
-        let d = store.claim("runner-d", "alice", far, 1).await.unwrap();
+        let d = store.claim("runner-d", &id, far, 1).await.unwrap();
         store.cancel(&id).await.unwrap();
         let e = store.eval(&id).await.unwrap().unwrap();
         assert_eq!((e.queued, e.running, e.cancelled, e.status.as_str()), (0, 1, 3, "cancelled"));
         assert!(store.abandon("runner-d", &id, &d[0].rollout_id).await.unwrap());
         let e = store.eval(&id).await.unwrap().unwrap();
         assert_eq!((e.running, e.cancelled), (0, 4));
-        assert!(store.claim("runner-d", "alice", far, 10).await.unwrap().is_empty());
+        assert!(store.claim("runner-d", &id, far, 10).await.unwrap().is_empty());
     }
 }
 
@@ -115,7 +115,7 @@ async fn pages_cells_secrets_and_blobs() {
             .await
             .unwrap();
         assert_eq!(next.len(), 350);
-        let claims = store.claim("r", "bob", 1e12, 3).await.unwrap();
+        let claims = store.claim("r", &id, 1e12, 3).await.unwrap();
         for (i, c) in claims.iter().enumerate() {
             store.finish("r", &id, &c.rollout_id, &finished("graded", i != 1)).await.unwrap();
         }

@@ -1,0 +1,239 @@
+//! From a job's spec to what its rollouts need: the tasks (a local folder, an operator's dataset,
+//! or an uploaded archive unpacked once per replica), the plugins (looked up by name when each
+//! rollout starts, so a plugin replaced mid-job is used from then on; or pinned by hash), the
+//! model clients (API keys read from the tenant's secrets), limits and grants.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use orchard_eval::{Job, Task};
+use orchard_model::{ModelClient, ModelConfig};
+use orchard_runtime::{Capability, Grants, Limits, Plugin, PluginKind, Registry};
+use orchard_store::Store;
+
+use crate::spec::{EvalSpec, ModelSpec, TaskSource};
+
+/// What preparing a job needs from where it runs.
+pub struct Env {
+    pub store: Store,
+    pub registry: Arc<Registry>,
+    /// Where uploaded task archives are unpacked (one folder per archive).
+    pub datasets_dir: PathBuf,
+    /// Datasets the operator registered: name → folder.
+    pub datasets: BTreeMap<String, PathBuf>,
+    /// API keys given to this process directly (the CLI's `--api-key`), by secret name; looked
+    /// up before the store's secrets. Never stored.
+    pub local_secrets: BTreeMap<String, String>,
+}
+
+/// A job ready to run rollouts.
+pub struct Prepared {
+    pub eval_id: String,
+    pub tenant: String,
+    pub spec: EvalSpec,
+    pub tasks: HashMap<String, Task>,
+    /// In the order given (work order, matrix columns).
+    pub task_order: Vec<String>,
+    model: Option<Arc<ModelClient>>,
+    grader_model: Option<Arc<ModelClient>>,
+    limits: Limits,
+    grants: Grants,
+    registry: Arc<Registry>,
+    /// Plugins named by path (`orchard eval --harness ./mine.wasm`), loaded once.
+    local: HashMap<String, Arc<Plugin>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PrepareError(pub String);
+
+fn err(message: impl Into<String>) -> PrepareError {
+    PrepareError(message.into())
+}
+
+impl Prepared {
+    pub async fn new(env: &Env, eval_id: &str, tenant: &str, spec: EvalSpec) -> Result<Prepared, PrepareError> {
+        let dir = tasks_dir(env, tenant, &spec.tasks).await?;
+        let tasks = tokio::task::spawn_blocking(move || orchard_eval::load_tasks(&dir))
+            .await
+            .map_err(|e| err(format!("loading tasks: {e}")))?
+            .map_err(|e| err(format!("tasks: {e}")))?;
+        let task_order = tasks.iter().map(|t| t.id.clone()).collect();
+        let mut grants = Grants::default();
+        for g in &spec.grants {
+            grants.0.insert(Capability::parse(g).map_err(|e| err(format!("grants: {e}")))?);
+        }
+        let memory = orchard_sandbox::parse_memory(&spec.plugin_memory.as_str().into())
+            .map_err(|e| err(format!("plugin_memory: {e}")))?;
+        let model = model_client(env, tenant, spec.model.as_ref(), "model").await?;
+        let grader_model = model_client(env, tenant, spec.grader_model.as_ref(), "grader_model").await?;
+        let mut local = HashMap::new();
+        for arg in spec.harnesses.iter().chain(&spec.tools).chain(std::iter::once(&spec.grader)) {
+            if arg.ends_with(".wasm") || Path::new(arg).is_file() {
+                let plugin = env.registry.resolve(arg).map_err(|e| err(format!("{arg}: {e}")))?;
+                local.insert(arg.clone(), plugin);
+            }
+        }
+        let prepared = Prepared {
+            local,
+            eval_id: eval_id.to_string(),
+            tenant: tenant.to_string(),
+            tasks: tasks.into_iter().map(|t| (t.id.clone(), t)).collect(),
+            task_order,
+            model,
+            grader_model,
+            limits: Limits {
+                memory_bytes: memory,
+                cpu: Duration::from_secs_f64(spec.plugin_cpu),
+                wall: Duration::from_secs(3600),
+            },
+            grants,
+            registry: env.registry.clone(),
+            spec,
+        };
+        // Every plugin is checked now, so that a bad name fails the job at once.
+        for h in &prepared.spec.harnesses {
+            prepared.plugin(h, PluginKind::Harness)?;
+        }
+        for t in &prepared.spec.tools {
+            prepared.plugin(t, PluginKind::ToolAdapter)?;
+        }
+        prepared.plugin(&prepared.spec.grader, PluginKind::Grader)?;
+        Ok(prepared)
+    }
+
+    /// The plugin `arg` names (a name, `name@version`, or a path for local runs), of `kind`: the
+    /// version pinned by the job, else the registry's current one.
+    pub fn plugin(&self, arg: &str, kind: PluginKind) -> Result<Arc<Plugin>, PrepareError> {
+        let name = arg.split('@').next().unwrap_or(arg);
+        // A plugin given by path is found again by its id (what the queue records).
+        let local =
+            self.local.get(arg).or_else(|| self.local.values().find(|p| p.id() == arg || p.manifest.name == name));
+        let plugin = match self.spec.pins.get(name) {
+            _ if local.is_some() => local.cloned().expect("checked"),
+            Some(hash) => self
+                .registry
+                .by_hash(hash)
+                .ok_or_else(|| err(format!("pins: no plugin with sha256 {hash} is loaded here")))?,
+            None => self.registry.resolve(if arg.ends_with(".wasm") { arg } else { name }).map_err(err)?,
+        };
+        let fits =
+            plugin.kind() == kind || (kind == PluginKind::ToolAdapter && plugin.kind() == PluginKind::BrowserDriver);
+        if !fits {
+            return Err(err(format!("{arg}: {} is a {}, not a {kind}", plugin.id(), plugin.kind())));
+        }
+        Ok(plugin)
+    }
+
+    /// The engine's job for one rollout, with the plugins current now.
+    pub fn job(&self) -> Result<Job, PrepareError> {
+        Ok(Job {
+            tasks: Vec::new(),
+            harnesses: Vec::new(),
+            tools: self.spec.tools.iter().map(|t| self.plugin(t, PluginKind::ToolAdapter)).collect::<Result<_, _>>()?,
+            grader: self.plugin(&self.spec.grader, PluginKind::Grader)?,
+            model: self.model.clone(),
+            grader_model: self.grader_model.clone(),
+            default_image: self.spec.image.clone(),
+            attempts: self.spec.attempts,
+            concurrency: self.spec.concurrency,
+            harness_config: self.spec.config.clone(),
+            limits: self.limits,
+            grants: self.grants.clone(),
+        })
+    }
+
+    pub fn model_name(&self) -> Option<String> {
+        self.model.as_ref().map(|m| m.config().model.clone())
+    }
+}
+
+async fn model_client(
+    env: &Env,
+    tenant: &str,
+    spec: Option<&ModelSpec>,
+    field: &str,
+) -> Result<Option<Arc<ModelClient>>, PrepareError> {
+    let Some(spec) = spec else { return Ok(None) };
+    let mut config = ModelConfig::new(&spec.url, &spec.name);
+    config.concurrency = spec.concurrency.max(1);
+    config.logprobs = spec.logprobs;
+    if let Some(name) = &spec.api_key_secret {
+        let key = match env.local_secrets.get(name) {
+            Some(key) => Some(key.clone()),
+            None => env.store.secret(tenant, name).await.map_err(|e| err(format!("{field}: {e}")))?,
+        };
+        config.api_key = Some(key.ok_or_else(|| err(format!("{field}.api_key_secret: no secret named {name:?}")))?);
+    }
+    Ok(Some(Arc::new(ModelClient::new(config).map_err(|e| err(format!("{field}: {e}")))?)))
+}
+
+/// The folder holding the job's tasks, unpacking an uploaded archive the first time this
+/// replica needs it.
+async fn tasks_dir(env: &Env, tenant: &str, source: &TaskSource) -> Result<PathBuf, PrepareError> {
+    match source {
+        TaskSource::Dir(dir) => Ok(PathBuf::from(dir)),
+        TaskSource::Dataset(name) => env
+            .datasets
+            .get(name)
+            .cloned()
+            .ok_or_else(|| err(format!("tasks: no dataset named {name:?} on this server"))),
+        TaskSource::Archive(id) => {
+            let safe: String = id.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+            let dir = env.datasets_dir.join(&safe);
+            if dir.join(".complete").is_file() {
+                return Ok(dir);
+            }
+            let (owner, bytes) = env
+                .store
+                .blob(id)
+                .await
+                .map_err(|e| err(format!("tasks: {e}")))?
+                .ok_or_else(|| err(format!("tasks: no uploaded archive {id}")))?;
+            if owner != tenant {
+                return Err(err(format!("tasks: no uploaded archive {id}")));
+            }
+            let target = dir.clone();
+            tokio::task::spawn_blocking(move || unpack(&bytes, &target))
+                .await
+                .map_err(|e| err(format!("tasks: {e}")))?
+                .map_err(|e| err(format!("tasks: the archive {id}: {e}")))?;
+            Ok(dir)
+        }
+    }
+}
+
+/// Unpacks a task archive into `dir` (atomically: a half-unpacked folder is never used).
+pub fn unpack(gz: &[u8], dir: &Path) -> std::io::Result<()> {
+    let staging = dir.with_extension(format!("partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)?;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        // Refuses absolute names, `..` and links out (tar's own check), and anything but files,
+        // folders and in-archive symlinks.
+        match entry.header().entry_type() {
+            tar::EntryType::Regular | tar::EntryType::Directory | tar::EntryType::Symlink => {}
+            _ => continue,
+        }
+        if !entry.unpack_in(&staging)? {
+            return Err(std::io::Error::other(format!(
+                "entry {} would land outside the archive's folder",
+                entry.path().map(|p| p.display().to_string()).unwrap_or_default()
+            )));
+        }
+    }
+    std::fs::write(staging.join(".complete"), b"")?;
+    match std::fs::rename(&staging, dir) {
+        Ok(()) => Ok(()),
+        // Another runner of this replica unpacked it first.
+        Err(_) if dir.join(".complete").is_file() => {
+            let _ = std::fs::remove_dir_all(&staging);
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}

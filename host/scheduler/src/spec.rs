@@ -1,0 +1,161 @@
+//! What an evaluation asks for, as the CLI and `POST /v1/evals` both give it: tasks, harnesses,
+//! tools, grader, model endpoints, attempts, grants, image, limits. Stored with the job as JSON;
+//! it never holds a secret's value (model API keys are named, and looked up when rollouts run).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a job's tasks come from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskSource {
+    /// A `.tar.gz` of Harbor task folders uploaded to the server (`POST /v1/datasets`), by id.
+    Archive(String),
+    /// A dataset the operator registered on the server, by name.
+    Dataset(String),
+    /// A directory on this machine (`orchard eval` only).
+    Dir(String),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelSpec {
+    /// OpenAI-compatible base URL.
+    pub url: String,
+    pub name: String,
+    /// The name of the tenant's secret holding the API key (`/v1/secrets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_secret: Option<String>,
+    /// Ask for token ids and logprobs.
+    #[serde(default)]
+    pub logprobs: bool,
+    /// Most requests in flight.
+    #[serde(default = "default_model_concurrency")]
+    pub concurrency: usize,
+}
+
+fn default_model_concurrency() -> usize {
+    32
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EvalSpec {
+    pub tasks: TaskSource,
+    pub harnesses: Vec<String>,
+    #[serde(default)]
+    pub tools: Vec<String>,
+    pub grader: String,
+    #[serde(default)]
+    pub model: Option<ModelSpec>,
+    #[serde(default)]
+    pub grader_model: Option<ModelSpec>,
+    #[serde(default = "one")]
+    pub attempts: u32,
+    /// Rollouts of this job at once.
+    #[serde(default = "four")]
+    pub concurrency: usize,
+    #[serde(default)]
+    pub grants: Vec<String>,
+    /// For tasks that name no prebuilt image.
+    #[serde(default = "host")]
+    pub image: String,
+    /// Handed to every harness.
+    #[serde(default = "empty_object")]
+    pub config: serde_json::Value,
+    /// Per plugin instance.
+    #[serde(default = "default_plugin_cpu")]
+    pub plugin_cpu: f64,
+    #[serde(default = "default_plugin_memory")]
+    pub plugin_memory: String,
+    /// Plugin name → the sha256 of the exact version to run (else the current one when each
+    /// rollout starts).
+    #[serde(default)]
+    pub pins: BTreeMap<String, String>,
+}
+
+fn one() -> u32 {
+    1
+}
+fn four() -> usize {
+    4
+}
+fn host() -> String {
+    "host".into()
+}
+fn empty_object() -> serde_json::Value {
+    serde_json::json!({})
+}
+fn default_plugin_cpu() -> f64 {
+    120.0
+}
+fn default_plugin_memory() -> String {
+    "512Mi".into()
+}
+
+impl EvalSpec {
+    /// What makes two runs the same run (a resumed `orchard eval --out DIR` must match): the
+    /// whole request but how fast it runs.
+    pub fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        let mut same = self.clone();
+        same.concurrency = 0;
+        for m in [&mut same.model, &mut same.grader_model].into_iter().flatten() {
+            m.concurrency = 0;
+        }
+        let json = serde_json::to_string(&same).unwrap_or_default();
+        hex::encode(&sha2::Sha256::digest(json.as_bytes())[..16])
+    }
+
+    /// The first field that is not acceptable, by name.
+    pub fn check(&self) -> Result<(), String> {
+        if self.harnesses.is_empty() {
+            return Err("harnesses: give at least one".into());
+        }
+        if self.grader.trim().is_empty() {
+            return Err("grader: missing".into());
+        }
+        if self.attempts == 0 || self.attempts > 1000 {
+            return Err("attempts: between 1 and 1000".into());
+        }
+        if self.concurrency == 0 || self.concurrency > 4096 {
+            return Err("concurrency: between 1 and 4096".into());
+        }
+        if !(self.plugin_cpu.is_finite() && self.plugin_cpu > 0.0) {
+            return Err("plugin_cpu: a positive number of seconds".into());
+        }
+        for m in [&self.model, &self.grader_model].into_iter().flatten() {
+            if !(m.url.starts_with("http://") || m.url.starts_with("https://")) {
+                return Err(format!("model.url: {:?} is not an http(s) URL", m.url));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> EvalSpec {
+        serde_json::from_value(serde_json::json!({
+            "tasks": {"dir": "/t"}, "harnesses": ["oracle"], "tools": ["shell"], "grader": "script"
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn defaults_and_fingerprints() {
+        let s = spec();
+        assert_eq!((s.attempts, s.concurrency, s.image.as_str()), (1, 4, "host"));
+        let mut faster = s.clone();
+        faster.concurrency = 64;
+        assert_eq!(s.fingerprint(), faster.fingerprint(), "concurrency is not part of what a run is");
+        let mut other = s.clone();
+        other.attempts = 2;
+        assert_ne!(s.fingerprint(), other.fingerprint());
+        assert!(spec().check().is_ok());
+        let mut bad = spec();
+        bad.harnesses.clear();
+        assert!(bad.check().unwrap_err().starts_with("harnesses"));
+    }
+}
