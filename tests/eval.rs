@@ -188,3 +188,75 @@ async fn the_react_harness_solves_a_task_with_a_model_and_the_trajectory_holds_e
     assert_eq!(rollout["outcome"]["steps"], 3);
     assert_eq!(rollout["model"], "mock-1");
 }
+
+/// `orchard eval` killed with SIGKILL mid-run keeps every finished rollout (durable the moment it
+/// finished), and the same command on the same `--out` runs only what had not finished.
+#[test]
+fn a_killed_eval_resumes_without_redoing_finished_rollouts() {
+    let out = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("run");
+    let args: Vec<String> = [
+        "eval",
+        &examples(),
+        "--harness",
+        "oracle",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--grant",
+        "solution",
+        "--attempts",
+        "6",
+        "--concurrency",
+        "2",
+        "--out",
+        &out_dir.display().to_string(),
+        "--state-dir",
+        &state.path().display().to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut child = std::process::Command::new(orchard_tests::orchard_bin())
+        .args(&args)
+        .env("ORCHARD_AGENT_BIN", orchard_tests::agent_bin())
+        .env("ORCHARD_PLUGIN_DIR", orchard_tests::plugin_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let rollouts = out_dir.join("rollouts");
+    let done = || std::fs::read_dir(&rollouts).map(|d| d.count()).unwrap_or(0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    while done() < 6 {
+        assert!(std::time::Instant::now() < deadline, "no progress before the kill");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before: std::collections::BTreeMap<String, String> = std::fs::read_dir(&rollouts)
+        .unwrap()
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read_to_string(e.path()).unwrap()))
+        .collect();
+    assert!(before.len() >= 6 && before.len() < 30, "{} rollouts done at the kill", before.len());
+
+    // Other arguments on the same directory are refused, naming the difference.
+    let mut other = args.clone();
+    other[11] = "7".into();
+    let (code, _, stderr) = orchard_tests::orchard(&other.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_ne!(code, 0);
+    assert!(stderr.contains("holds a run with other arguments"), "{stderr}");
+
+    let (code, stdout, stderr) = orchard_tests::orchard(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains(&format!("resuming {}", out_dir.display())), "{stderr}");
+    assert!(stdout.contains("30 passed of 30 rollouts"), "{stdout}");
+    // What had finished was not run again: its result is byte for byte the one written before.
+    for (name, content) in &before {
+        assert_eq!(&std::fs::read_to_string(rollouts.join(name)).unwrap(), content, "{name} was run again");
+    }
+    let lines = std::fs::read_to_string(out_dir.join("trajectories.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 30, "one trajectory per rollout, none twice");
+}
