@@ -55,6 +55,31 @@ pub struct ServeArgs {
     /// that asks for that image and nothing else is served from it.
     #[arg(long = "warm-pool", value_parser = image_count)]
     warm_pools: Vec<(String, usize)>,
+    /// Where evaluations are kept: `sqlite:PATH` [default: sqlite:<state>/orchard.db] or
+    /// `postgres://user:password@host:port/db` (several replicas share one).
+    #[arg(long, env = "ORCHARD_DATABASE_URL")]
+    database: Option<String>,
+    /// Rollouts this replica runs at once (over every tenant's evaluations).
+    #[arg(long, default_value_t = 16)]
+    eval_concurrency: usize,
+    /// Most rollouts one tenant may have running at once, over every replica.
+    #[arg(long)]
+    tenant_rollouts: Option<usize>,
+    /// Seconds a claimed rollout stays this replica's without renewal: when a replica dies, its
+    /// rollouts run again elsewhere after this long.
+    #[arg(long, default_value_t = 30.0)]
+    eval_lease: f64,
+    /// A dataset clients may name: NAME=DIR (a folder of Harbor task folders; repeatable).
+    #[arg(long = "dataset", value_parser = name_dir)]
+    datasets: Vec<(String, PathBuf)>,
+    /// This replica's name in the evaluation queue's leases [default: $POD_NAME or the hostname].
+    #[arg(long, env = "POD_NAME")]
+    replica: Option<String>,
+}
+
+fn name_dir(text: &str) -> Result<(String, PathBuf), String> {
+    let (name, dir) = text.split_once('=').ok_or_else(|| format!("{text:?}: expected NAME=DIR"))?;
+    Ok((name.to_string(), PathBuf::from(dir)))
 }
 
 fn image_count(text: &str) -> Result<(String, usize), String> {
@@ -109,10 +134,47 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         }
     };
     let runtime = crate::plugins::runtime(&state_dir)?;
-    let registry = Arc::new(crate::plugins::registry(runtime, args.plugin_dir.as_deref())?);
+    let registry = Arc::new(crate::plugins::registry(runtime.clone(), args.plugin_dir.as_deref())?);
     tracing::info!("{} plugins loaded", registry.list().len());
-    let state = AppState::new(backend.clone(), keys, admission, Some(registry));
+    let database =
+        args.database.clone().unwrap_or_else(|| format!("sqlite:{}", state_dir.join("orchard.db").display()));
+    let store = orchard_store::Store::open(&database).await.map_err(|e| anyhow::anyhow!("--database: {e}"))?;
+    let env = Arc::new(orchard_scheduler::Env {
+        store,
+        registry: registry.clone(),
+        datasets_dir: state_dir.join("datasets"),
+        datasets: args.datasets.iter().cloned().collect(),
+        local_secrets: Default::default(),
+    });
+    let replica = args.replica.clone().unwrap_or_else(|| {
+        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "orchard".into())
+    });
+    let runner = orchard_scheduler::Runner::new(
+        env.clone(),
+        backend.clone(),
+        runtime,
+        orchard_scheduler::RunnerConfig {
+            owner: format!("{replica}/{}/{}", std::process::id(), orchard_scheduler::new_eval_id()),
+            sandbox_tenant: format!("orchard-eval.{replica}"),
+            capacity: args.eval_concurrency.max(1),
+            lease: Duration::from_secs_f64(args.eval_lease.max(1.0)),
+            tenant_quota: args.tenant_rollouts,
+        },
+    );
+    let service = Arc::new(orchard_evals_api::EvalService { env, runner: runner.clone() });
+    let state = AppState::new(backend.clone(), keys, admission, Some(registry)).with_evals(service);
     let housekeeping = orchard_server::spawn_housekeeping(state.clone(), Duration::from_secs(1));
+    let (stop_runner, runner_stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = {
+        let runner = runner.clone();
+        tokio::spawn(async move {
+            runner
+                .run(async {
+                    let _ = runner_stopped.await;
+                })
+                .await
+        })
+    };
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!(
@@ -122,6 +184,9 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         backend.name()
     );
     orchard_server::serve(listener, state, shutdown_signal()).await?;
+    // Claims go back to the queue (another replica, or this one restarted, runs them).
+    let _ = stop_runner.send(());
+    let _ = running.await;
     housekeeping.abort();
     if args.backend == BackendKind::Kubernetes {
         tracing::info!("stopping; sandbox pods stay for the other replicas (or this one restarted) to serve");

@@ -68,7 +68,7 @@ fn redact(item: &str) -> String {
 
 /// Paths anyone may call: probes and the service banner.
 fn is_public(path: &str) -> bool {
-    matches!(path, "/" | "/health" | "/v1/health")
+    matches!(path, "/" | "/health" | "/v1/health" | "/v1/ready")
 }
 
 pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
@@ -96,6 +96,7 @@ pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Reque
             None => return ApiError::new(StatusCode::FORBIDDEN, "denied", "invalid API key").into_response(),
         }
     };
+    request.extensions_mut().insert(orchard_evals_api::TenantId(tenant.clone()));
     request.extensions_mut().insert(Tenant(tenant));
     next.run(request).await
 }

@@ -41,6 +41,8 @@ pub struct AppState {
     pub jobs: jobs::JobStore,
     /// The plugin registry, when the server runs plugins.
     pub plugins: Option<Arc<orchard_runtime::Registry>>,
+    /// The evaluation service (`/v1/evals`), when the server runs one.
+    pub evals: Option<Arc<orchard_evals_api::EvalService>>,
 }
 
 impl AppState {
@@ -50,7 +52,14 @@ impl AppState {
         admission: orchard_admission::Admission,
         plugins: Option<Arc<orchard_runtime::Registry>>,
     ) -> Arc<Self> {
-        Arc::new(AppState { backend, keys, admission, jobs: jobs::JobStore::default(), plugins })
+        Arc::new(AppState { backend, keys, admission, jobs: jobs::JobStore::default(), plugins, evals: None })
+    }
+
+    /// The same state, serving evaluations too.
+    pub fn with_evals(self: Arc<Self>, evals: Arc<orchard_evals_api::EvalService>) -> Arc<Self> {
+        let mut state = Arc::try_unwrap(self).unwrap_or_else(|_| panic!("with_evals before the state is shared"));
+        state.evals = Some(evals);
+        Arc::new(state)
     }
 
     /// The sandbox, if it exists and belongs to `tenant`; otherwise 404 either way, so that one
@@ -73,17 +82,33 @@ impl AppState {
 const JSON_BODY_LIMIT: usize = 256 * 1024 * 1024;
 
 pub fn router(state: Arc<AppState>) -> Router {
+    let mut v1 = routes_v1::routes().merge(routes_plugins::routes());
+    if let Some(evals) = &state.evals {
+        v1 = v1.merge(orchard_evals_api::routes(evals.clone()));
+    }
     Router::new()
         .route("/", get(routes_sandboxes::banner))
         .route("/health", get(routes_sandboxes::health))
+        .route("/v1/ready", get(ready))
         .merge(routes_sandboxes::routes())
         .merge(routes_jobs::routes())
         .merge(routes_files::routes())
-        .nest("/v1", routes_v1::routes().merge(routes_plugins::routes()))
+        .nest("/v1", v1)
         .layer(DefaultBodyLimit::max(JSON_BODY_LIMIT))
         .layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
+}
+
+/// Readiness: the database answers (when the server runs evaluations).
+async fn ready(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
+    use axum::response::IntoResponse;
+    if let Some(evals) = &state.evals
+        && let Err(e) = evals.env.store.ping().await
+    {
+        return ApiError::unavailable(format!("the database does not answer: {e}")).into_response();
+    }
+    axum::Json(serde_json::json!({"status": "ready"})).into_response()
 }
 
 /// Echoes the caller's `X-Request-ID` (when sane) or makes one up, on every answer.

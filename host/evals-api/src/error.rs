@@ -1,0 +1,59 @@
+//! Errors as the rest of the API answers them: `{"detail": …, "kind": …}` with a status.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Self {
+        ApiError { status, kind, detail: detail.into() }
+    }
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", detail)
+    }
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", detail)
+    }
+}
+
+impl From<orchard_store::StoreError> for ApiError {
+    fn from(e: orchard_store::StoreError) -> Self {
+        tracing::error!("store: {e}");
+        match e {
+            orchard_store::StoreError::Invalid(m) => Self::invalid(m),
+            _ => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("the database: {e}")),
+        }
+    }
+}
+
+impl From<orchard_scheduler::SchedulerError> for ApiError {
+    fn from(e: orchard_scheduler::SchedulerError) -> Self {
+        match e {
+            orchard_scheduler::SchedulerError::Invalid(m) => Self::invalid(m),
+            orchard_scheduler::SchedulerError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(serde_json::json!({"detail": self.detail, "kind": self.kind}))).into_response()
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// A JSON body whose errors name the field (`body: attempts: invalid type ...`).
+pub fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
+    if bytes.is_empty() {
+        return Err(ApiError::invalid("body: expected a JSON object, got nothing"));
+    }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid(format!("body: {e}")))
+}

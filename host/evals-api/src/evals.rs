@@ -1,0 +1,219 @@
+//! Submitting, reading, paging, cancelling, retrying and exporting evaluations.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use orchard_scheduler::{EvalSpec, TaskSource};
+use orchard_store::{EvalFilter, EvalRow, RolloutFilter};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, ApiResult, parse};
+use crate::{EvalService, TenantId};
+
+type S = State<Arc<EvalService>>;
+type T = Extension<TenantId>;
+
+/// The tenant's evaluation, or 404 (another tenant's is as good as missing).
+pub(crate) async fn owned(service: &EvalService, tenant: &TenantId, id: &str) -> ApiResult<EvalRow> {
+    match service.env.store.eval(id).await? {
+        Some(e) if e.tenant == tenant.0 => Ok(e),
+        _ => Err(ApiError::not_found(format!("evaluation {id} not found"))),
+    }
+}
+
+pub(crate) fn eval_view(e: &EvalRow) -> Value {
+    json!({
+        "id": e.id,
+        "status": e.status,
+        "created_at": e.created_at,
+        "finished_at": e.finished_at,
+        "k": e.k,
+        "total": e.total,
+        "counts": {
+            "queued": e.queued, "running": e.running, "done": e.done, "graded": e.graded, "passed": e.passed,
+            "errored": e.errored, "unknown": e.unknown, "cancelled": e.cancelled,
+        },
+        "pass_rate": (e.graded + e.errored > 0).then(|| e.passed as f64 / (e.graded + e.errored) as f64),
+        "spec": serde_json::from_str::<Value>(&e.spec).unwrap_or(Value::Null),
+    })
+}
+
+pub async fn submit(State(service): S, Extension(tenant): T, body: Bytes) -> ApiResult<Response> {
+    let spec: EvalSpec = parse(&body)?;
+    match &spec.tasks {
+        TaskSource::Dir(_) => {
+            return Err(ApiError::invalid(
+                "tasks.dir: a path on the server is not for API clients; upload the tasks (POST /v1/datasets) \
+                 or name a dataset the operator registered",
+            ));
+        }
+        TaskSource::Archive(id) if !id.starts_with("sha256:") => {
+            return Err(ApiError::invalid(format!("tasks.archive: {id:?} is not a dataset id from POST /v1/datasets")));
+        }
+        _ => {}
+    }
+    let id = orchard_scheduler::new_eval_id();
+    let row = orchard_scheduler::submit(&service.env, &id, &tenant.0, spec).await?;
+    service.runner.wake();
+    tracing::info!(eval = %id, tenant = %tenant.0, rollouts = row.total, "evaluation submitted");
+    Ok((StatusCode::CREATED, Json(eval_view(&row))).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    status: Option<String>,
+    /// `created_at,id` of the last row of the previous page.
+    #[serde(default)]
+    cursor: Option<String>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+pub async fn list(State(service): S, Extension(tenant): T, Query(q): Query<ListQuery>) -> ApiResult<Json<Value>> {
+    let before = match &q.cursor {
+        Some(c) => {
+            let (at, id) =
+                c.split_once(',').ok_or_else(|| ApiError::invalid("cursor: not a cursor from a previous page"))?;
+            let at: f64 = at.parse().map_err(|_| ApiError::invalid("cursor: not a cursor from a previous page"))?;
+            Some((at, id.to_string()))
+        }
+        None => None,
+    };
+    let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    let rows = service.env.store.list_evals(&tenant.0, &EvalFilter { status: q.status.clone(), before, limit }).await?;
+    let next =
+        (rows.len() as i64 == limit).then(|| rows.last().map(|e| format!("{},{}", e.created_at, e.id))).flatten();
+    Ok(Json(json!({"evals": rows.iter().map(eval_view).collect::<Vec<_>>(), "next_cursor": next})))
+}
+
+pub async fn get_one(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let eval = owned(&service, &tenant, &id).await?;
+    let mut view = eval_view(&eval);
+    let cells = service.env.store.cells(&id).await?;
+    let (summary, matrix) = crate::summary::summary_of(&eval, &cells);
+    view["summary"] = summary;
+    view["matrix"] = serde_json::to_value(matrix).unwrap_or(Value::Null);
+    Ok(Json(view))
+}
+
+#[derive(Deserialize)]
+pub struct RolloutQuery {
+    #[serde(default)]
+    task: Option<String>,
+    #[serde(default)]
+    harness: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    passed: Option<bool>,
+    #[serde(default)]
+    cursor: Option<i64>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+pub async fn rollouts(
+    State(service): S,
+    Extension(tenant): T,
+    Path(id): Path<String>,
+    Query(q): Query<RolloutQuery>,
+) -> ApiResult<Json<Value>> {
+    owned(&service, &tenant, &id).await?;
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let filter = RolloutFilter {
+        task_id: q.task,
+        harness: q.harness,
+        state: q.state,
+        status: q.status,
+        passed: q.passed,
+        after_seq: q.cursor,
+        limit,
+    };
+    let rows = service.env.store.rollouts(&id, &filter).await?;
+    let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.seq)).flatten();
+    Ok(Json(json!({"rollouts": rows, "next_cursor": next})))
+}
+
+pub async fn rollout(
+    State(service): S,
+    Extension(tenant): T,
+    Path((id, rid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    owned(&service, &tenant, &id).await?;
+    let (row, doc) = service
+        .env
+        .store
+        .rollout(&id, &rid)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("rollout {rid} not found in {id}")))?;
+    let result = row.result.as_deref().and_then(|r| serde_json::from_str::<Value>(r).ok());
+    let document = doc.as_deref().and_then(|d| serde_json::from_str::<Value>(d).ok());
+    let mut view = serde_json::to_value(&row).unwrap_or(Value::Null);
+    view["result"] = result.unwrap_or(Value::Null);
+    view["trajectory"] = document.map(|d| d["trajectory"].clone()).unwrap_or(Value::Null);
+    Ok(Json(view))
+}
+
+pub async fn cancel(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let eval = owned(&service, &tenant, &id).await?;
+    if matches!(eval.status.as_str(), "done" | "cancelled") {
+        return Ok(Json(eval_view(&eval)));
+    }
+    service.env.store.cancel(&id).await?;
+    service.runner.stop_eval(&id).await;
+    Ok(Json(eval_view(&owned(&service, &tenant, &id).await?)))
+}
+
+pub async fn retry(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let eval = owned(&service, &tenant, &id).await?;
+    if eval.status == "cancelled" {
+        return Err(ApiError::new(StatusCode::CONFLICT, "conflict", format!("evaluation {id} was cancelled")));
+    }
+    let n = service.env.store.retry(&id).await?;
+    service.runner.wake();
+    let mut view = eval_view(&owned(&service, &tenant, &id).await?);
+    view["retried"] = json!(n);
+    Ok(Json(view))
+}
+
+#[derive(Deserialize)]
+pub struct ExportQuery {
+    format: String,
+    #[serde(default)]
+    only_passed: bool,
+    #[serde(default)]
+    min_reward: Option<f64>,
+}
+
+pub async fn export(
+    State(service): S,
+    Extension(tenant): T,
+    Path(id): Path<String>,
+    Query(q): Query<ExportQuery>,
+) -> ApiResult<Response> {
+    use orchard_eval::export::{Filter, Format};
+    owned(&service, &tenant, &id).await?;
+    let format = Format::parse(&q.format).map_err(|e| ApiError::invalid(format!("format: {e}")))?;
+    let filter = Filter { only_passed: q.only_passed, min_reward: q.min_reward };
+    let mut out = String::new();
+    let mut after = -1;
+    loop {
+        let page = service.env.store.results_page(&id, after, 200).await?;
+        let Some(last) = page.last() else { break };
+        after = last.0.seq;
+        let jsonl: String = page.iter().filter_map(|(_, doc)| doc.as_ref()).map(|d| format!("{d}\n")).collect();
+        for line in orchard_eval::export::export(&jsonl, format, &filter).map_err(ApiError::invalid)? {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], out).into_response())
+}
