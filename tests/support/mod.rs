@@ -3,6 +3,7 @@
 pub mod evals;
 pub mod images;
 pub mod kube;
+pub mod postgres;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -154,6 +154,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         datasets_dir: out.join("datasets"),
         datasets: Default::default(),
         local_secrets: args.api_key.iter().map(|k| (CLI_KEY.to_string(), k.clone())).collect(),
+        admission: None,
     });
     let previous = store
         .list_evals(LOCAL_TENANT, &orchard_store::EvalFilter { limit: 1, ..Default::default() })

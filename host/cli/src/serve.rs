@@ -103,6 +103,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         // A process limit per pod is the kubelet's setting (podPidsLimit), not a pod field.
         admission.resources.default_pids = None;
     }
+    let admission = Arc::new(admission);
     // The shape a create gets when it asks for the image and nothing else.
     let mut pools = Vec::new();
     for (image, size) in &args.warm_pools {
@@ -145,6 +146,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         datasets_dir: state_dir.join("datasets"),
         datasets: args.datasets.iter().cloned().collect(),
         local_secrets: Default::default(),
+        admission: Some(admission.clone()),
     });
     let replica = args.replica.clone().unwrap_or_else(|| {
         nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "orchard".into())

@@ -4,7 +4,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use orchard_agent_client::AgentClient;
 use orchard_model::ModelClient;
 use orchard_runtime::{
@@ -33,6 +32,9 @@ pub struct Job {
     /// Per plugin instance; the wall clock comes from each task's timeouts.
     pub limits: Limits,
     pub grants: Grants,
+    /// Limits of each rollout's sandbox beyond what tasks declare (a server's defaults).
+    pub sandbox_pids: Option<u64>,
+    pub sandbox_disk_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,45 +75,6 @@ pub struct RolloutResult {
     pub trajectory: Trajectory,
 }
 
-/// Runs every task × attempt, `concurrency` at a time; `progress` sees each result as it lands.
-pub async fn run_job(
-    job: Arc<Job>,
-    backend: Arc<dyn Backend>,
-    runtime: Arc<Runtime>,
-    progress: impl Fn(&RolloutResult) + Send + Sync + 'static,
-) -> Vec<RolloutResult> {
-    let progress = Arc::new(progress);
-    let mut work = Vec::new();
-    for task_index in 0..job.tasks.len() {
-        for harness_index in 0..job.harnesses.len() {
-            for attempt in 1..=job.attempts.max(1) {
-                work.push((task_index, harness_index, attempt));
-            }
-        }
-    }
-    let runs = work.into_iter().enumerate().map(|(index, (t, h, attempt))| {
-        let (job, backend, runtime, progress) = (job.clone(), backend.clone(), runtime.clone(), progress.clone());
-        async move {
-            let (task_id, harness_id) = (job.tasks[t].id.clone(), job.harnesses[h].id());
-            let result = tokio::spawn(async move {
-                let harness = job.harnesses[h].clone();
-                let placement = Placement { tenant: "eval".into(), sandbox_id: None };
-                rollout(&job, &harness, &job.tasks[t], attempt, &*backend, &runtime, &placement).await
-            })
-            .await
-            .unwrap_or_else(|e| panic_result(&task_id, &harness_id, attempt, &e.to_string()));
-            progress(&result);
-            (index, result)
-        }
-    });
-    let mut done: Vec<(usize, RolloutResult)> =
-        futures::stream::iter(runs).buffer_unordered(job.concurrency.max(1)).collect().await;
-    // Back in the order of the work (task, then harness as given, then attempt), whatever order
-    // they finished in: summaries, matrices and trajectories.jsonl read the same on every run.
-    done.sort_by_key(|(index, _)| *index);
-    done.into_iter().map(|(_, r)| r).collect()
-}
-
 impl RolloutResult {
     /// The id of a rollout: `<task>__<harness name>__<attempt>`, the name of its file in
     /// `rollouts/`.
@@ -144,14 +107,6 @@ impl RolloutResult {
             total_seconds: 0.0,
             trajectory: Trajectory::default(),
         }
-    }
-}
-
-/// A rollout whose task panicked (a host bug): recorded as an error under its own name.
-pub fn panic_result(task_id: &str, harness: &str, attempt: u32, e: &str) -> RolloutResult {
-    RolloutResult {
-        error: Some(format!("rollout task failed: {e}")),
-        ..RolloutResult::pending(task_id, harness, attempt)
     }
 }
 
@@ -191,6 +146,8 @@ pub async fn rollout(
     spec.block_network = !task.allow_internet;
     spec.cpu = task.cpus;
     spec.memory_bytes = task.memory_bytes;
+    spec.pids = job.sandbox_pids;
+    spec.disk_bytes = job.sandbox_disk_bytes;
     spec.env = task.env.clone();
     spec.workdir = task.workdir.clone();
     spec.ttl_seconds = Some((task.agent_timeout_sec + task.verifier_timeout_sec + 600.0) as u64);

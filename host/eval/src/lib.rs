@@ -7,7 +7,7 @@ mod metrics;
 mod report;
 mod task;
 
-pub use job::{Job, Placement, RolloutResult, RolloutStatus, panic_result, rollout, run_job};
+pub use job::{Job, Placement, RolloutResult, RolloutStatus, rollout};
 pub use metrics::{pass_at_k, pass_hat_k};
 pub use report::trajectory_line;
 pub use report::{HarnessSummary, Summary, TaskSummary, summarize, write_outputs};

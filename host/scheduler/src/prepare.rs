@@ -26,6 +26,9 @@ pub struct Env {
     /// API keys given to this process directly (the CLI's `--api-key`), by secret name; looked
     /// up before the store's secrets. Never stored.
     pub local_secrets: BTreeMap<String, String>,
+    /// The server's rules for what clients may ask of sandboxes: every task's image and
+    /// resources pass them (`None` for the operator's own `orchard eval`).
+    pub admission: Option<Arc<orchard_admission::Admission>>,
 }
 
 /// A job ready to run rollouts.
@@ -41,6 +44,8 @@ pub struct Prepared {
     limits: Limits,
     grants: Grants,
     registry: Arc<Registry>,
+    sandbox_pids: Option<u64>,
+    sandbox_disk_bytes: Option<u64>,
     /// Plugins named by path (`orchard eval --harness ./mine.wasm`), loaded once.
     local: HashMap<String, Arc<Plugin>>,
 }
@@ -54,12 +59,31 @@ fn err(message: impl Into<String>) -> PrepareError {
 }
 
 impl Prepared {
-    pub async fn new(env: &Env, eval_id: &str, tenant: &str, spec: EvalSpec) -> Result<Prepared, PrepareError> {
+    pub async fn new(env: &Env, eval_id: &str, tenant: &str, mut spec: EvalSpec) -> Result<Prepared, PrepareError> {
         let dir = tasks_dir(env, tenant, &spec.tasks).await?;
-        let tasks = tokio::task::spawn_blocking(move || orchard_eval::load_tasks(&dir))
+        let mut tasks = tokio::task::spawn_blocking(move || orchard_eval::load_tasks(&dir))
             .await
             .map_err(|e| err(format!("loading tasks: {e}")))?
             .map_err(|e| err(format!("tasks: {e}")))?;
+        let (mut sandbox_pids, mut sandbox_disk_bytes) = (None, None);
+        if let Some(admission) = &env.admission {
+            // What a client may not ask of a sandbox directly, it may not ask through a task.
+            spec.image = admission.images.admit(&spec.image).map_err(|e| err(e.to_string()))?;
+            for task in &mut tasks {
+                let mut probe =
+                    orchard_sandbox::SandboxSpec::new(tenant, task.image.clone().unwrap_or_else(|| spec.image.clone()));
+                probe.image =
+                    admission.images.admit(&probe.image).map_err(|e| err(format!("task {}: {e}", task.id)))?;
+                probe.cpu = task.cpus;
+                probe.memory_bytes = task.memory_bytes;
+                admission.resources.apply(&mut probe).map_err(|e| err(format!("task {}: {e}", task.id)))?;
+                task.image = Some(probe.image);
+                task.cpus = probe.cpu;
+                task.memory_bytes = probe.memory_bytes;
+                sandbox_pids = probe.pids;
+                sandbox_disk_bytes = probe.disk_bytes;
+            }
+        }
         let task_order = tasks.iter().map(|t| t.id.clone()).collect();
         let mut grants = Grants::default();
         for g in &spec.grants {
@@ -91,6 +115,8 @@ impl Prepared {
             },
             grants,
             registry: env.registry.clone(),
+            sandbox_pids,
+            sandbox_disk_bytes,
             spec,
         };
         // Every plugin is checked now, so that a bad name fails the job at once.
@@ -142,6 +168,8 @@ impl Prepared {
             harness_config: self.spec.config.clone(),
             limits: self.limits,
             grants: self.grants.clone(),
+            sandbox_pids: self.sandbox_pids,
+            sandbox_disk_bytes: self.sandbox_disk_bytes,
         })
     }
 
@@ -205,6 +233,27 @@ async fn tasks_dir(env: &Env, tenant: &str, source: &TaskSource) -> Result<PathB
     }
 }
 
+/// Whether a symlink at `name` (relative to the archive's root) pointing at `target` resolves
+/// inside the archive, by its text (nothing on disk is consulted).
+fn link_stays_inside(name: &Path, target: &Path) -> bool {
+    if target.is_absolute() {
+        return false;
+    }
+    let mut depth: i64 = name.components().filter(|c| matches!(c, std::path::Component::Normal(_))).count() as i64 - 1;
+    for c in target.components() {
+        match c {
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::ParentDir => depth -= 1,
+            std::path::Component::CurDir => {}
+            _ => return false,
+        }
+        if depth < 0 {
+            return false;
+        }
+    }
+    true
+}
+
 /// Unpacks a task archive into `dir` (atomically: a half-unpacked folder is never used).
 pub fn unpack(gz: &[u8], dir: &Path) -> std::io::Result<()> {
     let staging = dir.with_extension(format!("partial-{}", std::process::id()));
@@ -213,10 +262,22 @@ pub fn unpack(gz: &[u8], dir: &Path) -> std::io::Result<()> {
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(gz));
     for entry in archive.entries()? {
         let mut entry = entry?;
-        // Refuses absolute names, `..` and links out (tar's own check), and anything but files,
-        // folders and in-archive symlinks.
+        // Refuses absolute names and `..` (tar's own check), links that lead out of the archive
+        // (a task's files are read on the host: a link to /etc/shadow must not become an
+        // instruction), and anything but files, folders and such links.
         match entry.header().entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Directory | tar::EntryType::Symlink => {}
+            tar::EntryType::Regular | tar::EntryType::Directory => {}
+            tar::EntryType::Symlink => {
+                let name = entry.path()?.into_owned();
+                let target = entry.link_name()?.map(|t| t.into_owned()).unwrap_or_default();
+                if !link_stays_inside(&name, &target) {
+                    return Err(std::io::Error::other(format!(
+                        "entry {} links to {}, outside the archive",
+                        name.display(),
+                        target.display()
+                    )));
+                }
+            }
             _ => continue,
         }
         if !entry.unpack_in(&staging)? {

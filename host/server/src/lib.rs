@@ -37,7 +37,7 @@ pub struct AppState {
     pub backend: Arc<dyn Backend>,
     pub keys: ApiKeys,
     /// What API clients may ask for: images, resources, quotas.
-    pub admission: orchard_admission::Admission,
+    pub admission: Arc<orchard_admission::Admission>,
     pub jobs: jobs::JobStore,
     /// The plugin registry, when the server runs plugins.
     pub plugins: Option<Arc<orchard_runtime::Registry>>,
@@ -49,7 +49,7 @@ impl AppState {
     pub fn new(
         backend: Arc<dyn Backend>,
         keys: ApiKeys,
-        admission: orchard_admission::Admission,
+        admission: Arc<orchard_admission::Admission>,
         plugins: Option<Arc<orchard_runtime::Registry>>,
     ) -> Arc<Self> {
         Arc::new(AppState { backend, keys, admission, jobs: jobs::JobStore::default(), plugins, evals: None })
