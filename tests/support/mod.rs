@@ -276,6 +276,18 @@ impl Server {
         }
     }
 
+    /// The server process's pid, while this handle owns it.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Waits for a server process that was signalled from outside to exit.
+    pub fn wait(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
     /// Kills the server without letting it clean up (a crash).
     pub fn crash(&mut self) {
         if let Some(mut child) = self.child.take() {

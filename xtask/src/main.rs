@@ -38,6 +38,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("npm", "npm"),
     // deploy/ renders with `kubectl kustomize` (Debian's kubectl when the machine has none).
     ("kubectl", "kubernetes-client"),
+    // The evaluation service's tests start a real PostgreSQL (initdb into a temporary directory).
+    ("pg_ctlcluster", "postgresql"),
 ];
 
 /// Python packages the tests use, by module: the Kubernetes API server double and the

@@ -55,5 +55,10 @@ pub fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
     if bytes.is_empty() {
         return Err(ApiError::invalid("body: expected a JSON object, got nothing"));
     }
-    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid(format!("body: {e}")))
+    // Names the field that failed (`body: attempts: invalid type …`).
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| match e.path().to_string().as_str() {
+        "." => ApiError::invalid(format!("body: {}", e.inner())),
+        path => ApiError::invalid(format!("body: {path}: {}", e.inner())),
+    })
 }

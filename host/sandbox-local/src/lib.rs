@@ -421,6 +421,18 @@ impl LocalBackend {
         self.reserved.lock().unwrap_or_else(|p| p.into_inner()).id_slots.remove(&slot);
     }
 
+    /// Creates the sandbox whose id `reserve` took, and registers it.
+    async fn create_reserved(&self, id: &str, spec: &SandboxSpec) -> Result<SandboxInfo> {
+        let created = self.create_inner(id, spec).await;
+        let outcome = created.map(|sandbox| {
+            let info = sandbox.info();
+            self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), sandbox);
+            info
+        });
+        self.release(id);
+        outcome
+    }
+
     async fn create_inner(&self, id: &str, spec: &SandboxSpec) -> Result<Arc<LocalSandbox>> {
         let t0 = std::time::Instant::now();
         let image = self.images.resolve(&spec.image).await.map_err(|e| SandboxError::Image {
@@ -705,14 +717,21 @@ impl Backend for LocalBackend {
             return Ok(info);
         }
         let id = self.reserve(&spec)?;
-        let created = self.create_inner(&id, &spec).await;
-        let outcome = created.map(|sandbox| {
-            let info = sandbox.info();
-            self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), sandbox);
-            info
+        let Some(backend) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+            return self.create_reserved(&id, &spec).await;
+        };
+        // Made on a task of its own: a caller that goes away half-way (a client hanging up, a
+        // cancelled rollout) must not leave half a sandbox behind. One that went away gets its
+        // finished sandbox deleted.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let outcome = backend.create_reserved(&id, &spec).await;
+            if let Err(Ok(info)) = tx.send(outcome) {
+                tracing::debug!(sandbox = %info.id, "deleting a sandbox whose creator went away");
+                let _ = backend.delete(&info.id).await;
+            }
         });
-        self.release(&id);
-        outcome
+        rx.await.unwrap_or_else(|_| Err(SandboxError::Backend("sandbox creation was interrupted".into())))
     }
 
     async fn get(&self, id: &str) -> Result<SandboxInfo> {

@@ -211,6 +211,11 @@ async fn tasks_dir(env: &Env, tenant: &str, source: &TaskSource) -> Result<PathB
         TaskSource::Archive(id) => {
             let safe: String = id.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
             let dir = env.datasets_dir.join(&safe);
+            // Another tenant's archive is as good as absent, even when it is unpacked here.
+            let owner = env.store.blob_owner(id).await.map_err(|e| err(format!("tasks: {e}")))?;
+            if owner.as_deref() != Some(tenant) {
+                return Err(err(format!("tasks.archive: no uploaded archive {id}")));
+            }
             if dir.join(".complete").is_file() {
                 return Ok(dir);
             }
@@ -221,7 +226,7 @@ async fn tasks_dir(env: &Env, tenant: &str, source: &TaskSource) -> Result<PathB
                 .map_err(|e| err(format!("tasks: {e}")))?
                 .ok_or_else(|| err(format!("tasks: no uploaded archive {id}")))?;
             if owner != tenant {
-                return Err(err(format!("tasks: no uploaded archive {id}")));
+                return Err(err(format!("tasks.archive: no uploaded archive {id}")));
             }
             let target = dir.clone();
             tokio::task::spawn_blocking(move || unpack(&bytes, &target))

@@ -26,4 +26,10 @@ impl Store {
             sqlx::query("SELECT tenant, data FROM blobs WHERE id = $1").bind(id).fetch_optional(&self.read).await?;
         row.map(|r| Ok((get_str(&r, "tenant")?, r.try_get::<Vec<u8>, _>("data")?))).transpose()
     }
+
+    /// The tenant that uploaded the blob, without reading its bytes.
+    pub async fn blob_owner(&self, id: &str) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT tenant FROM blobs WHERE id = $1").bind(id).fetch_optional(&self.read).await?;
+        row.map(|r| get_str(&r, "tenant")).transpose()
+    }
 }

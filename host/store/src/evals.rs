@@ -323,7 +323,7 @@ impl Store {
                     SUM(CASE WHEN passed = 1 THEN 1 ELSE 0 END) AS passed,
                     SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS errored,
                     SUM(CASE WHEN status = 'unknown' THEN 1 ELSE 0 END) AS unknown,
-                    SUM(COALESCE(reward, 0)) AS reward_sum
+                    CAST(SUM(COALESCE(reward, 0.0)) AS DOUBLE PRECISION) AS reward_sum
              FROM rollouts WHERE eval_id = $1 AND state = 'done'
              GROUP BY task_id, harness",
         )

@@ -130,11 +130,16 @@ pub(crate) fn get_i64(row: &AnyRow, col: &str) -> Result<i64> {
 }
 
 pub(crate) fn get_f64(row: &AnyRow, col: &str) -> Result<f64> {
-    Ok(row.try_get::<f64, _>(col)?)
+    Ok(get_opt_f64(row, col)?.unwrap_or(0.0))
 }
 
+/// A number column. SQLite answers an aggregate over whole numbers (a `SUM` of rewards that
+/// are all 0 and 1) as an integer, so both are read.
 pub(crate) fn get_opt_f64(row: &AnyRow, col: &str) -> Result<Option<f64>> {
-    Ok(row.try_get::<Option<f64>, _>(col)?)
+    match row.try_get::<Option<f64>, _>(col) {
+        Ok(v) => Ok(v),
+        Err(_) => Ok(row.try_get::<Option<i64>, _>(col)?.map(|v| v as f64)),
+    }
 }
 
 /// Compressed JSON: trajectories can be megabytes of text that gzip shrinks several times.

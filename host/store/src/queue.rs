@@ -54,7 +54,7 @@ impl Store {
     /// Running rollouts per tenant, over every job (for fairness and quotas across replicas).
     pub async fn running_per_tenant(&self) -> Result<BTreeMap<String, i64>> {
         let rows = sqlx::query(
-            "SELECT tenant, SUM(running) AS running FROM evals WHERE status IN ('queued', 'running', 'cancelled') \
+            "SELECT tenant, CAST(SUM(running) AS BIGINT) AS running FROM evals WHERE status IN ('queued', 'running', 'cancelled') \
              GROUP BY tenant",
         )
         .fetch_all(&self.read)

@@ -58,6 +58,16 @@ async fn claims_are_exclusive_finishes_count_and_lapsed_leases_requeue() {
         assert_eq!(all.len(), 4, "a rollout was claimed twice");
         let e = store.eval(&id).await.unwrap().unwrap();
         assert_eq!((e.queued, e.running, e.status.as_str()), (1, 4, "running"));
+        // What fairness and quotas read, over every job (aggregates decode on both databases).
+        assert_eq!(store.running_per_tenant().await.unwrap().get("alice"), Some(&4));
+        assert!(
+            store
+                .evals_waiting()
+                .await
+                .unwrap()
+                .iter()
+                .any(|(e, t, q, r)| (e, t, *q, *r) == (&id, &"alice".to_string(), 1, 4))
+        );
 
         // Only the holder finishes; a result lands once.
         assert!(!store.finish("runner-b", &id, &a[0].rollout_id, &finished("graded", true)).await.unwrap());

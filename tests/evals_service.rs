@@ -1,0 +1,313 @@
+//! The hosted evaluation service: jobs submitted over HTTP, followed live, read back every way,
+//! kept apart per tenant, cancelled and retried, and durable across a kill -9 of the server, on
+//! SQLite and on a real PostgreSQL with two replicas.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use orchard_tests::postgres::Postgres;
+use orchard_tests::{Server, ServerOptions};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// The example tasks as a .tar.gz (what `orchard eval --server` uploads).
+fn examples_archive() -> Vec<u8> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/tasks");
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    tar.append_dir_all(".", &dir).unwrap();
+    tar.into_inner().unwrap().finish().unwrap()
+}
+
+async fn upload(server: &Server, archive: Vec<u8>) -> String {
+    let resp = server.request(Method::POST, "/v1/datasets").body(archive).send().await.unwrap();
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(status, 201, "{v}");
+    v["id"].as_str().unwrap().to_string()
+}
+
+fn oracle_job(dataset: &str, attempts: u32, concurrency: u32) -> Value {
+    json!({"tasks": {"archive": dataset}, "harnesses": ["oracle"], "tools": ["shell"], "grader": "script",
+           "grants": ["solution"], "attempts": attempts, "concurrency": concurrency})
+}
+
+async fn submit(server: &Server, job: Value) -> String {
+    let (status, v) = server.call(Method::POST, "/v1/evals", Some(job)).await;
+    assert_eq!(status, 201, "{v}");
+    v["id"].as_str().unwrap().to_string()
+}
+
+async fn wait_for(server: &Server, id: &str, what: &str, timeout: Duration, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (status, v) = server.call(Method::GET, &format!("/v1/evals/{id}"), None).await;
+        assert_eq!(status, 200, "{v}");
+        if done(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}: {v}\n{}", server.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn keys() -> ServerOptions {
+    ServerOptions { api_keys: Some("alice:alice-key-1234,bob:bob-key-123456".into()), ..Default::default() }
+}
+
+#[tokio::test]
+async fn an_evaluation_runs_on_the_server_and_reads_back_every_way() {
+    let server = Server::start_with(keys()).await;
+    let alice = Server::attach(&server.url, &server.state_dir).with_key("alice-key-1234");
+    let bob = Server::attach(&server.url, &server.state_dir).with_key("bob-key-123456");
+    let dataset = upload(&alice, examples_archive()).await;
+    let id = submit(&alice, oracle_job(&dataset, 2, 4)).await;
+
+    // Live: every rollout as it finishes, counts, then the end.
+    let resp = alice.request(Method::GET, &format!("/v1/evals/{id}/events")).send().await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.bytes_stream();
+    let (mut text, mut seen) = (String::new(), BTreeSet::new());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !text.contains("event: end") {
+        let chunk = tokio::time::timeout_at(deadline.into(), body.next()).await.expect("the events stream stalled");
+        text.push_str(&String::from_utf8_lossy(&chunk.expect("stream ended early").unwrap()));
+    }
+    for block in text.split("\n\n").filter(|b| b.contains("event: rollout")) {
+        let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+        let row: Value = serde_json::from_str(data).unwrap();
+        assert_eq!((row["state"].as_str(), row["passed"].as_bool()), (Some("done"), Some(true)), "{row}");
+        seen.insert(row["rollout_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(seen.len(), 10, "{text}");
+    assert!(text.contains("event: counts"), "{text}");
+
+    // The job: counts, summary, the matrix.
+    let (_, eval) = alice.call(Method::GET, &format!("/v1/evals/{id}"), None).await;
+    assert_eq!(eval["status"], "done", "{eval}");
+    assert_eq!((eval["counts"]["done"].as_i64(), eval["counts"]["passed"].as_i64()), (Some(10), Some(10)));
+    assert_eq!(eval["summary"]["pass_at_k"], 1.0, "{eval}");
+    assert_eq!(eval["matrix"]["cells"].as_array().unwrap().len(), 5);
+    assert_eq!(eval["matrix"]["harnesses"], json!(["oracle@0.1.0"]));
+
+    // Pages by cursor, filters.
+    let (_, page) = alice.call(Method::GET, &format!("/v1/evals/{id}/rollouts?limit=3"), None).await;
+    assert_eq!(page["rollouts"].as_array().unwrap().len(), 3);
+    let cursor = page["next_cursor"].as_i64().unwrap();
+    let (_, rest) = alice.call(Method::GET, &format!("/v1/evals/{id}/rollouts?limit=100&cursor={cursor}"), None).await;
+    assert_eq!(rest["rollouts"].as_array().unwrap().len(), 7);
+    assert!(rest["next_cursor"].is_null());
+    let (_, one_task) =
+        alice.call(Method::GET, &format!("/v1/evals/{id}/rollouts?task=hello-file&passed=true"), None).await;
+    assert_eq!(one_task["rollouts"].as_array().unwrap().len(), 2, "{one_task}");
+
+    // One rollout: the whole trajectory, and which plugin versions ran.
+    let rid = page["rollouts"][0]["rollout_id"].as_str().unwrap();
+    let (_, rollout) = alice.call(Method::GET, &format!("/v1/evals/{id}/rollouts/{rid}"), None).await;
+    assert!(!rollout["trajectory"]["steps"].as_array().unwrap().is_empty(), "{rollout}");
+    assert_eq!(rollout["result"]["plugins"]["oracle@0.1.0"].as_str().map(str::len), Some(64), "{rollout}");
+
+    // Export for training.
+    let text = alice
+        .request(Method::GET, &format!("/v1/evals/{id}/export?format=openai"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(text.lines().count(), 10);
+    assert!(text.lines().all(|l| serde_json::from_str::<Value>(l).unwrap()["messages"].is_array()));
+
+    // Another tenant sees nothing of it.
+    for path in [
+        format!("/v1/evals/{id}"),
+        format!("/v1/evals/{id}/rollouts"),
+        format!("/v1/evals/{id}/rollouts/{rid}"),
+        format!("/v1/evals/{id}/events"),
+        format!("/v1/evals/{id}/export?format=openai"),
+    ] {
+        let (status, _) = bob.call(Method::GET, &path, None).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let (status, _) = bob.call(Method::POST, &format!("/v1/evals/{id}/cancel"), None).await;
+    assert_eq!(status, 404);
+    let (_, listed) = bob.call(Method::GET, "/v1/evals", None).await;
+    assert_eq!(listed["evals"].as_array().unwrap().len(), 0);
+    let (status, v) = bob.call(Method::POST, "/v1/evals", Some(oracle_job(&dataset, 1, 1))).await;
+    assert_eq!(status, 422, "bob used alice's dataset: {v}");
+    let (_, listed) = alice.call(Method::GET, "/v1/evals", None).await;
+    assert_eq!(listed["evals"][0]["id"], id.as_str());
+
+    // Secrets: set, listed by name, never answered, not another tenant's.
+    let (status, _) = alice.call(Method::PUT, "/v1/secrets/openai", Some(json!({"value": "sk-very-secret"}))).await;
+    assert_eq!(status, 200);
+    let (_, names) = alice.call(Method::GET, "/v1/secrets", None).await;
+    assert_eq!(names, json!({"secrets": [{"name": "openai"}]}));
+    assert!(!names.to_string().contains("sk-very-secret"));
+    let (_, names) = bob.call(Method::GET, "/v1/secrets", None).await;
+    assert_eq!(names, json!({"secrets": []}));
+    let mut with_model = oracle_job(&dataset, 1, 1);
+    with_model["model"] = json!({"url": "http://127.0.0.1:9/v1", "name": "m", "api_key_secret": "openai"});
+    let model_job = submit(&alice, with_model).await;
+    let (_, stored) = alice.call(Method::GET, &format!("/v1/evals/{model_job}"), None).await;
+    assert!(!stored.to_string().contains("sk-very-secret"), "{stored}");
+    assert!(!server.log().contains("sk-very-secret"));
+
+    // Bad requests name what is wrong.
+    for (job, field) in [
+        (json!({"tasks": {"dir": "/etc"}, "harnesses": ["oracle"], "grader": "script"}), "tasks.dir"),
+        (json!({"tasks": {"archive": dataset}, "harnesses": ["nope"], "grader": "script"}), "nope"),
+        (json!({"tasks": {"archive": dataset}, "harnesses": ["oracle"], "grader": "oracle"}), "not a grader"),
+        (json!({"tasks": {"archive": dataset}, "harnesses": [], "grader": "script"}), "harnesses"),
+        (
+            json!({"tasks": {"archive": dataset}, "harnesses": ["oracle"], "grader": "script", "attempts": "x"}),
+            "attempts",
+        ),
+    ] {
+        let (status, v) = alice.call(Method::POST, "/v1/evals", Some(job.clone())).await;
+        assert_eq!(status, 422, "{job} -> {v}");
+        assert!(v["detail"].as_str().unwrap().contains(field), "{job} -> {v}");
+    }
+}
+
+/// A dataset whose tasks' sandboxes cannot start (an image that does not exist): every rollout
+/// errors, and retry runs exactly those again.
+fn broken_archive() -> Vec<u8> {
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    for (name, body) in [
+        ("broken/instruction.md", "Nothing to do.\n"),
+        ("broken/task.toml", "[environment]\ndocker_image = \"registry.test/missing:1\"\n"),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        tar.append_data(&mut h, name, body.as_bytes()).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap()
+}
+
+#[tokio::test]
+async fn cancel_stops_what_runs_and_retry_runs_only_what_failed() {
+    let server = Server::start_with(ServerOptions {
+        extra_args: ["--allowed-registry", "registry.test", "--eval-concurrency", "2"].map(String::from).to_vec(),
+        ..Default::default()
+    })
+    .await;
+    let dataset = upload(&server, examples_archive()).await;
+    let id = submit(&server, oracle_job(&dataset, 30, 2)).await;
+    wait_for(&server, &id, "two rollouts done", Duration::from_secs(120), |v| v["counts"]["done"].as_i64() >= Some(2))
+        .await;
+    let (status, v) = server.call(Method::POST, &format!("/v1/evals/{id}/cancel"), None).await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")), "{v}");
+    let eval =
+        wait_for(&server, &id, "nothing running", Duration::from_secs(30), |v| v["counts"]["running"] == 0).await;
+    let counts = &eval["counts"];
+    assert_eq!(counts["queued"], 0, "{eval}");
+    assert_eq!(counts["done"].as_i64().unwrap() + counts["cancelled"].as_i64().unwrap(), 150, "{eval}");
+    // The cancelled rollouts' sandboxes are gone too.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(server.state_dir.join("run/sandboxes")).unwrap().count() > 0 {
+        let left: Vec<_> = std::fs::read_dir(server.state_dir.join("run/sandboxes"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(Instant::now() < deadline, "sandboxes of cancelled rollouts were left: {left:?}\n{}", server.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, _) = server.call(Method::POST, &format!("/v1/evals/{id}/retry"), None).await;
+    assert_eq!(status, 409, "a cancelled job is not retried");
+
+    let broken = upload(&server, broken_archive()).await;
+    let mut job = oracle_job(&broken, 3, 3);
+    job["harnesses"] = json!(["oracle"]);
+    let id = submit(&server, job).await;
+    let eval = wait_for(&server, &id, "the broken job", Duration::from_secs(60), |v| v["status"] == "done").await;
+    assert_eq!(eval["counts"]["errored"], 3, "{eval}");
+    let (_, rows) = server.call(Method::GET, &format!("/v1/evals/{id}/rollouts"), None).await;
+    assert!(rows["rollouts"][0]["error"].as_str().unwrap().contains("sandbox"), "{rows}");
+    let (status, v) = server.call(Method::POST, &format!("/v1/evals/{id}/retry"), None).await;
+    assert_eq!((status, v["retried"].as_i64()), (200, Some(3)), "{v}");
+    let eval = wait_for(&server, &id, "the retried job", Duration::from_secs(60), |v| v["status"] == "done").await;
+    assert_eq!((eval["counts"]["errored"].as_i64(), eval["counts"]["done"].as_i64()), (Some(3), Some(3)), "{eval}");
+    let (_, rows) = server.call(Method::GET, &format!("/v1/evals/{id}/rollouts"), None).await;
+    assert!(rows["rollouts"].as_array().unwrap().iter().all(|r| r["tries"] == 2), "{rows}");
+}
+
+/// Finish times of the rollouts done so far, by id (a rollout run twice would change its own).
+async fn finished(server: &Server, id: &str) -> std::collections::BTreeMap<String, f64> {
+    let (_, rows) = server.call(Method::GET, &format!("/v1/evals/{id}/rollouts?state=done&limit=1000"), None).await;
+    rows["rollouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["rollout_id"].as_str().unwrap().to_string(), r["finished_at"].as_f64().unwrap()))
+        .collect()
+}
+
+fn kill9(server: &mut Server) {
+    let pid = server.pid().expect("a server of ours");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    server.wait();
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_job_goes_on_after_a_restart_without_redoing_or_losing_anything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let opts = || ServerOptions {
+        state_dir: Some(state.clone()),
+        extra_args: ["--eval-concurrency", "2"].map(String::from).to_vec(),
+        ..Default::default()
+    };
+    let mut first = Server::start_with(opts()).await;
+    let dataset = upload(&first, examples_archive()).await;
+    let id = submit(&first, oracle_job(&dataset, 6, 2)).await;
+    wait_for(&first, &id, "some rollouts done", Duration::from_secs(120), |v| v["counts"]["done"].as_i64() >= Some(5))
+        .await;
+    let before = finished(&first, &id).await;
+    kill9(&mut first);
+
+    let second = Server::start_with(opts()).await;
+    let eval = wait_for(&second, &id, "the job to finish", Duration::from_secs(180), |v| v["status"] == "done").await;
+    assert_eq!((eval["counts"]["done"].as_i64(), eval["counts"]["passed"].as_i64()), (Some(30), Some(30)), "{eval}");
+    let after = finished(&second, &id).await;
+    assert_eq!(after.len(), 30);
+    for (rid, at) in &before {
+        assert_eq!(after.get(rid), Some(at), "{rid} was run again after the restart");
+    }
+    // The dead run's sandboxes were reconciled away.
+    assert_eq!(std::fs::read_dir(state.join("run/sandboxes")).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn two_replicas_on_postgres_share_a_job_and_survive_one_being_killed() {
+    let postgres = Postgres::start();
+    let database = postgres.database("orchard_two_replicas").await;
+    let replica = |name: &str| ServerOptions {
+        extra_args: ["--database", &database, "--eval-concurrency", "2", "--eval-lease", "3", "--replica", name]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    };
+    let a = Server::start_with(replica("replica-a")).await;
+    let mut b = Server::start_with(replica("replica-b")).await;
+    let dataset = upload(&a, examples_archive()).await;
+    let id = submit(&a, oracle_job(&dataset, 8, 4)).await;
+    // Both replicas claim from the one queue.
+    wait_for(&b, &id, "progress", Duration::from_secs(120), |v| v["counts"]["done"].as_i64() >= Some(6)).await;
+    let before = finished(&a, &id).await;
+    kill9(&mut b);
+    let eval =
+        wait_for(&a, &id, "the job to finish on replica a", Duration::from_secs(240), |v| v["status"] == "done").await;
+    assert_eq!((eval["counts"]["done"].as_i64(), eval["counts"]["passed"].as_i64()), (Some(40), Some(40)), "{eval}");
+    let after = finished(&a, &id).await;
+    assert_eq!(after.len(), 40);
+    for (rid, at) in &before {
+        assert_eq!(after.get(rid), Some(at), "{rid} was run again");
+    }
+    let (_, rows) = a.call(Method::GET, &format!("/v1/evals/{id}/rollouts?limit=1000"), None).await;
+    let retried = rows["rollouts"].as_array().unwrap().iter().filter(|r| r["tries"].as_i64() > Some(1)).count();
+    assert!(retried <= 2, "only what replica b held when it died runs again: {retried}");
+}
