@@ -311,3 +311,101 @@ async fn two_replicas_on_postgres_share_a_job_and_survive_one_being_killed() {
     let retried = rows["rollouts"].as_array().unwrap().iter().filter(|r| r["tries"].as_i64() > Some(1)).count();
     assert!(retried <= 2, "only what replica b held when it died runs again: {retried}");
 }
+
+fn examples_dir() -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/tasks").display().to_string()
+}
+
+#[tokio::test]
+async fn orchard_eval_with_a_server_submits_follows_detaches_and_reattaches() {
+    let server = Server::start_with(keys()).await;
+    let url = server.url.clone();
+    let alice = [("ORCHARD_API_KEY", "alice-key-1234")];
+
+    // A wrong key is refused with a message that says which setting to fix.
+    let tasks = examples_dir();
+    let job_args = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["eval", &tasks, "--harness", "oracle", "--tools", "shell", "--grader", "script"]
+            .map(String::from)
+            .to_vec();
+        args.extend(["--grant", "solution", "--server", &url].map(String::from));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let args = job_args(&[]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, stderr) = orchard_tests::orchard_with_env(&argv, &[("ORCHARD_API_KEY", "wrong-key-0000")]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("ORCHARD_API_KEY"), "{stderr}");
+    // A plugin file cannot be sent: refused before anything is uploaded.
+    let wasm = format!("{}/oracle.wasm", orchard_tests::plugin_dir().display());
+    let args = job_args(&["--harness", &wasm]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, stderr) = orchard_tests::orchard_with_env(&argv, &alice);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("PUT /v1/plugins"), "{stderr}");
+
+    // Ctrl-C detaches: the command exits 130 and the job goes on on the server.
+    let args = job_args(&["--attempts", "4", "--concurrency", "1"]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = orchard_tests::orchard_command(&argv)
+        .envs(alice)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = String::new();
+    let id = loop {
+        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("no job id in: {seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some(rest) = line.split("--follow ").nth(1) {
+            break rest.split('`').next().unwrap().to_string();
+        }
+    };
+    let server = server.with_key("alice-key-1234");
+    wait_for(&server, &id, "a first rollout", Duration::from_secs(60), |v| v["counts"]["done"].as_i64() >= Some(1))
+        .await;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    let rest: Vec<String> = rx.try_iter().collect();
+    assert_eq!(status.code(), Some(130), "{seen}{}", rest.join("\n"));
+    assert!(rest.iter().any(|l| l.contains("detached")), "{}", rest.join("\n"));
+    let (_, v) = server.call(Method::GET, &format!("/v1/evals/{id}"), None).await;
+    assert_ne!(v["status"], "cancelled", "detaching does not cancel: {v}");
+
+    // --follow re-attaches to the end and downloads what a local run writes.
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("results");
+    let out_arg = out_dir.display().to_string();
+    let (code, stdout, stderr) =
+        orchard_tests::orchard_with_env(&["eval", "--server", &url, "--follow", &id, "--out", &out_arg], &alice);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("20 passed of 20 rollouts"), "{stdout}");
+    assert_eq!(std::fs::read_dir(out_dir.join("rollouts")).unwrap().count(), 20);
+    let summary: Value = serde_json::from_slice(&std::fs::read(out_dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["passed"], 20, "{summary}");
+    let lines = std::fs::read_to_string(out_dir.join("trajectories.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 20);
+    let one: Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("rollouts/hello-file__oracle__1.json")).unwrap()).unwrap();
+    assert_eq!(one["passed"], true, "{one}");
+    let first: Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    assert!(!first["trajectory"]["steps"].as_array().unwrap().is_empty(), "{first}");
+
+    // Bob cannot follow Alice's job.
+    let (code, _, stderr) = orchard_tests::orchard_with_env(
+        &["eval", "--server", &url, "--follow", &id],
+        &[("ORCHARD_API_KEY", "bob-key-123456")],
+    );
+    assert_eq!(code, 1);
+    assert!(stderr.contains("not found"), "{stderr}");
+}

@@ -64,18 +64,21 @@ pub fn orchard(args: &[&str]) -> (i32, String, String) {
     orchard_with_env(args, &[])
 }
 
-/// [`orchard`] with extra environment variables.
-pub fn orchard_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(orchard_bin())
-        .args(args)
-        .envs(env.iter().copied())
+/// `orchard <args>` ready to start, with the test build's agent and plugins.
+pub fn orchard_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(orchard_bin());
+    cmd.args(args)
         .env("ORCHARD_AGENT_BIN", agent_bin())
         .env("ORCHARD_PLUGIN_DIR", plugin_dir())
         // Shared by the tests: each compiles a component once, not once per run.
         .env("ORCHARD_PLUGIN_CACHE", workspace_target("test-plugin-cache"))
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run orchard");
+        .env("RUST_LOG", "warn");
+    cmd
+}
+
+/// [`orchard`] with extra environment variables.
+pub fn orchard_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = orchard_command(args).envs(env.iter().copied()).output().expect("run orchard");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -15,61 +15,80 @@ use crate::backend::{BackendKind, KubeArgs};
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// A task folder, or a folder of task folders (Harbor layout).
-    tasks: PathBuf,
+    #[arg(required_unless_present_any = ["follow", "dataset"])]
+    pub(crate) tasks: Option<PathBuf>,
     /// The harness: a shipped plugin's name or a path to a .wasm. Repeat it to run every task
     /// under each harness and get a task × harness matrix.
-    #[arg(long = "harness", required = true)]
-    harnesses: Vec<String>,
+    #[arg(long = "harness", required_unless_present = "follow")]
+    pub(crate) harnesses: Vec<String>,
     /// Tool adapters for the harness (repeatable).
     #[arg(long = "tools")]
-    tools: Vec<String>,
+    pub(crate) tools: Vec<String>,
     /// The grader.
-    #[arg(long)]
-    grader: String,
+    #[arg(long, required_unless_present = "follow")]
+    pub(crate) grader: Option<String>,
+    /// Run on an Orchard server (`orchard serve`) instead of here: the task folders are
+    /// uploaded, the job is submitted and followed; Ctrl-C detaches and the job goes on.
+    #[arg(long, value_name = "URL")]
+    pub(crate) server: Option<String>,
+    /// The server's API key.
+    #[arg(long, env = "ORCHARD_API_KEY", hide_env_values = true, requires = "server")]
+    pub(crate) server_key: Option<String>,
+    /// Re-attach to a job already submitted to --server: follow it to its end and print (and
+    /// with --out download) its results.
+    #[arg(long, value_name = "ID", requires = "server", conflicts_with_all = ["tasks", "dataset"])]
+    pub(crate) follow: Option<String>,
+    /// With --server: a dataset the server's operator registered, instead of uploading TASKS.
+    #[arg(long, requires = "server", conflicts_with = "tasks")]
+    pub(crate) dataset: Option<String>,
+    /// With --server: the name of the server-side secret (PUT /v1/secrets/NAME) holding the
+    /// model's API key. A key in --api-key / OPENAI_API_KEY is never sent to a server.
+    #[arg(long, requires = "server")]
+    pub(crate) api_key_secret: Option<String>,
     /// OpenAI-compatible base URL, e.g. http://localhost:8000/v1.
     #[arg(long, env = "ORCHARD_MODEL_URL")]
-    model: Option<String>,
+    pub(crate) model: Option<String>,
     /// The model's name in requests.
     #[arg(long, env = "ORCHARD_MODEL_NAME", default_value = "default")]
-    model_name: String,
+    pub(crate) model_name: String,
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
-    api_key: Option<String>,
+    pub(crate) api_key: Option<String>,
     /// A separate OpenAI-compatible endpoint for the grader's model calls (an LLM judge);
     /// the run's `--model` when absent. Same API key.
     #[arg(long, env = "ORCHARD_GRADER_MODEL_URL")]
-    grader_model: Option<String>,
+    pub(crate) grader_model: Option<String>,
     /// The grader model's name in requests.
     #[arg(long, env = "ORCHARD_GRADER_MODEL_NAME", default_value = "default")]
-    grader_model_name: String,
+    pub(crate) grader_model_name: String,
     /// Ask the endpoint for token logprobs (kept in the trajectory and in ATIF exports).
     #[arg(long)]
-    logprobs: bool,
+    pub(crate) logprobs: bool,
     /// Most model requests in flight at once.
     #[arg(long, default_value_t = 32)]
-    model_concurrency: usize,
+    pub(crate) model_concurrency: usize,
     /// Image for tasks that name no prebuilt one.
     #[arg(long, default_value = "host")]
-    image: String,
+    pub(crate) image: String,
     /// Attempts per task (pass@k uses k = attempts).
     #[arg(long, default_value_t = 1)]
-    attempts: u32,
+    pub(crate) attempts: u32,
     /// Rollouts at once.
     #[arg(long, default_value_t = 4)]
-    concurrency: usize,
+    pub(crate) concurrency: usize,
     /// Where results go [default: orchard-runs/<time>].
     #[arg(long)]
-    out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     /// Grant a capability beyond the defaults (e.g. `solution` for the oracle harness).
     #[arg(long = "grant")]
-    grants: Vec<String>,
+    pub(crate) grants: Vec<String>,
     /// Harness configuration, as JSON.
     #[arg(long, default_value = "{}")]
-    config: String,
+    pub(crate) config: String,
     /// Per plugin instance: CPU seconds and memory.
     #[arg(long, default_value_t = 120.0)]
-    plugin_cpu: f64,
+    pub(crate) plugin_cpu: f64,
     #[arg(long, default_value = "512Mi")]
-    plugin_memory: String,
+    pub(crate) plugin_memory: String,
     #[arg(long)]
     plugin_dir: Option<PathBuf>,
     #[arg(long, env = "ORCHARD_STATE_DIR")]
@@ -90,7 +109,7 @@ pub struct EvalArgs {
 const CLI_KEY: &str = "cli-api-key";
 
 impl EvalArgs {
-    /// The job this command line asks for.
+    /// The job this command line asks for, run here: tasks and plugins by local path.
     fn spec(&self) -> anyhow::Result<EvalSpec> {
         let canonical = |arg: &String| -> String {
             let p = std::path::Path::new(arg);
@@ -100,24 +119,34 @@ impl EvalArgs {
                 arg.clone()
             }
         };
-        let tasks = std::fs::canonicalize(&self.tasks)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", self.tasks.display()))?
-            .display()
-            .to_string();
+        let dir = self.tasks.as_ref().ok_or_else(|| anyhow::anyhow!("TASKS: a task folder is needed"))?;
+        let tasks =
+            std::fs::canonicalize(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?.display().to_string();
+        let secret = self.api_key.as_ref().map(|_| CLI_KEY.to_string());
+        self.spec_with(TaskSource::Dir(tasks), canonical, secret)
+    }
+
+    /// The job, with its tasks, plugin names and model key's secret as the caller resolves them.
+    pub(crate) fn spec_with(
+        &self,
+        tasks: TaskSource,
+        plugin: impl Fn(&String) -> String,
+        api_key_secret: Option<String>,
+    ) -> anyhow::Result<EvalSpec> {
         let model = |url: &Option<String>, name: &str, logprobs: bool| {
             url.as_ref().map(|url| ModelSpec {
                 url: url.clone(),
                 name: name.to_string(),
-                api_key_secret: self.api_key.as_ref().map(|_| CLI_KEY.to_string()),
+                api_key_secret: api_key_secret.clone(),
                 logprobs,
                 concurrency: self.model_concurrency,
             })
         };
         Ok(EvalSpec {
-            tasks: TaskSource::Dir(tasks),
-            harnesses: self.harnesses.iter().map(canonical).collect(),
-            tools: self.tools.iter().map(canonical).collect(),
-            grader: canonical(&self.grader),
+            tasks,
+            harnesses: self.harnesses.iter().map(&plugin).collect(),
+            tools: self.tools.iter().map(&plugin).collect(),
+            grader: self.grader.as_ref().map(&plugin).ok_or_else(|| anyhow::anyhow!("--grader is needed"))?,
             model: model(&self.model, &self.model_name, self.logprobs),
             grader_model: model(&self.grader_model, &self.grader_model_name, false),
             attempts: self.attempts.max(1),
@@ -133,6 +162,9 @@ impl EvalArgs {
 }
 
 pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32> {
+    if let Some(server) = args.server.clone() {
+        return crate::eval_remote::run(&args, &server).await;
+    }
     let spec = args.spec()?;
     let out = args.out.clone().unwrap_or_else(|| {
         let stamp =
@@ -213,11 +245,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
     let results = orchard_scheduler::results(&store, &eval.id).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let summary = summarize(&results, eval.k as u32);
     write_outputs(&out, &results, &summary)?;
-    if summary.harnesses.len() > 1 {
-        print_matrix(&summary);
-    } else {
-        print_summary(&summary);
-    }
+    print_tables(&summary);
     println!("results: {}", out.display());
     if interrupted {
         eprintln!(
@@ -251,20 +279,10 @@ fn describe(spec: &str) -> String {
 async fn follow(runner: &Arc<Runner>, eval_id: &str, out: &std::path::Path) -> bool {
     let store = runner.store().clone();
     let Ok(Some(start)) = store.eval(eval_id).await else { return false };
-    let bar = indicatif::ProgressBar::new(start.total as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} rollouts {msg}")
-            .expect("template"),
-    );
+    let bar = progress_bar(start.total as u64);
     let show = |bar: &indicatif::ProgressBar, e: &orchard_store::EvalRow| {
         bar.set_position(e.done as u64);
-        bar.set_message(format!(
-            "passed {} · failed {} · unknown {} · errors {}",
-            e.passed,
-            e.graded - e.passed,
-            e.unknown,
-            e.errored
-        ));
+        bar.set_message(counts_message(e.passed, e.graded - e.passed, e.unknown, e.errored));
     };
     show(&bar, &start);
     let mut events = runner.subscribe();
@@ -315,6 +333,30 @@ async fn follow(runner: &Arc<Runner>, eval_id: &str, out: &std::path::Path) -> b
     let _ = running.await;
     bar.finish();
     interrupted
+}
+
+/// The bar's message, the same here and when following a job on a server.
+pub(crate) fn counts_message(passed: i64, failed: i64, unknown: i64, errors: i64) -> String {
+    format!("passed {passed} · failed {failed} · unknown {unknown} · errors {errors}")
+}
+
+/// The progress bar of a job of `total` rollouts.
+pub(crate) fn progress_bar(total: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} rollouts {msg}")
+            .expect("template"),
+    );
+    bar
+}
+
+/// The tables at the end of a run: the task × harness matrix for several harnesses.
+pub(crate) fn print_tables(s: &Summary) {
+    if s.harnesses.len() > 1 {
+        print_matrix(s);
+    } else {
+        print_summary(s);
+    }
 }
 
 fn fmt(v: Option<f64>) -> String {

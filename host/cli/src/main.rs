@@ -4,6 +4,7 @@ mod admission_args;
 mod agent_bin;
 mod backend;
 mod eval;
+mod eval_remote;
 mod export;
 mod plugins;
 mod run;
@@ -49,6 +50,8 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     raise_fd_limit();
+    // One TLS provider for every client in the process (model endpoints, registries, servers).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match run_command(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {

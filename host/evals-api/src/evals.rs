@@ -201,19 +201,61 @@ pub async fn export(
 ) -> ApiResult<Response> {
     use orchard_eval::export::{Filter, Format};
     owned(&service, &tenant, &id).await?;
-    let format = Format::parse(&q.format).map_err(|e| ApiError::invalid(format!("format: {e}")))?;
+    // `results`: each finished rollout's whole result with its trajectory, as `orchard eval`
+    // writes it to rollouts/<id>.json (what `orchard eval --server … --out` downloads).
+    let format = match q.format.as_str() {
+        "results" => None,
+        other => Some(Format::parse(other).map_err(|e| ApiError::invalid(format!("format: {e} or results")))?),
+    };
     let filter = Filter { only_passed: q.only_passed, min_reward: q.min_reward };
-    let mut out = String::new();
-    let mut after = -1;
-    loop {
-        let page = service.env.store.results_page(&id, after, 200).await?;
-        let Some(last) = page.last() else { break };
-        after = last.0.seq;
-        let jsonl: String = page.iter().filter_map(|(_, doc)| doc.as_ref()).map(|d| format!("{d}\n")).collect();
-        for line in orchard_eval::export::export(&jsonl, format, &filter).map_err(ApiError::invalid)? {
-            out.push_str(&line);
-            out.push('\n');
+    // A page at a time from the store to the client: an export of a big job is never held whole.
+    let pages = futures::stream::unfold(Some(-1i64), move |after| {
+        let (service, id, filter) = (service.clone(), id.clone(), filter.clone());
+        async move {
+            let after = after?;
+            let page = match service.env.store.results_page(&id, after, 200).await {
+                Ok(page) => page,
+                Err(e) => return Some((Err(std::io::Error::other(e.to_string())), None)),
+            };
+            let last = page.last()?.0.seq;
+            let mut out = String::new();
+            for (row, doc) in &page {
+                match format {
+                    None => {
+                        if let Some(line) = result_line(row, doc.as_deref()) {
+                            out.push_str(&line);
+                            out.push('\n');
+                        }
+                    }
+                    Some(format) => {
+                        let Some(doc) = doc else { continue };
+                        let lines = orchard_eval::export::export(&format!("{doc}\n"), format, &filter)
+                            .map_err(std::io::Error::other);
+                        match lines {
+                            Ok(lines) => lines.into_iter().for_each(|l| {
+                                out.push_str(&l);
+                                out.push('\n');
+                            }),
+                            Err(e) => return Some((Err(e), None)),
+                        }
+                    }
+                }
+            }
+            Some((Ok::<_, std::io::Error>(out), Some(last)))
         }
+    });
+    let body = axum::body::Body::from_stream(pages);
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+}
+
+/// A rollout's stored result with its trajectory put back in, on one line.
+fn result_line(row: &orchard_store::RolloutRow, doc: Option<&str>) -> Option<String> {
+    let mut result: Value = serde_json::from_str(row.result.as_deref()?).ok()?;
+    if let Some(trajectory) = doc
+        .and_then(|d| serde_json::from_str::<Value>(d).ok())
+        .and_then(|mut d| d.get_mut("trajectory").map(Value::take))
+    {
+        result["trajectory"] = trajectory;
     }
-    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], out).into_response())
+    Some(result.to_string())
 }
