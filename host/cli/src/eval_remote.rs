@@ -61,7 +61,7 @@ impl Client {
     }
 
     async fn json(&self, what: &str, r: reqwest::RequestBuilder) -> anyhow::Result<Value> {
-        Ok(self.send(what, r).await?.json().await.with_context(|| format!("{what}: not JSON"))?)
+        self.send(what, r).await?.json().await.with_context(|| format!("{what}: not JSON"))
     }
 }
 
