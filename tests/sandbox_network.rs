@@ -121,8 +121,16 @@ async fn open_network_reaches_out_but_never_the_host_and_allowlists_narrow_it() 
         record["network"]["host_if"].as_str().unwrap().to_string(),
     );
     server.call(reqwest::Method::DELETE, &format!("/sandboxes/{open}"), None).await;
-    assert!(!std::path::Path::new(&format!("/run/netns/{netns}")).exists());
-    assert!(!std::path::Path::new(&format!("/sys/class/net/{host_if}")).exists());
+    // The answer comes once its processes are gone; the network is removed right behind it.
+    let gone = || {
+        !std::path::Path::new(&format!("/run/netns/{netns}")).exists()
+            && !std::path::Path::new(&format!("/sys/class/net/{host_if}")).exists()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !gone() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(gone(), "namespace {netns} or interface {host_if} still there 10 s after the delete");
     // A bad allowlist entry is refused by name.
     let (status, v) = server
         .call(

@@ -38,14 +38,19 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("npm", "npm"),
     // deploy/ renders with `kubectl kustomize` (Debian's kubectl when the machine has none).
     ("kubectl", "kubernetes-client"),
+    // The web UI's tests drive a real headless browser.
+    ("chromium", "chromium"),
     // The evaluation service's tests start a real PostgreSQL (initdb into a temporary directory).
     ("pg_ctlcluster", "postgresql"),
 ];
 
-/// Python packages the tests use, by module: the Kubernetes API server double and the
-/// offline schema validator for deploy/'s manifests.
-const PYTHON_TEST_TOOLS: &[(&str, &str)] =
-    &[("kmock", "kmock==0.8"), ("kubernetes_validate", "kubernetes-validate==1.37.0")];
+/// Python packages the tests use, by module: the Kubernetes API server double, the offline
+/// schema validator for deploy/'s manifests, and Schemathesis for the API against its OpenAPI.
+const PYTHON_TEST_TOOLS: &[(&str, &str)] = &[
+    ("kmock", "kmock==0.8"),
+    ("kubernetes_validate", "kubernetes-validate==1.37.0"),
+    ("schemathesis", "schemathesis==4.32.5"),
+];
 
 /// componentize-py, from PyPI: builds the graders written in Python.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";

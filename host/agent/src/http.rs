@@ -295,7 +295,29 @@ fn yes() -> bool {
     true
 }
 
-async fn file_write(State(state): State<AppState>, Q(q): Q<WriteQuery>, body: Body) -> AgentResult<Json<WriteResult>> {
+async fn file_write(State(state): State<AppState>, uri: axum::http::Uri, body: Body) -> AgentResult<Json<WriteResult>> {
+    let mut stream = body.into_data_stream();
+    let outcome = write_file(&state, &uri, &mut stream).await;
+    if outcome.is_err() {
+        drain(&mut stream).await;
+    }
+    outcome
+}
+
+/// Reads and drops what is left of a refused upload, so that the refusal reaches the client
+/// (an HTTP/1 client still sending its body reads no answer from a connection that closed).
+async fn drain(stream: &mut axum::body::BodyDataStream) {
+    while let Some(Ok(_)) = stream.next().await {}
+}
+
+async fn write_file(
+    state: &AppState,
+    uri: &axum::http::Uri,
+    stream: &mut axum::body::BodyDataStream,
+) -> AgentResult<Json<WriteResult>> {
+    let q: WriteQuery = axum::extract::Query::try_from_uri(uri)
+        .map(|q| q.0)
+        .map_err(|e| AgentError::invalid(format!("query: {}", e.body_text())))?;
     let mode = match &q.mode {
         Some(m) => {
             Some(u32::from_str_radix(m, 8).map_err(|_| AgentError::invalid(format!("mode: {m:?} is not octal")))?)
@@ -303,7 +325,6 @@ async fn file_write(State(state): State<AppState>, Q(q): Q<WriteQuery>, body: Bo
         None => None,
     };
     let mut write = files::AtomicWrite::begin(&state.confinement, &q.path, mode, q.create_parents)?;
-    let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| AgentError::invalid(format!("body: {e}")))?;
         write.write(&chunk)?;
@@ -340,14 +361,29 @@ async fn tar_download(State(state): State<AppState>, Q(q): Q<PathQuery>) -> Agen
     Ok(response)
 }
 
-async fn tar_upload(State(state): State<AppState>, Q(q): Q<PathQuery>, body: Body) -> AgentResult<Json<WriteResult>> {
-    let stream = body.into_data_stream().map(|r| r.map_err(std::io::Error::other));
-    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
+async fn tar_upload(State(state): State<AppState>, uri: axum::http::Uri, body: Body) -> AgentResult<Json<WriteResult>> {
+    let mut stream = body.into_data_stream();
+    let q: PathQuery = match axum::extract::Query::try_from_uri(&uri) {
+        Ok(q) => q.0,
+        Err(e) => {
+            drain(&mut stream).await;
+            return Err(AgentError::invalid(format!("query: {}", e.body_text())));
+        }
+    };
+    let stream = stream.map(|r| r.map_err(std::io::Error::other));
+    let mut reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
     let path = q.path.clone();
     let state2 = state.clone();
-    let (size, entries) = tokio::task::spawn_blocking(move || tar_io::extract(&state2.confinement, &path, reader))
-        .await
-        .map_err(|e| AgentError::other(format!("tar: {e}")))??;
+    let (size, entries) = tokio::task::spawn_blocking(move || {
+        let outcome = tar_io::extract(&state2.confinement, &path, &mut reader);
+        if outcome.is_err() {
+            // As for a refused file: the rest of the archive is read so that the answer arrives.
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        }
+        outcome
+    })
+    .await
+    .map_err(|e| AgentError::other(format!("tar: {e}")))??;
     Ok(Json(WriteResult { path: q.path, size, entries }))
 }
 

@@ -25,6 +25,10 @@ pub struct ServeArgs {
     /// File of `tenant:key` pairs (one per line or comma-separated). Overrides ORCHARD_API_KEYS.
     #[arg(long)]
     api_keys: Option<PathBuf>,
+    /// Tenants whose keys are admins: they replace shared plugins for everybody (others'
+    /// uploads are their own).
+    #[arg(long = "admin-tenant", env = "ORCHARD_ADMIN_TENANTS", value_delimiter = ',')]
+    admin_tenants: Vec<String>,
     /// Serve without API keys on a non-loopback address (never do this on a shared network).
     #[arg(long)]
     insecure_no_auth: bool,
@@ -97,6 +101,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         None => ApiKeys::parse(&std::env::var("ORCHARD_API_KEYS").unwrap_or_default())
             .map_err(|e| anyhow::anyhow!("ORCHARD_API_KEYS: {e}"))?,
     };
+    let keys = keys.with_admins(&args.admin_tenants).map_err(|e| anyhow::anyhow!("--admin-tenant: {e}"))?;
     orchard_server::check_listen_policy(&args.listen, &keys, args.insecure_no_auth).map_err(anyhow::Error::msg)?;
     let mut admission = args.admission.build(&keys, args.max_sandboxes, &args.insecure_registry)?;
     if args.backend == BackendKind::Kubernetes {
@@ -140,6 +145,8 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
     let database =
         args.database.clone().unwrap_or_else(|| format!("sqlite:{}", state_dir.join("orchard.db").display()));
     let store = orchard_store::Store::open(&database).await.map_err(|e| anyhow::anyhow!("--database: {e}"))?;
+    // Plugins uploaded before this start (or to another replica) run here too.
+    orchard_scheduler::sync_plugins(&store, &registry).await.map_err(|e| anyhow::anyhow!("--database: {e}"))?;
     let env = Arc::new(orchard_scheduler::Env {
         store,
         registry: registry.clone(),

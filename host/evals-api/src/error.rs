@@ -62,3 +62,15 @@ pub fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
         path => ApiError::invalid(format!("body: {path}: {}", e.inner())),
     })
 }
+
+/// Query parameters whose errors are JSON naming the parameter, like every other answer.
+pub struct Query<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::try_from_uri(&parts.uri)
+            .map(|q| Query(q.0))
+            .map_err(|e| ApiError::invalid(format!("query: {}", e.body_text())))
+    }
+}

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -12,21 +12,21 @@ use orchard_store::{EvalFilter, EvalRow, RolloutFilter};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult, parse};
+use crate::error::{ApiError, ApiResult, Query, parse};
 use crate::{EvalService, TenantId};
 
 type S = State<Arc<EvalService>>;
 type T = Extension<TenantId>;
 
 /// The tenant's evaluation, or 404 (another tenant's is as good as missing).
-pub(crate) async fn owned(service: &EvalService, tenant: &TenantId, id: &str) -> ApiResult<EvalRow> {
+pub async fn owned(service: &EvalService, tenant: &TenantId, id: &str) -> ApiResult<EvalRow> {
     match service.env.store.eval(id).await? {
         Some(e) if e.tenant == tenant.0 => Ok(e),
         _ => Err(ApiError::not_found(format!("evaluation {id} not found"))),
     }
 }
 
-pub(crate) fn eval_view(e: &EvalRow) -> Value {
+pub fn eval_view(e: &EvalRow) -> Value {
     json!({
         "id": e.id,
         "status": e.status,
@@ -43,6 +43,7 @@ pub(crate) fn eval_view(e: &EvalRow) -> Value {
     })
 }
 
+#[utoipa::path(post, path = "/v1/evals", tag = "evals", summary = "Submit an evaluation; answers at once with its id", request_body = orchard_scheduler::EvalSpec, responses((status = 201, description = "Submitted", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn submit(State(service): S, Extension(tenant): T, body: Bytes) -> ApiResult<Response> {
     let spec: EvalSpec = parse(&body)?;
     match &spec.tasks {
@@ -57,14 +58,21 @@ pub async fn submit(State(service): S, Extension(tenant): T, body: Bytes) -> Api
         }
         _ => {}
     }
+    let row = submit_spec(&service, &tenant, spec).await?;
+    Ok((StatusCode::CREATED, Json(eval_view(&row))).into_response())
+}
+
+/// Queues a checked job for `tenant` and wakes the runner (the API's and the web UI's submit).
+pub async fn submit_spec(service: &EvalService, tenant: &TenantId, spec: EvalSpec) -> ApiResult<EvalRow> {
     let id = orchard_scheduler::new_eval_id();
     let row = orchard_scheduler::submit(&service.env, &id, &tenant.0, spec).await?;
     service.runner.wake();
     tracing::info!(eval = %id, tenant = %tenant.0, rollouts = row.total, "evaluation submitted");
-    Ok((StatusCode::CREATED, Json(eval_view(&row))).into_response())
+    Ok(row)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     #[serde(default)]
     status: Option<String>,
@@ -75,6 +83,7 @@ pub struct ListQuery {
     limit: Option<i64>,
 }
 
+#[utoipa::path(get, path = "/v1/evals", tag = "evals", summary = "A page of the tenant's evaluations, newest first", params(ListQuery), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn list(State(service): S, Extension(tenant): T, Query(q): Query<ListQuery>) -> ApiResult<Json<Value>> {
     let before = match &q.cursor {
         Some(c) => {
@@ -92,6 +101,7 @@ pub async fn list(State(service): S, Extension(tenant): T, Query(q): Query<ListQ
     Ok(Json(json!({"evals": rows.iter().map(eval_view).collect::<Vec<_>>(), "next_cursor": next})))
 }
 
+#[utoipa::path(get, path = "/v1/evals/{id}", tag = "evals", summary = "An evaluation: status, counts, summary, task × harness matrix", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn get_one(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let eval = owned(&service, &tenant, &id).await?;
     let mut view = eval_view(&eval);
@@ -102,7 +112,8 @@ pub async fn get_one(State(service): S, Extension(tenant): T, Path(id): Path<Str
     Ok(Json(view))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RolloutQuery {
     #[serde(default)]
     task: Option<String>,
@@ -120,6 +131,7 @@ pub struct RolloutQuery {
     limit: Option<i64>,
 }
 
+#[utoipa::path(get, path = "/v1/evals/{id}/rollouts", tag = "evals", summary = "A page of its rollouts in work order", params(("id" = String, Path, description = "The evaluation id"), RolloutQuery), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn rollouts(
     State(service): S,
     Extension(tenant): T,
@@ -142,6 +154,7 @@ pub async fn rollouts(
     Ok(Json(json!({"rollouts": rows, "next_cursor": next})))
 }
 
+#[utoipa::path(get, path = "/v1/evals/{id}/rollouts/{rid}", tag = "evals", summary = "One rollout: its result and whole trajectory", params(("id" = String, Path, description = "The evaluation id"), ("rid" = String, Path, description = "The rollout id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn rollout(
     State(service): S,
     Extension(tenant): T,
@@ -162,29 +175,46 @@ pub async fn rollout(
     Ok(Json(view))
 }
 
+#[utoipa::path(post, path = "/v1/evals/{id}/cancel", tag = "evals", summary = "Cancel: queued rollouts never run, running ones stop and their sandboxes go", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn cancel(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    let eval = owned(&service, &tenant, &id).await?;
-    if matches!(eval.status.as_str(), "done" | "cancelled") {
-        return Ok(Json(eval_view(&eval)));
-    }
-    service.env.store.cancel(&id).await?;
-    service.runner.stop_eval(&id).await;
-    Ok(Json(eval_view(&owned(&service, &tenant, &id).await?)))
+    Ok(Json(eval_view(&cancel_eval(&service, &tenant, &id).await?)))
 }
 
-pub async fn retry(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    let eval = owned(&service, &tenant, &id).await?;
-    if eval.status == "cancelled" {
-        return Err(ApiError::new(StatusCode::CONFLICT, "conflict", format!("evaluation {id} was cancelled")));
+/// Cancels the tenant's job: queued rollouts never run, this replica's running ones stop now
+/// (other replicas' at their next pass).
+pub async fn cancel_eval(service: &EvalService, tenant: &TenantId, id: &str) -> ApiResult<EvalRow> {
+    let eval = owned(service, tenant, id).await?;
+    if matches!(eval.status.as_str(), "done" | "cancelled") {
+        return Ok(eval);
     }
-    let n = service.env.store.retry(&id).await?;
-    service.runner.wake();
-    let mut view = eval_view(&owned(&service, &tenant, &id).await?);
+    service.env.store.cancel(id).await?;
+    service.runner.stop_eval(id).await;
+    tracing::info!(eval = %id, tenant = %tenant.0, "evaluation cancelled");
+    owned(service, tenant, id).await
+}
+
+#[utoipa::path(post, path = "/v1/evals/{id}/retry", tag = "evals", summary = "Queue the errored and unknown rollouts again", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+pub async fn retry(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let (eval, n) = retry_eval(&service, &tenant, &id).await?;
+    let mut view = eval_view(&eval);
     view["retried"] = json!(n);
     Ok(Json(view))
 }
 
-#[derive(Deserialize)]
+/// Queues the job's errored and unknown rollouts again; answers the job and how many.
+pub async fn retry_eval(service: &EvalService, tenant: &TenantId, id: &str) -> ApiResult<(EvalRow, i64)> {
+    let eval = owned(service, tenant, id).await?;
+    if eval.status == "cancelled" {
+        return Err(ApiError::new(StatusCode::CONFLICT, "conflict", format!("evaluation {id} was cancelled")));
+    }
+    let n = service.env.store.retry(id).await?;
+    service.runner.wake();
+    tracing::info!(eval = %id, tenant = %tenant.0, rollouts = n, "evaluation retried");
+    Ok((owned(service, tenant, id).await?, n))
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ExportQuery {
     format: String,
     #[serde(default)]
@@ -193,6 +223,7 @@ pub struct ExportQuery {
     min_reward: Option<f64>,
 }
 
+#[utoipa::path(get, path = "/v1/evals/{id}/export", tag = "evals", summary = "Finished rollouts as NDJSON: training data (openai, atif, sharegpt) or whole results", params(("id" = String, Path, description = "The evaluation id"), ExportQuery), responses((status = 200, description = "One JSON document per line", content_type = "application/x-ndjson", body = String), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn export(
     State(service): S,
     Extension(tenant): T,

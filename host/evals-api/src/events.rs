@@ -17,6 +17,7 @@ use crate::error::ApiResult;
 use crate::evals::{eval_view, owned};
 use crate::{EvalService, TenantId};
 
+#[utoipa::path(get, path = "/v1/evals/{id}/events", tag = "evals", summary = "Server-sent events: rollout (each as it finishes; id = finish order, resumable with Last-Event-ID), counts, end", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "An event stream", content_type = "text/event-stream", body = String), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn stream(
     State(service): State<Arc<EvalService>>,
     Extension(tenant): Extension<TenantId>,

@@ -8,6 +8,7 @@ mod datasets;
 mod error;
 mod evals;
 mod events;
+pub mod openapi;
 mod secrets;
 mod summary;
 
@@ -17,7 +18,10 @@ use axum::Router;
 use orchard_scheduler::{Env, Runner};
 
 pub use error::ApiError;
-pub use summary::{Matrix, summary_of};
+pub use error::Query;
+pub use evals::{ExportQuery, cancel_eval, eval_view, export, owned, retry_eval, submit_spec};
+pub use events::stream as event_stream;
+pub use summary::{CellView, HarnessTotal, Matrix, summary_of};
 
 /// The tenant a request acts for (set by the server's authentication).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,28 +31,6 @@ pub struct EvalService {
     pub env: Arc<Env>,
     pub runner: Arc<Runner>,
 }
-
-/// Every route this crate serves, as (method, path) under `/v1`: the OpenAPI document is made
-/// from this list, and a test checks the router against it.
-pub const ROUTES: &[(&str, &str, &str)] = &[
-    ("post", "/datasets", "Upload Harbor task folders as a .tar.gz; answers the dataset id and its tasks"),
-    ("post", "/evals", "Submit an evaluation; answers at once with its id"),
-    ("get", "/evals", "A page of the tenant's evaluations (newest first; cursor, status filter)"),
-    ("get", "/evals/{id}", "An evaluation: status, counts, summary, task × harness matrix"),
-    (
-        "get",
-        "/evals/{id}/rollouts",
-        "A page of its rollouts in work order (filters: task, harness, state, status, passed)",
-    ),
-    ("get", "/evals/{id}/rollouts/{rid}", "One rollout: its result and whole trajectory"),
-    ("get", "/evals/{id}/events", "Server-sent events: each rollout as it finishes, counts, the end"),
-    ("post", "/evals/{id}/cancel", "Cancel: queued rollouts never run, running ones stop and their sandboxes go"),
-    ("post", "/evals/{id}/retry", "Queue the errored and unknown rollouts again"),
-    ("get", "/evals/{id}/export", "Finished rollouts as training data: format=openai|atif|sharegpt (NDJSON)"),
-    ("get", "/secrets", "The names of the tenant's secrets"),
-    ("put", "/secrets/{name}", "Set a secret (a model API key); its value is never answered"),
-    ("delete", "/secrets/{name}", "Delete a secret"),
-];
 
 pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<EvalService>) -> Router<S> {
     use axum::routing::{get, post, put};

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, ApiResult, parse};
 use crate::{EvalService, TenantId};
 
-#[derive(Deserialize)]
-struct SecretBody {
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct SecretBody {
     value: String,
 }
 
@@ -22,6 +22,7 @@ fn check_name(name: &str) -> ApiResult<()> {
     if ok { Ok(()) } else { Err(ApiError::invalid("name: 1-64 characters of letters, digits, '-', '_', '.'")) }
 }
 
+#[utoipa::path(put, path = "/v1/secrets/{name}", tag = "secrets", summary = "Set a secret (a model API key); its value is never answered", params(("name" = String, Path, description = "The secret's name")), request_body = SecretBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn put(
     State(service): State<Arc<EvalService>>,
     Extension(tenant): Extension<TenantId>,
@@ -37,6 +38,7 @@ pub async fn put(
     Ok(Json(json!({"name": name})))
 }
 
+#[utoipa::path(get, path = "/v1/secrets", tag = "secrets", summary = "The names of the tenant's secrets", responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn list(
     State(service): State<Arc<EvalService>>,
     Extension(tenant): Extension<TenantId>,
@@ -45,6 +47,7 @@ pub async fn list(
     Ok(Json(json!({"secrets": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>()})))
 }
 
+#[utoipa::path(delete, path = "/v1/secrets/{name}", tag = "secrets", summary = "Delete a secret", params(("name" = String, Path, description = "The secret's name")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn delete(
     State(service): State<Arc<EvalService>>,
     Extension(tenant): Extension<TenantId>,

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A command: a string run by the sandbox's shell, or an argv list run without a shell.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum Command {
     /// Run by `bash -c` (or `sh -c` when the image has no bash).
@@ -24,6 +25,7 @@ impl Command {
 
 /// How much of each output stream is kept in the answer; the rest is spilled to a file.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct OutputLimit {
     pub head_bytes: u64,
     pub tail_bytes: u64,
@@ -38,6 +40,7 @@ impl Default for OutputLimit {
 /// Body of `POST /exec` (and of `POST /sessions/{id}/exec`, which ignores `env`, `stdin` and
 /// `login_shell`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ExecRequest {
     pub command: Command,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,6 +102,7 @@ impl ExecRequest {
 
 /// One bounded output stream of a finished command.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Output {
     /// The text kept: all of it, or head + an omission marker + tail when truncated.
     pub text: String,
@@ -112,6 +116,7 @@ pub struct Output {
 
 /// The result of a finished command.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ExecResult {
     /// The exit code; 128 + signal when killed by a signal; 124 on timeout.
     pub exit_code: i32,
@@ -133,6 +138,7 @@ pub struct ExecResult {
 
 /// One frame of a streamed exec (`POST /exec?stream=true`): newline-delimited JSON.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ExecFrame {
     Stdout {

@@ -1,6 +1,7 @@
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FileKind {
     File,
@@ -11,6 +12,7 @@ pub enum FileKind {
 
 /// Metadata of one file (`GET /files/stat`, entries of `GET /files/list`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct FileEntry {
     pub name: String,
     pub path: String,
@@ -26,6 +28,7 @@ pub struct FileEntry {
 
 /// Answer of `GET /files/list`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Listing {
     pub path: String,
     pub entries: Vec<FileEntry>,
@@ -33,6 +36,7 @@ pub struct Listing {
 
 /// Answer of `PUT /files` and `PUT /tar`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct WriteResult {
     pub path: String,
     /// Bytes written (for a tar upload: bytes of the archive consumed).
@@ -44,6 +48,7 @@ pub struct WriteResult {
 
 /// Body of `POST /http`: an HTTP/1.1 request to a service on the sandbox's own loopback.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct HttpRequest {
     pub port: u16,
     pub method: String,
@@ -59,6 +64,7 @@ pub struct HttpRequest {
 
 /// Answer of `POST /http`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct HttpResponse {
     pub status: u16,
     pub headers: Vec<(String, String)>,

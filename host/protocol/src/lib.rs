@@ -24,6 +24,7 @@ pub const DENIED_PREFIXES: &[&str] = &["/proc", "/sys", "/.orchard"];
 
 /// Answer of `GET /health`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Health {
     pub status: String,
     pub version: String,
@@ -33,6 +34,7 @@ pub struct Health {
 
 /// What kind of failure an agent error is; mirrors the plugin contract's `error` variant.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     InvalidInput,
@@ -71,6 +73,7 @@ impl ErrorKind {
 
 /// Body of every non-2xx agent answer.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub kind: ErrorKind,
     pub message: String,

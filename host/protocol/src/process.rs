@@ -6,6 +6,7 @@ use crate::Command;
 
 /// Body of `POST /processes`: start a background process whose output goes to a log file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ProcessStart {
     pub command: Command,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -15,6 +16,7 @@ pub struct ProcessStart {
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ProcessState {
     Running,
@@ -23,6 +25,7 @@ pub enum ProcessState {
 
 /// A background process, as `GET /processes` lists it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ProcessInfo {
     pub id: String,
     pub pid: i32,
@@ -37,6 +40,7 @@ pub struct ProcessInfo {
 
 /// Body of `POST /processes/{id}/signal`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct SignalRequest {
     /// A signal name (`TERM`, `SIGKILL`, `INT`...) or number.
     pub signal: String,
@@ -44,6 +48,7 @@ pub struct SignalRequest {
 
 /// A slice of a background process's log (`GET /processes/{id}/log?offset=&limit=`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct LogChunk {
     pub data: String,
     pub offset: u64,
@@ -54,6 +59,7 @@ pub struct LogChunk {
 
 /// Body of `POST /sessions`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct SessionStart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
@@ -64,6 +70,7 @@ pub struct SessionStart {
 /// Body of `POST /sessions/{id}/continue`: what to do with the command a session is still
 /// running, then how long to wait. The answer holds only output printed since the last answer.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct SessionContinue {
     /// Text typed into the terminal (include the newline to press Enter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,6 +90,7 @@ pub struct SessionContinue {
 
 /// A persistent shell session.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct SessionInfo {
     pub id: String,
     pub pid: i32,

@@ -19,6 +19,6 @@ mod trajectory;
 pub use engine::{Runtime, RuntimeConfig};
 pub use manifest::{Capability, Manifest, PluginKind};
 pub use plugin::{Plugin, PluginError, PluginInfo};
-pub use registry::Registry;
+pub use registry::{Owner, Registry, VisiblePlugin};
 pub use rollout::{FailureKind, Grants, Limits, PluginFailure, RolloutContext, RunOutcome, Status, TaskInput, Verdict};
 pub use trajectory::{Step, Trajectory};

@@ -1,8 +1,12 @@
 //! The plugin registry: plugins by name, loaded from directories or uploaded, replaceable at
 //! runtime. A rollout holds the `Arc<Plugin>` it started with, so replacing a plugin never
 //! disturbs rollouts already running on the old version.
+//!
+//! Plugins are shared (shipped with the server, or replaced for everybody by an admin) or belong
+//! to one tenant (its uploads): a tenant sees the shared ones and its own, its own shadowing a
+//! shared one of the same name, and never another tenant's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
@@ -10,23 +14,45 @@ use crate::engine::Runtime;
 use crate::manifest::Manifest;
 use crate::plugin::{Plugin, PluginError, PluginInfo};
 
+/// Whose a plugin is: everybody's, or one tenant's.
+pub type Owner = Option<String>;
+
 pub struct Registry {
     runtime: Arc<Runtime>,
-    plugins: RwLock<BTreeMap<String, Arc<Plugin>>>,
-    /// Every version loaded since start, by content hash (jobs may pin one).
-    versions: RwLock<std::collections::HashMap<String, Arc<Plugin>>>,
+    /// The current version of each name, per owner.
+    current: RwLock<HashMap<Owner, BTreeMap<String, Arc<Plugin>>>>,
+    /// Every version loaded since start, by owner and content hash (jobs may pin one).
+    versions: RwLock<HashMap<(Owner, String), Arc<Plugin>>>,
+}
+
+/// A plugin as one tenant sees it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VisiblePlugin {
+    #[serde(flatten)]
+    pub info: PluginInfo,
+    /// `shared` (everybody's) or `tenant` (this tenant's own upload).
+    pub scope: &'static str,
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Registry {
     pub fn new(runtime: Arc<Runtime>) -> Self {
-        Registry { runtime, plugins: RwLock::new(BTreeMap::new()), versions: RwLock::new(Default::default()) }
+        Registry { runtime, current: RwLock::new(HashMap::new()), versions: RwLock::new(HashMap::new()) }
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
     }
 
-    /// Loads every `*.wasm` in `dir`. Returns what failed (path, reason); the rest is loaded.
+    /// Loads every `*.wasm` in `dir` as shared plugins. Returns what failed (path, reason); the
+    /// rest is loaded.
     pub fn load_dir(&self, dir: &Path) -> Result<Vec<(String, PluginError)>, String> {
         let entries = std::fs::read_dir(dir).map_err(|e| format!("plugin directory {}: {e}", dir.display()))?;
         let mut paths: Vec<_> =
@@ -35,52 +61,115 @@ impl Registry {
         let mut failed = Vec::new();
         for path in paths {
             match self.runtime.load_file(&path) {
-                Ok(plugin) => self.put(plugin),
+                Ok(plugin) => self.put(None, plugin),
                 Err(e) => failed.push((path.display().to_string(), e)),
             }
         }
         Ok(failed)
     }
 
-    fn put(&self, plugin: Arc<Plugin>) {
-        self.versions.write().unwrap_or_else(|p| p.into_inner()).insert(plugin.info.sha256.clone(), plugin.clone());
-        self.plugins.write().unwrap_or_else(|p| p.into_inner()).insert(plugin.manifest.name.clone(), plugin);
+    /// Swaps in an already loaded plugin under its name for `owner`.
+    pub fn put(&self, owner: Owner, plugin: Arc<Plugin>) {
+        write(&self.versions).insert((owner.clone(), plugin.info.sha256.clone()), plugin.clone());
+        write(&self.current).entry(owner).or_default().insert(plugin.manifest.name.clone(), plugin);
     }
 
-    /// Validates a component and, only if it is valid, swaps it in under its name.
+    /// Validates a component and, only if it is valid, swaps it in under its name for everybody.
     pub fn install(&self, bytes: &[u8], manifest: Option<Manifest>, origin: &str) -> Result<PluginInfo, PluginError> {
+        self.install_for(None, bytes, manifest, origin)
+    }
+
+    /// As [`Registry::install`], for `owner` (`None`: everybody).
+    pub fn install_for(
+        &self,
+        owner: Owner,
+        bytes: &[u8],
+        manifest: Option<Manifest>,
+        origin: &str,
+    ) -> Result<PluginInfo, PluginError> {
         let plugin = self.runtime.load(bytes, manifest, origin)?;
         let info = plugin.info.clone();
-        self.put(plugin);
+        self.put(owner, plugin);
         Ok(info)
     }
 
-    /// A version loaded since start, by its sha256 (with or without a `sha256:` prefix).
+    /// Whether `owner`'s current plugin `name` is the version with this hash.
+    pub fn is_current(&self, owner: &Owner, name: &str, sha256: &str) -> bool {
+        read(&self.current).get(owner).and_then(|m| m.get(name)).is_some_and(|p| p.info.sha256 == sha256)
+    }
+
+    /// A shared version loaded since start, by its sha256 (with or without a `sha256:` prefix).
     pub fn by_hash(&self, hash: &str) -> Option<Arc<Plugin>> {
         let hash = hash.strip_prefix("sha256:").unwrap_or(hash);
-        self.versions.read().unwrap_or_else(|p| p.into_inner()).get(hash).cloned()
+        read(&self.versions).get(&(None, hash.to_string())).cloned()
     }
 
+    /// A version `tenant` may run, by its sha256: a shared one or one of its own.
+    pub fn by_hash_for(&self, tenant: &str, hash: &str) -> Option<Arc<Plugin>> {
+        let hash = hash.strip_prefix("sha256:").unwrap_or(hash);
+        let versions = read(&self.versions);
+        versions
+            .get(&(Some(tenant.to_string()), hash.to_string()))
+            .or_else(|| versions.get(&(None, hash.to_string())))
+            .cloned()
+    }
+
+    /// The shared plugin `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
-        self.plugins.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        read(&self.current).get(&None).and_then(|m| m.get(name)).cloned()
     }
 
+    /// The plugin `name` as `tenant` sees it: its own upload, else the shared one.
+    pub fn get_for(&self, tenant: &str, name: &str) -> Option<Arc<Plugin>> {
+        let current = read(&self.current);
+        current
+            .get(&Some(tenant.to_string()))
+            .and_then(|m| m.get(name))
+            .or_else(|| current.get(&None).and_then(|m| m.get(name)))
+            .cloned()
+    }
+
+    /// Whether `tenant` has an upload of its own named `name`.
+    pub fn owns(&self, tenant: &str, name: &str) -> bool {
+        read(&self.current).get(&Some(tenant.to_string())).is_some_and(|m| m.contains_key(name))
+    }
+
+    /// The shared plugins.
     pub fn list(&self) -> Vec<PluginInfo> {
-        self.plugins.read().unwrap_or_else(|p| p.into_inner()).values().map(|p| p.info.clone()).collect()
+        read(&self.current).get(&None).map(|m| m.values().map(|p| p.info.clone()).collect()).unwrap_or_default()
     }
 
-    /// A plugin argument: a path to a `.wasm`, or the name of a loaded plugin.
+    /// What `tenant` sees, by name: shared plugins and its own (which shadow shared ones).
+    pub fn list_for(&self, tenant: &str) -> Vec<VisiblePlugin> {
+        let current = read(&self.current);
+        let mut seen: BTreeMap<&str, VisiblePlugin> = BTreeMap::new();
+        for (owner, scope) in [(None, "shared"), (Some(tenant.to_string()), "tenant")] {
+            for (name, p) in current.get(&owner).into_iter().flatten() {
+                seen.insert(name, VisiblePlugin { info: p.info.clone(), scope });
+            }
+        }
+        seen.into_values().collect()
+    }
+
+    /// A plugin argument: a path to a `.wasm`, or the name of a shared plugin.
     pub fn resolve(&self, arg: &str) -> Result<Arc<Plugin>, String> {
         let path = Path::new(arg);
         if arg.ends_with(".wasm") || path.is_file() {
             return self.runtime.load_file(path).map_err(|e| e.to_string());
         }
         self.get(arg).ok_or_else(|| {
-            let names: Vec<String> = self.list().into_iter().map(|p| p.name).collect();
-            format!(
-                "no plugin named {arg:?} (known: {}; or give a path to a .wasm)",
-                if names.is_empty() { "none".into() } else { names.join(", ") }
-            )
+            unknown(arg, self.list().into_iter().map(|p| p.name).collect(), "; or give a path to a .wasm")
         })
     }
+
+    /// A plugin name as `tenant` sees it (no paths: a tenant of a server names plugins).
+    pub fn resolve_for(&self, tenant: &str, name: &str) -> Result<Arc<Plugin>, String> {
+        self.get_for(tenant, name)
+            .ok_or_else(|| unknown(name, self.list_for(tenant).into_iter().map(|p| p.info.name).collect(), ""))
+    }
+}
+
+fn unknown(arg: &str, names: Vec<String>, hint: &str) -> String {
+    let known = if names.is_empty() { "none".into() } else { names.join(", ") };
+    format!("no plugin named {arg:?} (known: {known}{hint})")
 }

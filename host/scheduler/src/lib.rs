@@ -3,6 +3,7 @@
 //! them, and results are read back from the store (summaries, the matrix, exports, the files
 //! `orchard eval --out` leaves).
 
+mod plugin_sync;
 mod prepare;
 mod runner;
 mod spec;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use orchard_eval::{RolloutResult, Summary};
 use orchard_store::{EvalRow, NewEval, NewRollout, Store, StoreError};
 
+pub use plugin_sync::sync_plugins;
 pub use prepare::{Env, PrepareError, Prepared, unpack};
 pub use runner::{FinishedEvent, Runner, RunnerConfig};
 pub use spec::{EvalSpec, ModelSpec, TaskSource};

@@ -96,6 +96,10 @@ impl Prepared {
         let mut local = HashMap::new();
         for arg in spec.harnesses.iter().chain(&spec.tools).chain(std::iter::once(&spec.grader)) {
             if arg.ends_with(".wasm") || Path::new(arg).is_file() {
+                if env.admission.is_some() {
+                    // The server's files are not a client's to name.
+                    return Err(err(format!("{arg}: a server runs plugins by name; upload it with PUT /v1/plugins")));
+                }
                 let plugin = env.registry.resolve(arg).map_err(|e| err(format!("{arg}: {e}")))?;
                 local.insert(arg.clone(), plugin);
             }
@@ -141,9 +145,10 @@ impl Prepared {
             _ if local.is_some() => local.cloned().expect("checked"),
             Some(hash) => self
                 .registry
-                .by_hash(hash)
+                .by_hash_for(&self.tenant, hash)
                 .ok_or_else(|| err(format!("pins: no plugin with sha256 {hash} is loaded here")))?,
-            None => self.registry.resolve(if arg.ends_with(".wasm") { arg } else { name }).map_err(err)?,
+            None if arg.ends_with(".wasm") => self.registry.resolve(arg).map_err(err)?,
+            None => self.registry.resolve_for(&self.tenant, name).map_err(err)?,
         };
         let fits =
             plugin.kind() == kind || (kind == PluginKind::ToolAdapter && plugin.kind() == PluginKind::BrowserDriver);

@@ -159,6 +159,11 @@ impl Runner {
 
     async fn housekeeping(&self) {
         let store = &self.env.store;
+        match crate::plugin_sync::sync_plugins(store, &self.env.registry).await {
+            Ok(n) if n > 0 => tracing::info!(plugins = n, "loaded plugins uploaded elsewhere"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("reading uploaded plugins: {e}"),
+        }
         let lease_until = now() + self.config.lease.as_secs_f64();
         if let Err(e) = store.renew(&self.config.owner, lease_until).await {
             tracing::warn!("renewing leases: {e}");

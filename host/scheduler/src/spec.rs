@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// Where a job's tasks come from.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskSource {
     /// A `.tar.gz` of Harbor task folders uploaded to the server (`POST /v1/datasets`), by id.
@@ -18,7 +18,7 @@ pub enum TaskSource {
     Dir(String),
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ModelSpec {
     /// OpenAI-compatible base URL.
     pub url: String,
@@ -38,7 +38,7 @@ fn default_model_concurrency() -> usize {
     32
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct EvalSpec {
     pub tasks: TaskSource,
     pub harnesses: Vec<String>,

@@ -22,6 +22,8 @@ pub const DEFAULT_TENANT: &str = "default";
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys {
     by_key: HashMap<String, String>,
+    /// Tenants whose keys act for everybody where that matters (replacing a shared plugin).
+    admins: std::collections::BTreeSet<String>,
 }
 
 impl ApiKeys {
@@ -42,7 +44,24 @@ impl ApiKeys {
                 return Err(format!("API key for tenant {tenant:?} is given twice"));
             }
         }
-        Ok(ApiKeys { by_key })
+        Ok(ApiKeys { by_key, admins: Default::default() })
+    }
+
+    /// Makes these tenants admins; each must have a key.
+    pub fn with_admins(mut self, tenants: &[String]) -> Result<Self, String> {
+        for t in tenants.iter().map(|t| t.trim()).filter(|t| !t.is_empty()) {
+            if !self.by_key.values().any(|owner| owner == t) {
+                return Err(format!("admin tenant {t:?} has no API key"));
+            }
+            self.admins.insert(t.to_string());
+        }
+        Ok(self)
+    }
+
+    /// Whether `tenant` is an admin. Without keys (a loopback server for one operator) the one
+    /// tenant there is, is.
+    pub fn is_admin(&self, tenant: &str) -> bool {
+        if self.is_empty() { tenant == DEFAULT_TENANT } else { self.admins.contains(tenant) }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -52,6 +71,13 @@ impl ApiKeys {
     /// The distinct tenants that have keys.
     pub fn tenants(&self) -> std::collections::BTreeSet<&str> {
         self.by_key.values().map(String::as_str).collect()
+    }
+
+    /// Every `tenant:key`, sorted (what secrets derived from the keys hash).
+    pub fn fingerprint_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self.by_key.iter().map(|(k, t)| format!("{t}:{k}")).collect();
+        lines.sort();
+        lines
     }
 
     pub fn tenant_of(&self, key: &str) -> Option<&str> {
@@ -68,12 +94,13 @@ fn redact(item: &str) -> String {
 
 /// Paths anyone may call: probes and the service banner.
 fn is_public(path: &str) -> bool {
-    matches!(path, "/" | "/health" | "/v1/health" | "/v1/ready")
+    matches!(path, "/" | "/health" | "/v1/health" | "/v1/ready" | "/v1/openapi.json")
 }
 
 pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path().to_string();
-    if is_public(&path) {
+    // The web UI signs its own requests in (a session cookie; CSRF tokens on its forms).
+    if is_public(&path) || path == "/ui" || path.starts_with("/ui/") {
         return next.run(request).await;
     }
     let tenant = if state.keys.is_empty() {

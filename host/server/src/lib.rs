@@ -11,6 +11,7 @@ mod auth;
 mod error;
 mod extract;
 mod jobs;
+mod openapi;
 mod pty_proxy;
 mod routes_files;
 mod routes_jobs;
@@ -32,6 +33,7 @@ use orchard_sandbox::{Backend, SandboxInfo};
 
 pub use auth::{ApiKeys, DEFAULT_TENANT, Tenant};
 pub use error::{ApiError, ApiResult};
+pub use openapi::document_value as openapi_document;
 
 pub struct AppState {
     pub backend: Arc<dyn Backend>,
@@ -83,13 +85,21 @@ const JSON_BODY_LIMIT: usize = 256 * 1024 * 1024;
 
 pub fn router(state: Arc<AppState>) -> Router {
     let mut v1 = routes_v1::routes().merge(routes_plugins::routes());
+    let mut ui = Router::new();
     if let Some(evals) = &state.evals {
         v1 = v1.merge(orchard_evals_api::routes(evals.clone()));
+        let ui_state =
+            Arc::new(orchard_web_ui::UiState { service: evals.clone(), sessions: Arc::new(web_sessions(&state.keys)) });
+        ui = ui
+            .nest("/ui", orchard_web_ui::routes(ui_state))
+            .route("/ui/", get(|| async { axum::response::Redirect::to("/ui") }));
     }
     Router::new()
+        .merge(ui)
         .route("/", get(routes_sandboxes::banner))
         .route("/health", get(routes_sandboxes::health))
         .route("/v1/ready", get(ready))
+        .route("/v1/openapi.json", get(openapi::document))
         .merge(routes_sandboxes::routes())
         .merge(routes_jobs::routes())
         .merge(routes_files::routes())
@@ -100,7 +110,30 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// The web UI's sessions: signed with a secret every replica derives from the same keys (so a
+/// session works on all of them, and changing the keys ends every session).
+fn web_sessions(keys: &ApiKeys) -> orchard_web_ui::Sessions {
+    use sha2::Digest;
+    if keys.is_empty() {
+        let secret: [u8; 32] = rand::random();
+        let check: orchard_web_ui::KeyCheck = Box::new(|_| Some(DEFAULT_TENANT.to_string()));
+        return orchard_web_ui::Sessions::new(secret.to_vec(), check, Some(DEFAULT_TENANT.to_string()));
+    }
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(b"orchard web UI sessions\n");
+    for line in keys.fingerprint_lines() {
+        hasher.update(line.as_bytes());
+        hasher.update(b"\n");
+    }
+    let keys = keys.clone();
+    let check: orchard_web_ui::KeyCheck = Box::new(move |key| keys.tenant_of(key).map(str::to_string));
+    orchard_web_ui::Sessions::new(hasher.finalize().to_vec(), check, None)
+}
+
 /// Readiness: the database answers (when the server runs evaluations).
+#[utoipa::path(get, path = "/v1/ready", tag = "service", summary = "Readiness: the database answers", security(()),
+    responses((status = 200, description = "Ready", body = serde_json::Value),
+        (status = 503, description = "The database does not answer", body = orchard_evals_api::openapi::Problem)))]
 async fn ready(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
     use axum::response::IntoResponse;
     if let Some(evals) = &state.evals

@@ -28,7 +28,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/sandboxes/{id}/apply_patch", post(apply_patch))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ExecBody {
     pub command: Value,
     #[serde(default)]

@@ -31,7 +31,7 @@ pub async fn health() -> Json<Value> {
 }
 
 /// `POST /sandboxes`, and the shared part of every create.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct CreateBody {
     pub image: String,
     #[serde(default = "yes", deserialize_with = "orchard_protocol::null_as_true")]

@@ -53,27 +53,31 @@ pub fn routes() -> Router<Arc<AppState>> {
 type S = State<Arc<AppState>>;
 type T = Extension<Tenant>;
 
+#[utoipa::path(post, path = "/v1/sandboxes", tag = "sandboxes", summary = "Create a sandbox", request_body = crate::routes_sandboxes::CreateBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn create(State(state): S, Extension(tenant): T, JsonBody(body): JsonBody<CreateBody>) -> ApiResult<Json<Value>> {
     let info = state.create_sandbox(body.to_spec(&tenant)?).await?;
     Ok(Json(sandbox_view(&info)))
 }
 
+#[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes", summary = "The tenant's sandboxes", responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn list(State(state): S, Extension(tenant): T) -> Json<Value> {
     let mine: Vec<Value> =
         state.backend.list().await.iter().filter(|i| i.tenant == tenant.0).map(sandbox_view).collect();
     Json(json!({ "sandboxes": mine }))
 }
 
+#[utoipa::path(get, path = "/v1/sandboxes/{id}", tag = "sandboxes", summary = "One sandbox", params(("id" = String, Path, description = "The sandbox id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn get_one(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(sandbox_view(&state.sandbox(&tenant, &id).await?)))
 }
 
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes", summary = "Delete a sandbox (its processes are gone when this answers)", params(("id" = String, Path, description = "The sandbox id")), responses((status = 204, description = "Deleted"), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn delete(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<StatusCode> {
     state.delete_sandbox(&tenant, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct BatchCreateBody {
     count: usize,
     #[serde(flatten)]
@@ -82,6 +86,7 @@ struct BatchCreateBody {
 
 /// Creates `count` sandboxes or none: admission is checked up front, and if any create fails
 /// the ones already made are deleted again.
+#[utoipa::path(post, path = "/v1/sandboxes/batch", tag = "sandboxes", summary = "Create N sandboxes, all or none", request_body = BatchCreateBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn create_batch(
     State(state): S,
     Extension(tenant): T,
@@ -99,7 +104,7 @@ async fn create_batch(
 }
 
 /// `/v1` exec: the Orchard Env fields plus output limits, answered with the full result.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct V1ExecBody {
     #[serde(flatten)]
     base: ExecBody,
@@ -119,6 +124,7 @@ impl V1ExecBody {
     }
 }
 
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", tag = "exec", summary = "Run a command; the full result, or NDJSON frames with stream", params(("id" = String, Path, description = "The sandbox id")), request_body = V1ExecBody, responses((status = 200, description = "The result (or application/x-ndjson frames when stream is true)", body = orchard_protocol::ExecResult), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn exec(
     State(state): S,
     Extension(tenant): T,
@@ -141,7 +147,7 @@ async fn exec(
     Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct BatchExecBody {
     sandbox_ids: Vec<String>,
     #[serde(flatten)]
@@ -149,6 +155,7 @@ struct BatchExecBody {
 }
 
 /// Runs one command in many sandboxes; each gets its own result or error.
+#[utoipa::path(post, path = "/v1/exec/batch", tag = "exec", summary = "Run one command in many sandboxes", request_body = BatchExecBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn exec_batch(
     State(state): S,
     Extension(tenant): T,
@@ -175,6 +182,7 @@ async fn exec_batch(
     Ok(Json(json!({ "results": results })))
 }
 
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions", tag = "sessions", summary = "Start a persistent bash session", params(("id" = String, Path, description = "The sandbox id")), request_body(content = Option<orchard_protocol::SessionStart>, description = "Optional"), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn session_start(
     State(state): S,
     Extension(tenant): T,
@@ -186,11 +194,12 @@ async fn session_start(
     Ok(Json(json!(agent.start_session(&req).await?)))
 }
 
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/sessions", tag = "sessions", summary = "The sandbox's sessions", params(("id" = String, Path, description = "The sandbox id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn session_list(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(json!({"sessions": state.agent(&tenant, &id).await?.list_sessions().await?})))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct SessionExecBody {
     command: Value,
     #[serde(default)]
@@ -203,7 +212,7 @@ struct SessionExecBody {
 }
 
 /// Body of `POST /v1/sandboxes/{id}/sessions/{sid}/continue`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct SessionContinueBody {
     #[serde(default)]
     input: Option<String>,
@@ -226,6 +235,7 @@ fn idle_ms(seconds: Option<f64>) -> ApiResult<Option<u64>> {
         .transpose()
 }
 
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{sid}/continue", tag = "sessions", summary = "Type into, wait on or interrupt a command left running", params(("id" = String, Path, description = "The sandbox id"), ("sid" = String, Path, description = "The session id")), request_body = SessionContinueBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn session_continue(
     State(state): S,
     Extension(tenant): T,
@@ -243,6 +253,7 @@ async fn session_continue(
     Ok(Json(json!(agent.session_continue(&sid, &req).await?)))
 }
 
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{sid}/exec", tag = "sessions", summary = "Run a command in a session", params(("id" = String, Path, description = "The sandbox id"), ("sid" = String, Path, description = "The session id")), request_body = SessionExecBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn session_exec(
     State(state): S,
     Extension(tenant): T,
@@ -259,6 +270,7 @@ async fn session_exec(
     Ok(Json(json!(agent.session_exec(&sid, &req).await?)))
 }
 
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/sessions/{sid}", tag = "sessions", summary = "Close a session", params(("id" = String, Path, description = "The sandbox id"), ("sid" = String, Path, description = "The session id")), responses((status = 204, description = "Closed"), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn session_close(
     State(state): S,
     Extension(tenant): T,
@@ -268,7 +280,7 @@ async fn session_close(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct ProcessBody {
     command: Value,
     #[serde(default)]
@@ -277,6 +289,7 @@ struct ProcessBody {
     env: std::collections::BTreeMap<String, String>,
 }
 
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/processes", tag = "processes", summary = "Start a background process", params(("id" = String, Path, description = "The sandbox id")), request_body = ProcessBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn process_start(
     State(state): S,
     Extension(tenant): T,
@@ -287,10 +300,12 @@ async fn process_start(
     Ok(Json(json!(state.agent(&tenant, &id).await?.start_process(&req).await?)))
 }
 
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes", tag = "processes", summary = "Background processes", params(("id" = String, Path, description = "The sandbox id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn process_list(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(json!({"processes": state.agent(&tenant, &id).await?.list_processes().await?})))
 }
 
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes/{pid}", tag = "processes", summary = "One background process", params(("id" = String, Path, description = "The sandbox id"), ("pid" = String, Path, description = "The process id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn process_get(
     State(state): S,
     Extension(tenant): T,
@@ -299,6 +314,7 @@ async fn process_get(
     Ok(Json(json!(state.agent(&tenant, &id).await?.process(&pid).await?)))
 }
 
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/processes/{pid}/signal", tag = "processes", summary = "Send a signal to a background process", params(("id" = String, Path, description = "The sandbox id"), ("pid" = String, Path, description = "The process id")), request_body = orchard_protocol::SignalRequest, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn process_signal(
     State(state): S,
     Extension(tenant): T,
@@ -308,7 +324,8 @@ async fn process_signal(
     Ok(Json(json!(state.agent(&tenant, &id).await?.signal_process(&pid, &body.signal).await?)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct LogQuery {
     #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
     offset: u64,
@@ -316,6 +333,7 @@ struct LogQuery {
     limit: Option<u64>,
 }
 
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes/{pid}/log", tag = "processes", summary = "A page of a background process's output", params(("id" = String, Path, description = "The sandbox id"), ("pid" = String, Path, description = "The process id"), LogQuery), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn process_log(
     State(state): S,
     Extension(tenant): T,

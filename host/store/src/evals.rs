@@ -259,7 +259,15 @@ impl Store {
             ("state", &filter.state),
             ("status", &filter.status),
         ] {
-            if let Some(v) = value {
+            let Some(v) = value else { continue };
+            if column == "harness" && !v.contains('@') {
+                // A harness by name alone: every version of it.
+                binds.push(v.clone());
+                let escaped = v.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+                binds.push(format!("{escaped}@%"));
+                let n = binds.len() + 1;
+                sql.push_str(&format!(" AND (harness = ${} OR harness LIKE ${n} ESCAPE '\\')", n - 1));
+            } else {
                 binds.push(v.clone());
                 sql.push_str(&format!(" AND {column} = ${}", binds.len() + 1));
             }

@@ -1,5 +1,5 @@
 //! The durable side of evaluations: jobs, the queue of rollouts with leases, finished results and
-//! trajectories, per-tenant secrets, and uploaded task archives.
+//! trajectories, per-tenant secrets, uploaded task archives and uploaded plugins.
 //!
 //! One schema, two engines through sqlx's runtime-chosen driver: SQLite embedded in the state
 //! directory (what `orchard serve` and `orchard eval` need by default: nothing else to run), and
@@ -10,6 +10,7 @@
 
 mod blobs;
 mod evals;
+mod plugins;
 mod queue;
 mod schema;
 mod secrets;
@@ -20,6 +21,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 pub use evals::{EvalFilter, EvalRow, NewEval, NewRollout, RolloutFilter, RolloutRow, TaskCell};
+pub use plugins::{PluginVersion, StoredPlugin};
 pub use queue::{Claim, Finished};
 
 #[derive(Debug, thiserror::Error)]

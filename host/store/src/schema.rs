@@ -81,6 +81,20 @@ pub async fn migrate(store: &Store) -> Result<()> {
                 created_at DOUBLE PRECISION NOT NULL
             )"
         ),
+        // Uploaded plugins, every version: `tenant` is '' for shared ones (an admin's). The
+        // current version of a name is its newest row.
+        &format!(
+            "CREATE TABLE IF NOT EXISTS plugins (
+                tenant TEXT NOT NULL,
+                sha256 TEXT NOT NULL,
+                name TEXT NOT NULL,
+                manifest TEXT,
+                data {blob} NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (tenant, sha256)
+            )"
+        ),
+        "CREATE INDEX IF NOT EXISTS plugins_by_name ON plugins (tenant, name, created_at)",
     ];
     // In one transaction, under a lock on PostgreSQL: replicas starting together would
     // otherwise race on `CREATE ... IF NOT EXISTS` (it is not atomic there).

@@ -1,0 +1,34 @@
+//! The evaluation service's part of `/v1/openapi.json`: every route of [`crate::routes`], with
+//! its parameters and body schemas, from the annotations on the handlers.
+
+use utoipa::OpenApi;
+
+/// Every error answer: what was wrong, and its kind.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// What was wrong, naming the field or parameter.
+    pub detail: String,
+    /// `invalid_input`, `not_found`, `unauthorized`, `rate_limited`, `unavailable`, ...
+    pub kind: String,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(
+        crate::datasets::upload,
+        crate::evals::submit,
+        crate::evals::list,
+        crate::evals::get_one,
+        crate::evals::rollouts,
+        crate::evals::rollout,
+        crate::evals::cancel,
+        crate::evals::retry,
+        crate::evals::export,
+        crate::events::stream,
+        crate::secrets::list,
+        crate::secrets::put,
+        crate::secrets::delete,
+    ),
+    components(schemas(Problem))
+)]
+pub struct EvalsDoc;

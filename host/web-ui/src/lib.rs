@@ -1,0 +1,203 @@
+//! The evaluation service's web UI, mounted by `orchard serve` at `/ui`: server-rendered pages
+//! (askama) that read the same store as `/v1/evals`, readable without JavaScript, with two small
+//! scripts of our own for live updates (no CDN, no web fonts: it works offline).
+//!
+//! A browser signs in with an API key and keeps a signed session cookie ([`session`]); every page
+//! shows only that tenant's jobs (another tenant's answer 404, as on the API), and every form
+//! that changes something carries the session's CSRF token.
+
+// Handlers answer a page either way: the error side of their `Result`s is the error page itself.
+#![allow(clippy::result_large_err)]
+
+mod assets;
+mod compare;
+mod format;
+mod job;
+mod jobs;
+mod rollout;
+mod rollout_list;
+pub mod session;
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use orchard_evals_api::{ApiError, EvalService, TenantId};
+use serde::Deserialize;
+
+pub use session::{KeyCheck, Sessions};
+
+pub struct UiState {
+    pub service: Arc<EvalService>,
+    pub sessions: Arc<Sessions>,
+}
+
+type S = State<Arc<UiState>>;
+
+/// The routes, to be nested at `/ui`.
+pub fn routes<T: Clone + Send + Sync + 'static>(state: Arc<UiState>) -> Router<T> {
+    Router::new()
+        .route("/", get(jobs::page))
+        .route("/jobs-rows", get(jobs::rows))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/evals/new", get(jobs::new_page))
+        .route("/evals", post(jobs::submit))
+        .route("/evals/{id}", get(job::page))
+        .route("/evals/{id}/live", get(job::live_fragment))
+        .route("/evals/{id}/events", get(job::events))
+        .route("/evals/{id}/export", get(job::export))
+        .route("/evals/{id}/cancel", post(job::cancel))
+        .route("/evals/{id}/retry", post(job::retry))
+        .route("/evals/{id}/rollouts", get(rollout_list::page))
+        .route("/evals/{id}/rollouts/{rid}", get(rollout::page))
+        .route("/compare", get(compare::page))
+        .route("/assets/{name}", get(assets::serve))
+        .with_state(state)
+}
+
+/// A signed-in request: its tenant and its session's CSRF token. Pages without a session
+/// redirect to the sign-in page and come back.
+pub struct Signed {
+    pub tenant: TenantId,
+    pub csrf: String,
+    pub open: bool,
+}
+
+impl FromRequestParts<Arc<UiState>> for Signed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<UiState>) -> Result<Self, Self::Rejection> {
+        match state.sessions.tenant(&parts.headers) {
+            Some(t) => Ok(Signed {
+                tenant: TenantId(t),
+                csrf: state.sessions.csrf(&parts.headers),
+                open: state.sessions.is_open(),
+            }),
+            None => {
+                // The path as the browser asked for it (this router is nested at /ui).
+                let original = parts.extensions.get::<axum::extract::OriginalUri>().map(|u| u.0.clone());
+                let uri = original.as_ref().unwrap_or(&parts.uri);
+                let here = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/ui");
+                let back = if parts.method == axum::http::Method::GET { here } else { "/ui" };
+                Err(Redirect::to(&format!("/ui/login?next={}", format::url_encode(back))).into_response())
+            }
+        }
+    }
+}
+
+impl Signed {
+    fn layout(&self, title: impl Into<String>) -> Layout {
+        Layout { title: title.into(), tenant: self.tenant.0.clone(), csrf: self.csrf.clone(), open: self.open }
+    }
+
+    /// Refuses a form whose CSRF token is not this session's.
+    fn check_csrf(&self, state: &UiState, headers: &HeaderMap, token: &str) -> Result<(), Response> {
+        if state.sessions.csrf_ok(headers, token) {
+            Ok(())
+        } else {
+            Err(error_page(
+                StatusCode::FORBIDDEN,
+                "This form is stale or was not sent from Orchard's own pages: reload and try again.",
+            ))
+        }
+    }
+}
+
+/// What every signed-in page's frame shows.
+pub struct Layout {
+    pub title: String,
+    pub tenant: String,
+    pub csrf: String,
+    pub open: bool,
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    status: u16,
+    message: String,
+}
+
+fn error_page(status: StatusCode, message: &str) -> Response {
+    let page = ErrorPage { status: status.as_u16(), message: message.to_string() };
+    (status, render(&page)).into_response()
+}
+
+/// An API error as a page (404 for another tenant's job, as on the API).
+fn api_error(e: ApiError) -> Response {
+    error_page(e.status, &e.detail)
+}
+
+fn render(t: &impl Template) -> Response {
+    match t.render() {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => {
+            tracing::error!("rendering a page: {e}");
+            (StatusCode::INTERNAL_SERVER_ERROR, "the page could not be rendered").into_response()
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "login.html")]
+struct LoginPage {
+    next: String,
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+/// Only our own pages as a place to go back to (no open redirect).
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n == "/ui" || (n.starts_with("/ui/") && !n.starts_with("/ui//") && !n.contains('\\')) => {
+            n.to_string()
+        }
+        _ => "/ui".to_string(),
+    }
+}
+
+async fn login_page(Query(q): Query<NextQuery>) -> Response {
+    render(&LoginPage { next: safe_next(q.next.as_deref()), error: None })
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    api_key: String,
+    next: Option<String>,
+}
+
+async fn login(State(state): S, Form(form): Form<LoginForm>) -> Response {
+    let next = safe_next(form.next.as_deref());
+    match state.sessions.sign_in(&form.api_key) {
+        Some((tenant, cookie)) => {
+            tracing::info!(%tenant, "signed in to the web UI");
+            ([(header::SET_COOKIE, state.sessions.set_cookie(&cookie))], Redirect::to(&next)).into_response()
+        }
+        None => {
+            let page = LoginPage { next, error: Some("That is not an API key of this server.".into()) };
+            (StatusCode::UNAUTHORIZED, render(&page)).into_response()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CsrfForm {
+    pub(crate) csrf: String,
+}
+
+async fn logout(State(state): S, signed: Signed, headers: HeaderMap, Form(form): Form<CsrfForm>) -> Response {
+    if let Err(r) = signed.check_csrf(&state, &headers, &form.csrf) {
+        return r;
+    }
+    ([(header::SET_COOKIE, Sessions::clear_cookie())], Redirect::to("/ui/login")).into_response()
+}
