@@ -85,10 +85,26 @@ pub async fn page(State(state): S, signed: Signed, Query(q): Query<CompareQuery>
     let mut rows = Vec::new();
     let mut totals = None;
     if !a.is_empty() && !b.is_empty() {
-        let (ca, cb) = match (cells(&state, &signed, &a).await, cells(&state, &signed, &b).await) {
+        let (mut ca, mut cb) = match (cells(&state, &signed, &a).await, cells(&state, &signed, &b).await) {
             (Ok(ca), Ok(cb)) => (ca, cb),
             (Err(r), _) | (_, Err(r)) => return r,
         };
+        // One harness each, and not the same one (two harnesses, or two models, on the same
+        // tasks): pair by task.
+        let only = |c: &BTreeMap<(String, String), CellView>| {
+            let names: std::collections::BTreeSet<&String> = c.keys().map(|k| &k.1).collect();
+            (names.len() == 1).then(|| names.into_iter().next().cloned()).flatten()
+        };
+        if let (Some(ha), Some(hb)) = (only(&ca), only(&cb))
+            && ha != hb
+        {
+            let label = format!("{ha} / {hb}");
+            let by_task = |c: BTreeMap<(String, String), CellView>| {
+                c.into_iter().map(|((task, _), v)| ((task, label.clone()), v)).collect::<BTreeMap<_, _>>()
+            };
+            ca = by_task(ca);
+            cb = by_task(cb);
+        }
         let mut t = Totals {
             paired: 0,
             a_passed: 0,
