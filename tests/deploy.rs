@@ -86,7 +86,8 @@ fn every_overlay_renders_validates_and_grants_least_privilege() {
         let labels = &pod["metadata"]["labels"];
         assert_eq!(labels["app.kubernetes.io/name"], "orchard-host", "the backend's default --host-label");
         let container = &pod["spec"]["containers"][0];
-        assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/health");
+        // Ready only while the evaluation service's database answers.
+        assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/v1/ready");
         assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/health");
         let args: Vec<&str> = container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
         assert!(args.contains(&"--backend=kubernetes"), "{args:?}");
@@ -120,10 +121,29 @@ fn every_overlay_renders_validates_and_grants_least_privilege() {
         assert_eq!(deny["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
         assert!(deny["spec"].get("ingress").is_none() && deny["spec"].get("egress").is_none());
         find(&docs, "NetworkPolicy", "orchard-host");
+        // Every replica shares one PostgreSQL, named by a Secret; metrics are scraped.
+        let env = container["env"].as_array().unwrap();
+        let database = env.iter().find(|e| e["name"] == "ORCHARD_DATABASE_URL").expect("ORCHARD_DATABASE_URL");
+        let secret = &database["valueFrom"]["secretKeyRef"];
+        assert!(secret["name"].as_str().unwrap().starts_with("orchard-database"), "{database}");
+        assert_eq!(secret["key"], "url");
+        assert_eq!(pod["metadata"]["annotations"]["prometheus.io/path"], "/metrics");
+        let egress = &find(&docs, "NetworkPolicy", "orchard-host")["spec"]["egress"];
+        assert!(egress.to_string().contains("5432"), "the host cannot reach its database: {egress}");
         if overlay == "dev" {
             find(&docs, "Secret", "orchard-api-keys");
+            // A PostgreSQL of its own: data on a claim, reachable from the host pods alone.
+            let pg = find(&docs, "StatefulSet", "orchard-postgres");
+            assert_eq!(pg["spec"]["volumeClaimTemplates"][0]["metadata"]["name"], "data");
+            assert_eq!(pg["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"], true);
+            let url = find(&docs, "Secret", secret["name"].as_str().unwrap());
+            assert!(url["data"]["url"].is_string() || url["stringData"]["url"].is_string(), "{url}");
+            let only = find(&docs, "NetworkPolicy", "orchard-postgres");
+            assert_eq!(only["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"], *labels);
+            find(&docs, "Service", "orchard-postgres");
         } else {
             assert!(docs.iter().all(|d| d["kind"] != "Secret"), "production keys are not kept in git");
+            assert!(docs.iter().all(|d| d["kind"] != "StatefulSet"), "production uses an external database");
         }
     }
 }

@@ -409,3 +409,153 @@ async fn orchard_eval_with_a_server_submits_follows_detaches_and_reattaches() {
     assert_eq!(code, 1);
     assert!(stderr.contains("not found"), "{stderr}");
 }
+
+/// A shipped component with a custom section naming `tag` appended: the same code, another
+/// content hash (what a rebuilt plugin looks like to the server).
+fn retagged(component: &str, tag: &str) -> Vec<u8> {
+    let mut bytes = std::fs::read(orchard_tests::plugin_dir().join(component)).unwrap();
+    let mut payload = vec![tag.len() as u8];
+    payload.extend_from_slice(tag.as_bytes());
+    assert!(payload.len() < 128, "one-byte LEB128 sizes");
+    bytes.push(0); // a custom section
+    bytes.push(payload.len() as u8);
+    bytes.extend(payload);
+    bytes
+}
+
+/// The shipped shell adapter (the oracle needs its `bash`) as `version`, its bytes tagged so that
+/// each version has a hash of its own.
+fn shell_upload(component: &str, version: &str) -> Value {
+    use base64::Engine;
+    let bytes = retagged(component, &format!("orchard-test {version}"));
+    json!({
+        "manifest": format!("name = \"shell\"\nversion = \"{version}\"\nkind = \"tool-adapter\"\ncapabilities = [\"sandbox\", \"log\"]\n"),
+        "component_base64": base64::engine::general_purpose::STANDARD.encode(bytes),
+    })
+}
+
+fn listed(v: &Value, name: &str) -> Option<(String, String)> {
+    v["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .map(|p| (p["version"].as_str().unwrap().to_string(), p["scope"].as_str().unwrap().to_string()))
+}
+
+#[tokio::test]
+async fn plugins_belong_to_tenants_swap_mid_job_pin_by_hash_and_survive_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = || ServerOptions {
+        api_keys: Some("alice:alice-key-1234,bob:bob-key-123456,root:root-key-123456".into()),
+        state_dir: Some(tmp.path().join("state")),
+        extra_args: ["--admin-tenant", "root", "--eval-concurrency", "1"].map(String::from).to_vec(),
+        env: vec![("ORCHARD_LOG_FORMAT".into(), "json".into())],
+    };
+    let mut server = Server::start_with(opts()).await.with_key("alice-key-1234");
+    let bob = Server::attach(&server.url, &server.state_dir).with_key("bob-key-123456");
+    let root = Server::attach(&server.url, &server.state_dir).with_key("root-key-123456");
+
+    // Alice's upload is hers: she sees it, bob still sees the shipped one.
+    let (status, v) = server.call(Method::PUT, "/v1/plugins/shell", Some(shell_upload("shell.wasm", "7.0.0"))).await;
+    assert_eq!((status, v["scope"].as_str(), v["replaced"].as_bool()), (200, Some("tenant"), Some(false)), "{v}");
+    let v7 = v["plugin"]["sha256"].as_str().unwrap().to_string();
+    let (_, mine) = server.call(Method::GET, "/v1/plugins", None).await;
+    assert_eq!(listed(&mine, "shell"), Some(("7.0.0".into(), "tenant".into())));
+    let (_, theirs) = bob.call(Method::GET, "/v1/plugins", None).await;
+    let (version, scope) = listed(&theirs, "shell").unwrap();
+    assert_ne!(version, "7.0.0");
+    assert_eq!(scope, "shared");
+    // Only an admin replaces a shared plugin; what an admin uploads everybody sees.
+    let (status, v) =
+        bob.call(Method::PUT, "/v1/plugins/shell?scope=shared", Some(shell_upload("shell.wasm", "6.0.0"))).await;
+    assert_eq!(status, 403, "{v}");
+    let (status, v) = root.call(Method::PUT, "/v1/plugins/extra-tools", Some({
+        let mut u = shell_upload("editor.wasm", "1.0.0");
+        u["manifest"] = json!("name = \"extra-tools\"\nversion = \"1.0.0\"\nkind = \"tool-adapter\"\ncapabilities = [\"sandbox\", \"log\"]\n");
+        u
+    })).await;
+    assert_eq!((status, v["scope"].as_str()), (200, Some("shared")), "{v}");
+    let (_, theirs) = bob.call(Method::GET, "/v1/plugins", None).await;
+    assert_eq!(listed(&theirs, "extra-tools"), Some(("1.0.0".into(), "shared".into())));
+
+    // Swapped while a job runs: rollouts already done keep the old version, later ones use the
+    // new, and each records the hash of what it ran.
+    let dataset = upload(&server, examples_archive()).await;
+    let id = submit(&server, oracle_job(&dataset, 4, 1)).await;
+    wait_for(&server, &id, "three rollouts", Duration::from_secs(120), |v| v["counts"]["done"].as_i64() >= Some(3))
+        .await;
+    let (status, v) = server.call(Method::PUT, "/v1/plugins/shell", Some(shell_upload("shell.wasm", "8.0.0"))).await;
+    assert_eq!((status, v["replaced"].as_bool()), (200, Some(true)), "{v}");
+    let v8 = v["plugin"]["sha256"].as_str().unwrap().to_string();
+    assert_ne!(v7, v8);
+    let eval = wait_for(&server, &id, "the job", Duration::from_secs(240), |v| v["status"] == "done").await;
+    assert_eq!(eval["counts"]["passed"], 20, "{eval}");
+    let (_, rows) = server.call(Method::GET, &format!("/v1/evals/{id}/rollouts?limit=100"), None).await;
+    let mut rows: Vec<Value> = rows["rollouts"].as_array().unwrap().clone();
+    rows.sort_by_key(|r| r["finish_seq"].as_i64());
+    let mut versions = Vec::new();
+    for r in &rows {
+        let (_, one) = server
+            .call(Method::GET, &format!("/v1/evals/{id}/rollouts/{}", r["rollout_id"].as_str().unwrap()), None)
+            .await;
+        let plugins = one["result"]["plugins"].as_object().unwrap().clone();
+        let (name, hash) = plugins.iter().find(|(k, _)| k.starts_with("shell@")).expect("shell recorded");
+        versions.push((name.clone(), hash.as_str().unwrap().to_string()));
+    }
+    let first_new = versions.iter().position(|(n, _)| n == "shell@8.0.0").expect("later rollouts use the new version");
+    assert!(first_new >= 3, "{versions:?}");
+    assert!(versions[..first_new].iter().all(|v| *v == ("shell@7.0.0".to_string(), v7.clone())), "{versions:?}");
+    assert!(versions[first_new..].iter().all(|v| *v == ("shell@8.0.0".to_string(), v8.clone())), "{versions:?}");
+
+    // Prometheus sees them (no key needed, no tenant in any label) ...
+    let metrics = server.http.get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
+    let graded = metrics
+        .lines()
+        .find(|l| l.starts_with(r#"orchard_rollouts_total{status="graded",harness="oracle",grader="script"}"#))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(graded.rsplit(' ').next().unwrap().parse::<f64>().unwrap() >= 20.0, "{graded}");
+    for family in ["orchard_rollout_duration_seconds_count", "orchard_queue_depth", "orchard_sandboxes_live"] {
+        assert!(metrics.contains(family), "{family} missing:\n{metrics}");
+    }
+    assert!(!metrics.contains("alice"), "{metrics}");
+    // ... and every log line of a rollout names its job and rollout.
+    let finished: Vec<Value> = server
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "rollout finished")
+        .collect();
+    assert!(finished.len() >= 20, "{}", server.log());
+    assert!(
+        finished.iter().all(|l| l["span"]["eval"].is_string() && l["span"]["rollout"].is_string()),
+        "{:?}",
+        finished[0]
+    );
+
+    // A job pins the old version by its hash; bob cannot pin alice's.
+    let mut pinned = oracle_job(&dataset, 1, 2);
+    pinned["pins"] = json!({"shell": v7});
+    let id = submit(&server, pinned.clone()).await;
+    wait_for(&server, &id, "the pinned job", Duration::from_secs(120), |v| v["status"] == "done").await;
+    let (_, rows) = server.call(Method::GET, &format!("/v1/evals/{id}/rollouts?limit=1"), None).await;
+    let rid = rows["rollouts"][0]["rollout_id"].as_str().unwrap().to_string();
+    let (_, one) = server.call(Method::GET, &format!("/v1/evals/{id}/rollouts/{rid}"), None).await;
+    assert_eq!(one["result"]["plugins"]["shell@7.0.0"], json!(v7), "{}", one["result"]["plugins"]);
+    let bob_dataset = upload(&bob, examples_archive()).await;
+    let mut theirs = oracle_job(&bob_dataset, 1, 1);
+    theirs["pins"] = json!({"shell": v7});
+    let (status, v) = bob.call(Method::POST, "/v1/evals", Some(theirs)).await;
+    assert_eq!(status, 422, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("no plugin with sha256"), "{v}");
+
+    // After a restart the uploads are still there, still alice's.
+    server.stop();
+    let server = Server::start_with(opts()).await.with_key("alice-key-1234");
+    let (_, mine) = server.call(Method::GET, "/v1/plugins", None).await;
+    assert_eq!(listed(&mine, "shell"), Some(("8.0.0".into(), "tenant".into())));
+    let bob = Server::attach(&server.url, &server.state_dir).with_key("bob-key-123456");
+    let (_, theirs) = bob.call(Method::GET, "/v1/plugins", None).await;
+    assert_ne!(listed(&theirs, "shell").unwrap().0, "8.0.0");
+    assert_eq!(listed(&theirs, "extra-tools"), Some(("1.0.0".into(), "shared".into())));
+}

@@ -5,6 +5,7 @@
 
 mod plugins;
 mod refs;
+mod service;
 mod stats;
 
 use std::path::PathBuf;
@@ -35,12 +36,18 @@ struct Args {
     /// The orchard binary [default: beside this one].
     #[arg(long)]
     orchard: Option<PathBuf>,
-    /// Which benchmarks: sandboxes, plugins, or all.
+    /// Which benchmarks: sandboxes, plugins, service, or all.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Oracle rollouts in the end-to-end plugin run.
     #[arg(long, default_value_t = 1000)]
     rollouts: u32,
+    /// Oracle rollouts of the example tasks through the evaluation service (and `orchard eval`).
+    #[arg(long, default_value_t = 10_000)]
+    service_rollouts: u32,
+    /// Rollouts at once in the service runs and their `orchard eval` reference.
+    #[arg(long, default_value_t = 16)]
+    service_concurrency: usize,
     /// Size of the warm pool the server keeps (host image, default resources).
     #[arg(long, default_value_t = 16)]
     pool: usize,
@@ -62,6 +69,12 @@ impl Drop for Server {
 
 impl Server {
     fn start(bin: &PathBuf, max: usize, pool: usize) -> anyhow::Result<Server> {
+        let args = ["--max-sandboxes".to_string(), max.to_string(), "--warm-pool".into(), format!("host={pool}")];
+        Self::launch(bin, &args, &[])
+    }
+
+    /// `orchard serve` on a loopback port of its own, with a fresh state directory.
+    fn launch(bin: &PathBuf, extra: &[String], env: &[(&str, String)]) -> anyhow::Result<Server> {
         let state = tempfile::Builder::new().prefix("orchard-bench-").tempdir()?;
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -72,17 +85,11 @@ impl Server {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder().pool_max_idle_per_host(512).timeout(Duration::from_secs(300)).build()?;
         let child = Command::new(bin)
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--max-sandboxes",
-                &max.to_string(),
-                "--warm-pool",
-                &format!("host={pool}"),
-                "--state-dir",
-            ])
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .arg("--state-dir")
             .arg(state.path())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("RUST_LOG", std::env::var("ORCHARD_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
             .stderr(match std::env::var_os("ORCHARD_BENCH_SERVER_LOG") {
@@ -182,7 +189,17 @@ fn main() -> anyhow::Result<()> {
         let examples = examples.ok_or_else(|| anyhow::anyhow!("examples/tasks not found above {}", bin.display()))?;
         rows.extend(plugins::rollouts(&bin, &examples, args.rollouts)?);
     }
-    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins or all");
+    if matches!(args.suite.as_str(), "all" | "service") {
+        let examples = bin.ancestors().nth(3).map(|root| root.join("examples/tasks")).filter(|p| p.is_dir());
+        let examples = examples.ok_or_else(|| anyhow::anyhow!("examples/tasks not found above {}", bin.display()))?;
+        rows.extend(runtime.block_on(service::run(
+            &bin,
+            &examples,
+            args.service_rollouts,
+            args.service_concurrency,
+        ))?);
+    }
+    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service or all");
     print_table(&rows);
     Ok(())
 }

@@ -143,27 +143,32 @@ pub async fn run(bin: &Path, iterations: u32) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// 1,000 oracle rollouts of one example task, end to end, through `orchard eval`.
-pub fn rollouts(bin: &Path, examples: &Path, n: u32) -> anyhow::Result<Vec<Row>> {
+/// `orchard eval TASKS` with the oracle, shell tools and the script grader; its results in `out`.
+pub fn oracle_eval(bin: &Path, tasks: &Path, attempts: u32, concurrency: usize, out: &Path) -> anyhow::Result<()> {
     let (shipped, _) = dirs(bin);
-    let out = tempfile::tempdir()?;
     let state = tempfile::tempdir()?;
-    let task = examples.join("hello-file");
-    let started = Instant::now();
     let status = std::process::Command::new(bin)
         .args(["eval"])
-        .arg(&task)
+        .arg(tasks)
         .args(["--harness", "oracle", "--tools", "shell", "--grader", "script", "--grant", "solution"])
-        .args(["--attempts", &n.to_string(), "--concurrency", "16", "--out"])
-        .arg(out.path())
+        .args(["--attempts", &attempts.to_string(), "--concurrency", &concurrency.to_string(), "--out"])
+        .arg(out)
         .arg("--state-dir")
         .arg(state.path())
         .env("ORCHARD_PLUGIN_DIR", &shipped)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .status()?;
-    let elapsed = started.elapsed();
     anyhow::ensure!(status.success(), "orchard eval failed");
+    Ok(())
+}
+
+/// 1,000 oracle rollouts of one example task, end to end, through `orchard eval`.
+pub fn rollouts(bin: &Path, examples: &Path, n: u32) -> anyhow::Result<Vec<Row>> {
+    let out = tempfile::tempdir()?;
+    let started = Instant::now();
+    oracle_eval(bin, &examples.join("hello-file"), n, 16, out.path())?;
+    let elapsed = started.elapsed();
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.path().join("summary.json"))?)?;
     let passed = summary["passed"].as_u64().unwrap_or(0);
     Ok(vec![Row {

@@ -41,14 +41,16 @@ fn main() {
         Command::Run(_) => "warn",
         _ => "info",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // ORCHARD_LOG_FORMAT=json: one JSON object per line, with the span's fields (a rollout's
+    // `eval` and `rollout` ids) on every line, for log pipelines.
+    if std::env::var("ORCHARD_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        logs.json().with_current_span(true).with_span_list(false).init();
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+    }
     raise_fd_limit();
     // One TLS provider for every client in the process (model endpoints, registries, servers).
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -215,6 +215,7 @@ impl ModelClient {
             if let Some(key) = &self.config.api_key {
                 request = request.bearer_auth(key);
             }
+            let sent = std::time::Instant::now();
             let failure = match request.send().await {
                 Ok(response) => {
                     let status = response.status();
@@ -226,6 +227,7 @@ impl ModelClient {
                         .map(Duration::from_secs_f64);
                     let text = response.text().await.unwrap_or_default();
                     if status.is_success() {
+                        orchard_metrics::metrics().model_request("ok", sent.elapsed());
                         let mut completion = wire::parse_response(&text)?;
                         completion.attempts = attempt;
                         return Ok(completion);
@@ -241,8 +243,10 @@ impl ModelClient {
                 Err(e) => (ModelError::Unavailable(format!("{url}: {e}")), None),
             };
             if attempt > self.config.max_retries {
+                orchard_metrics::metrics().model_request("failed", sent.elapsed());
                 return Err(failure.0);
             }
+            orchard_metrics::metrics().model_request("retried", sent.elapsed());
             let wait = failure.1.unwrap_or(pause).min(Duration::from_secs(60));
             tracing::debug!(attempt, ?wait, "model request failed, retrying: {}", failure.0);
             tokio::time::sleep(wait).await;

@@ -301,15 +301,34 @@ impl Runner {
         let key = (claim.eval_id.clone(), claim.rollout_id.clone());
         let this = self.clone();
         let sandbox = sandbox_id.clone();
-        let task = tokio::spawn(async move {
-            let result = this.execute(&claim, &sandbox).await;
-            this.record(&claim, result).await;
-            this.running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&(claim.eval_id.clone(), claim.rollout_id.clone()));
-            this.wake.notify_one();
-        });
+        // Every log line of the rollout (sandbox, plugins, grading) carries the job and rollout.
+        let span = tracing::info_span!("rollout", eval = %claim.eval_id, rollout = %claim.rollout_id);
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let metrics = orchard_metrics::metrics();
+                let result = this.execute(&claim, &sandbox).await;
+                let status = match result.status {
+                    RolloutStatus::Graded => "graded",
+                    RolloutStatus::Unknown => "unknown",
+                    RolloutStatus::Error => "error",
+                };
+                metrics.rollout_finished(
+                    status,
+                    &result.harness,
+                    &result.grader,
+                    Duration::from_secs_f64(result.total_seconds.max(0.0)),
+                    Duration::from_secs_f64(result.grade_seconds.max(0.0)),
+                );
+                tracing::info!(status, reward = ?result.reward, seconds = result.total_seconds, error = ?result.error, "rollout finished");
+                this.record(&claim, result).await;
+                this.running
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&(claim.eval_id.clone(), claim.rollout_id.clone()));
+                this.wake.notify_one();
+            },
+            span,
+        ));
         self.running
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -94,7 +94,8 @@ fn redact(item: &str) -> String {
 
 /// Paths anyone may call: probes and the service banner.
 fn is_public(path: &str) -> bool {
-    matches!(path, "/" | "/health" | "/v1/health" | "/v1/ready" | "/v1/openapi.json")
+    // /metrics: for Prometheus; its labels name no tenant and no job.
+    matches!(path, "/" | "/health" | "/v1/health" | "/v1/ready" | "/v1/openapi.json" | "/metrics")
 }
 
 pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {

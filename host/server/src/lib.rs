@@ -99,6 +99,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/", get(routes_sandboxes::banner))
         .route("/health", get(routes_sandboxes::health))
         .route("/v1/ready", get(ready))
+        .route("/metrics", get(metrics))
         .route("/v1/openapi.json", get(openapi::document))
         .merge(routes_sandboxes::routes())
         .merge(routes_jobs::routes())
@@ -130,6 +131,20 @@ fn web_sessions(keys: &ApiKeys) -> orchard_web_ui::Sessions {
     orchard_web_ui::Sessions::new(hasher.finalize().to_vec(), check, None)
 }
 
+/// Prometheus metrics (OpenMetrics text). Gauges of what is live are read now.
+async fn metrics(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
+    use axum::response::IntoResponse;
+    let m = orchard_metrics::metrics();
+    m.sandboxes_live.set(state.backend.list().await.len() as i64);
+    if let Some(evals) = &state.evals {
+        m.rollouts_running.set(evals.runner.running_count() as i64);
+        if let Ok(waiting) = evals.env.store.evals_waiting().await {
+            m.queue_depth.set(waiting.iter().map(|w| w.2).sum());
+        }
+    }
+    ([(axum::http::header::CONTENT_TYPE, orchard_metrics::CONTENT_TYPE)], m.encode()).into_response()
+}
+
 /// Readiness: the database answers (when the server runs evaluations).
 #[utoipa::path(get, path = "/v1/ready", tag = "service", summary = "Readiness: the database answers", security(()),
     responses((status = 200, description = "Ready", body = serde_json::Value),
@@ -156,6 +171,7 @@ async fn request_id(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let mut response = next.run(request).await;
+    orchard_metrics::metrics().http_response(method.as_str(), response.status().as_u16());
     tracing::debug!(request_id = %id, %method, %path, status = response.status().as_u16(), "request");
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-request-id", value);
