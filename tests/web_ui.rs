@@ -243,6 +243,10 @@ async fn the_web_ui_in_chromium() {
         .await
         .unwrap();
     assert_eq!(forged.status(), 403);
+    // Pages are never framed and run only our own script.
+    let login = http.get(format!("{base}/ui/login")).send().await.unwrap();
+    let csp = login.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"), "{csp}");
     let api = http.get(format!("{base}/v1/evals")).header("cookie", &with_cookie).send().await.unwrap();
     assert_eq!(api.status(), 401, "the API answered a request carrying only the UI's cookie");
 

@@ -58,7 +58,30 @@ pub fn routes<T: Clone + Send + Sync + 'static>(state: Arc<UiState>) -> Router<T
         .route("/evals/{id}/rollouts/{rid}", get(rollout::page))
         .route("/compare", get(compare::page))
         .route("/assets/{name}", get(assets::serve))
+        .layer(axum::middleware::from_fn(security_headers))
         .with_state(state)
+}
+
+/// Pages run only our own script and style, are never framed, and post forms only to us.
+/// Images may be data URLs (screenshots in trajectories), nothing else from elsewhere.
+async fn security_headers(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            "content-security-policy",
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        ("x-frame-options", "DENY"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "same-origin"),
+    ] {
+        if let Ok(v) = axum::http::HeaderValue::from_str(value) {
+            headers.insert(name, v);
+        }
+    }
+    response
 }
 
 /// A signed-in request: its tenant and its session's CSRF token. Pages without a session
@@ -176,12 +199,14 @@ struct LoginForm {
     next: Option<String>,
 }
 
-async fn login(State(state): S, Form(form): Form<LoginForm>) -> Response {
+async fn login(State(state): S, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
     let next = safe_next(form.next.as_deref());
     match state.sessions.sign_in(&form.api_key) {
         Some((tenant, cookie)) => {
             tracing::info!(%tenant, "signed in to the web UI");
-            ([(header::SET_COOKIE, state.sessions.set_cookie(&cookie))], Redirect::to(&next)).into_response()
+            // Behind a TLS-terminating proxy the cookie is sent over HTTPS only.
+            let https = headers.get("x-forwarded-proto").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+            ([(header::SET_COOKIE, state.sessions.set_cookie(&cookie, https))], Redirect::to(&next)).into_response()
         }
         None => {
             let page = LoginPage { next, error: Some("That is not an API key of this server.".into()) };

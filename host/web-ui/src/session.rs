@@ -58,8 +58,9 @@ impl Sessions {
     }
 
     /// The `Set-Cookie` value for a new session.
-    pub fn set_cookie(&self, value: &str) -> String {
-        format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}", self.lifetime_secs)
+    pub fn set_cookie(&self, value: &str, secure: bool) -> String {
+        let secure = if secure { "; Secure" } else { "" };
+        format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}", self.lifetime_secs)
     }
 
     pub fn clear_cookie() -> String {
