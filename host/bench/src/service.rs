@@ -22,11 +22,31 @@ use crate::{Row, Server};
 mod postgres;
 
 /// `orchard eval` over the example tasks: rollouts per second (the reference).
-fn cli(bin: &Path, examples: &Path, attempts: u32, concurrency: usize) -> anyhow::Result<f64> {
+fn cli(bin: &Path, tasks: &Path, rollouts: u32, attempts: u32, concurrency: usize) -> anyhow::Result<f64> {
     let out = tempfile::tempdir()?;
     let started = Instant::now();
-    crate::plugins::oracle_eval(bin, examples, attempts, concurrency, out.path())?;
-    Ok(f64::from(attempts * 5) / started.elapsed().as_secs_f64())
+    crate::plugins::oracle_eval(bin, tasks, attempts, concurrency, out.path())?;
+    Ok(f64::from(rollouts) / started.elapsed().as_secs_f64())
+}
+
+/// The example tasks, `copies` times over (`<task>-<i>`): jobs of 10,000 rollouts within the
+/// 1,000 attempts a job may ask for.
+fn replicated(examples: &Path, copies: usize) -> anyhow::Result<(tempfile::TempDir, u32)> {
+    let dir = tempfile::Builder::new().prefix("orchard-bench-tasks-").tempdir()?;
+    let mut tasks = 0;
+    for entry in std::fs::read_dir(examples)? {
+        let entry = entry?;
+        if !entry.path().join("task.toml").is_file() {
+            continue;
+        }
+        for i in 0..copies {
+            let to = dir.path().join(format!("{}-{i}", entry.file_name().to_string_lossy()));
+            let status = std::process::Command::new("cp").arg("-a").arg(entry.path()).arg(&to).status()?;
+            anyhow::ensure!(status.success(), "copying {}", entry.path().display());
+            tasks += 1;
+        }
+    }
+    Ok((dir, tasks))
 }
 
 struct Measured {
@@ -153,14 +173,16 @@ fn rows_of(label: &str, n: u32, cli_rate: f64, m: &Measured, db_bytes: u64, rss_
 }
 
 pub async fn run(bin: &Path, examples: &Path, n: u32, concurrency: usize) -> anyhow::Result<Vec<Row>> {
-    let attempts = (n / 5).max(1);
-    let n = attempts * 5;
+    let (tasks_dir, tasks) = replicated(examples, 10)?;
+    let examples = tasks_dir.path();
+    let attempts = (n / tasks).max(1);
+    let n = attempts * tasks;
     let bin = bin.to_path_buf();
     let (shipped, _) = crate::plugins::dirs(&bin);
-    eprintln!("orchard-bench: {n} oracle rollouts through `orchard eval` (the reference)");
+    eprintln!("orchard-bench: {n} oracle rollouts ({tasks} tasks × {attempts}) through `orchard eval` (the reference)");
     let cli_rate = {
         let (bin, examples) = (bin.clone(), examples.to_path_buf());
-        tokio::task::spawn_blocking(move || cli(&bin, &examples, attempts, concurrency)).await??
+        tokio::task::spawn_blocking(move || cli(&bin, &examples, n, attempts, concurrency)).await??
     };
     let mut rows = Vec::new();
 

@@ -325,15 +325,10 @@ impl Store {
 
     /// Per task × harness counts of what is done, for summaries and the matrix.
     pub async fn cells(&self, eval_id: &str) -> Result<Vec<TaskCell>> {
+        // The counters kept with every finish (one row per cell, however large the job).
         let rows = sqlx::query(
-            "SELECT task_id, harness, COUNT(*) AS done,
-                    SUM(CASE WHEN status = 'graded' THEN 1 ELSE 0 END) AS graded,
-                    SUM(CASE WHEN passed = 1 THEN 1 ELSE 0 END) AS passed,
-                    SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS errored,
-                    SUM(CASE WHEN status = 'unknown' THEN 1 ELSE 0 END) AS unknown,
-                    CAST(SUM(COALESCE(reward, 0.0)) AS DOUBLE PRECISION) AS reward_sum
-             FROM rollouts WHERE eval_id = $1 AND state = 'done'
-             GROUP BY task_id, harness",
+            "SELECT task_id, harness, done, graded, passed, errored, unknown, reward_sum
+             FROM cells WHERE eval_id = $1 AND done > 0 ORDER BY task_id, harness",
         )
         .bind(eval_id)
         .fetch_all(&self.read)
@@ -416,6 +411,21 @@ impl Store {
         let unknown = counts.try_get::<Option<i64>, _>("unknown")?.unwrap_or(0);
         let n = errored + unknown;
         if n > 0 {
+            // Their cells forget them (errors and unknowns never passed nor were graded).
+            let again = "SELECT task_id, harness, COUNT(*) AS n, \
+                         SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS e, \
+                         SUM(CASE WHEN status = 'unknown' THEN 1 ELSE 0 END) AS u, \
+                         SUM(COALESCE(reward, 0.0)) AS r \
+                         FROM rollouts WHERE eval_id = $1 AND state = 'done' AND status IN ('error', 'unknown') \
+                         GROUP BY task_id, harness";
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE cells SET done = cells.done - x.n, errored = cells.errored - x.e, \
+                 unknown = cells.unknown - x.u, reward_sum = cells.reward_sum - x.r \
+                 FROM ({again}) AS x WHERE cells.eval_id = $1 AND cells.task_id = x.task_id AND cells.harness = x.harness"
+            )))
+            .bind(eval_id)
+            .execute(&mut *tx)
+            .await?;
             sqlx::query(
                 "DELETE FROM trajectories WHERE eval_id = $1 AND rollout_id IN \
                  (SELECT rollout_id FROM rollouts WHERE eval_id = $1 AND state = 'done' AND status IN ('error', 'unknown'))",

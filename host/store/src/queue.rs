@@ -170,6 +170,23 @@ impl Store {
         .await?;
         let is = |s: &str| i64::from(f.status == s);
         sqlx::query(
+            "INSERT INTO cells (eval_id, task_id, harness, done, graded, passed, errored, unknown, reward_sum) \
+             SELECT eval_id, task_id, harness, 1, $3, $4, $5, $6, $7 FROM rollouts WHERE eval_id = $1 AND rollout_id = $2 \
+             ON CONFLICT (eval_id, task_id, harness) DO UPDATE SET done = cells.done + 1, \
+             graded = cells.graded + excluded.graded, passed = cells.passed + excluded.passed, \
+             errored = cells.errored + excluded.errored, unknown = cells.unknown + excluded.unknown, \
+             reward_sum = cells.reward_sum + excluded.reward_sum",
+        )
+        .bind(eval_id)
+        .bind(rollout_id)
+        .bind(is("graded"))
+        .bind(i64::from(f.passed))
+        .bind(is("error"))
+        .bind(is("unknown"))
+        .bind(f.reward.unwrap_or(0.0))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
             "UPDATE evals SET running = running - 1, done = done + 1, graded = graded + $2, passed = passed + $3, \
              errored = errored + $4, unknown = unknown + $5, \
              status = CASE WHEN status = 'cancelled' THEN 'cancelled' \
