@@ -135,8 +135,13 @@ impl Runtime {
         let component = Component::new(&self.engine, bytes).map_err(|e| format!("{e:?}"))?;
         if let Ok(serialized) = component.serialize() {
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-            if std::fs::write(&tmp, serialized).is_ok() {
-                let _ = std::fs::rename(&tmp, &path);
+            if std::fs::write(&tmp, serialized).is_ok() && std::fs::rename(&tmp, &path).is_ok() {
+                // The cached file, mapped, instead of the compiled copy in memory: a server
+                // holding many plugins keeps only the pages it runs resident.
+                // SAFETY: written just above by this engine.
+                if let Ok(mapped) = unsafe { Component::deserialize_file(&self.engine, &path) } {
+                    return Ok(mapped);
+                }
             }
         }
         Ok(component)

@@ -303,8 +303,25 @@ impl Runner {
         let sandbox = sandbox_id.clone();
         // Every log line of the rollout (sandbox, plugins, grading) carries the job and rollout.
         let span = tracing::info_span!("rollout", eval = %claim.eval_id, rollout = %claim.rollout_id);
+        // Held while the task is spawned and registered, so that a rollout ending at once
+        // cannot remove itself before it is there (it would stay counted as running).
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         let task = tokio::spawn(tracing::Instrument::instrument(
             async move {
+                let forget = || {
+                    this.running
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&(claim.eval_id.clone(), claim.rollout_id.clone()));
+                };
+                // Claimed just before its job was cancelled: no sandbox for it.
+                if let Ok(Some(e)) = this.env.store.eval(&claim.eval_id).await
+                    && e.status == "cancelled"
+                {
+                    let _ = this.env.store.abandon(&this.config.owner, &claim.eval_id, &claim.rollout_id).await;
+                    forget();
+                    return;
+                }
                 let metrics = orchard_metrics::metrics();
                 let result = this.execute(&claim, &sandbox).await;
                 let status = match result.status {
@@ -321,18 +338,12 @@ impl Runner {
                 );
                 tracing::info!(status, reward = ?result.reward, seconds = result.total_seconds, error = ?result.error, "rollout finished");
                 this.record(&claim, result).await;
-                this.running
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&(claim.eval_id.clone(), claim.rollout_id.clone()));
+                forget();
                 this.wake.notify_one();
             },
             span,
         ));
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, Running { handle: task.abort_handle(), sandbox_id });
+        running.insert(key, Running { handle: task.abort_handle(), sandbox_id });
     }
 
     async fn execute(&self, claim: &Claim, sandbox_id: &str) -> RolloutResult {
