@@ -7,7 +7,6 @@ use askama::Template;
 use axum::extract::State;
 use axum::response::Response;
 use orchard_evals_api::{CellView, Query};
-use orchard_store::EvalFilter;
 use serde::Deserialize;
 
 use crate::format::{num, pct};
@@ -76,10 +75,9 @@ async fn cells(
 }
 
 pub async fn page(State(state): S, signed: Signed, Query(q): Query<CompareQuery>) -> Response {
-    let filter = EvalFilter { status: None, before: None, limit: 100 };
-    let jobs = match state.service.env.store.list_evals(&signed.tenant.0, &filter).await {
-        Ok(rows) => rows.iter().map(JobRow::of).collect(),
-        Err(e) => return api_error(e.into()),
+    let jobs = match crate::jobs::recent(&state, &signed).await {
+        Ok(jobs) => jobs,
+        Err(r) => return r,
     };
     let (a, b) = (q.a.unwrap_or_default(), q.b.unwrap_or_default());
     let mut rows = Vec::new();

@@ -249,10 +249,7 @@ pub async fn cancel(
     if let Err(r) = signed.check_csrf(&state, &headers, &form.csrf) {
         return r;
     }
-    match orchard_evals_api::cancel_eval(&state.service, &signed.tenant, &id).await {
-        Ok(_) => Redirect::to(&format!("/ui/evals/{id}")).into_response(),
-        Err(e) => api_error(e),
-    }
+    back_to_job(&id, orchard_evals_api::cancel_eval(&state.service, &signed.tenant, &id).await.map(drop))
 }
 
 pub async fn retry(
@@ -265,8 +262,13 @@ pub async fn retry(
     if let Err(r) = signed.check_csrf(&state, &headers, &form.csrf) {
         return r;
     }
-    match orchard_evals_api::retry_eval(&state.service, &signed.tenant, &id).await {
-        Ok(_) => Redirect::to(&format!("/ui/evals/{id}")).into_response(),
+    back_to_job(&id, orchard_evals_api::retry_eval(&state.service, &signed.tenant, &id).await.map(drop))
+}
+
+/// After a job's form: back to its page, or the error as a page.
+fn back_to_job(id: &str, outcome: Result<(), orchard_evals_api::ApiError>) -> Response {
+    match outcome {
+        Ok(()) => Redirect::to(&format!("/ui/evals/{id}")).into_response(),
         Err(e) => api_error(e),
     }
 }

@@ -74,7 +74,8 @@ struct JobsRows {
     rows: Vec<JobRow>,
 }
 
-async fn recent(state: &UiState, signed: &Signed) -> Result<Vec<JobRow>, Response> {
+/// The tenant's latest jobs, newest first.
+pub(crate) async fn recent(state: &UiState, signed: &Signed) -> Result<Vec<JobRow>, Response> {
     let filter = EvalFilter { status: None, before: None, limit: 100 };
     let rows = state.service.env.store.list_evals(&signed.tenant.0, &filter).await.map_err(|e| api_error(e.into()))?;
     Ok(rows.iter().map(JobRow::of).collect())
