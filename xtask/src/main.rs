@@ -396,6 +396,16 @@ fn plugins() -> anyhow::Result<()> {
                 caps.join(", "),
                 orchard["description"].as_str().unwrap_or_default()
             );
+            let mut manifest = manifest;
+            if let Some(v) = orchard["verifier"].as_object() {
+                manifest.push_str("\n[verifier]\n");
+                if let Some(env) = v.get("environment").and_then(|e| e.as_str()) {
+                    manifest.push_str(&format!("environment = {env:?}\n"));
+                }
+                if let Some(d) = v.get("drop_test_changes").and_then(|d| d.as_bool()) {
+                    manifest.push_str(&format!("drop_test_changes = {d}\n"));
+                }
+            }
             std::fs::write(&manifest_path, manifest)?;
         } else {
             let _ = std::fs::remove_file(&manifest_path);

@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 use orchard_agent_client::AgentClient;
 use orchard_model::ModelClient;
 use orchard_runtime::{
-    Capability, Grants, Limits, Plugin, PluginFailure, RolloutContext, RunOutcome, Runtime, TaskInput, Trajectory,
-    Verdict,
+    Capability, Grants, Limits, Plugin, PluginFailure, RolloutContext, RunOutcome, Runtime, Step, TaskInput,
+    Trajectory, Verdict,
 };
 use orchard_sandbox::{Backend, SandboxSpec};
+use orchard_verifier::Mode;
 use serde::{Deserialize, Serialize};
 
+use crate::separate;
 use crate::task::Task;
 
 pub struct Job {
@@ -71,8 +73,25 @@ pub struct RolloutResult {
     pub agent_seconds: f64,
     pub grade_seconds: f64,
     pub total_seconds: f64,
+    /// Where the grader worked and, in a separate environment, what was carried into it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<VerifierRecord>,
     #[serde(skip)]
     pub trajectory: Trajectory,
+}
+
+/// The verifier's environment of one rollout.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VerifierRecord {
+    pub environment: orchard_verifier::Mode,
+    /// The verifier's own sandbox (separate environments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_id: Option<String>,
+    /// What was carried and dropped (separate environments).
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub carry: Option<orchard_verifier::CarryReport>,
+    /// Creating, preparing and carrying into the verifier's sandbox.
+    pub setup_seconds: f64,
 }
 
 impl RolloutResult {
@@ -105,6 +124,7 @@ impl RolloutResult {
             agent_seconds: 0.0,
             grade_seconds: 0.0,
             total_seconds: 0.0,
+            verifier: None,
             trajectory: Trajectory::default(),
         }
     }
@@ -151,6 +171,7 @@ pub async fn rollout(
     spec.env = task.env.clone();
     spec.workdir = task.workdir.clone();
     spec.ttl_seconds = Some((task.agent_timeout_sec + task.verifier_timeout_sec + 600.0) as u64);
+    let spec_copy = spec.clone();
     let sandbox = match backend.create(spec).await {
         Ok(info) => info,
         Err(e) => {
@@ -161,7 +182,12 @@ pub async fn rollout(
     };
     result.sandbox_id = Some(sandbox.id.clone());
     let outcome = match backend.agent(&sandbox.id).await {
-        Ok(agent) => run_in_sandbox(job, harness, task, &agent, runtime, &mut result).await,
+        Ok(agent) => {
+            let mut verifier_spec = spec_copy;
+            verifier_spec.id = verifier_spec.id.or(Some(sandbox.id.clone()));
+            let verifier = VerifierSetup { backend, spec: verifier_spec };
+            run_in_sandbox(job, harness, task, &agent, runtime, &mut result, &verifier).await
+        }
         Err(e) => Err(format!("sandbox: {e}")),
     };
     if let Err(e) = outcome {
@@ -174,6 +200,24 @@ pub async fn rollout(
     result
 }
 
+/// How a rollout makes its separate verifier's sandbox: the agent's spec, with the id the
+/// verifier's is derived from.
+struct VerifierSetup<'a> {
+    backend: &'a dyn Backend,
+    spec: SandboxSpec,
+}
+
+/// A task's environment as its Dockerfile describes it: files copied and archives unpacked.
+pub(crate) async fn prepare_environment(agent: &AgentClient, task: &Task) -> Result<(), String> {
+    for (src, dest) in &task.copies {
+        copy_in(agent, src, dest).await?;
+    }
+    for (archive, dest) in &task.archives {
+        unpack_in(agent, archive, dest).await?;
+    }
+    Ok(())
+}
+
 async fn run_in_sandbox(
     job: &Job,
     harness: &Arc<Plugin>,
@@ -181,6 +225,7 @@ async fn run_in_sandbox(
     agent: &Arc<AgentClient>,
     runtime: &Runtime,
     result: &mut RolloutResult,
+    verifier: &VerifierSetup<'_>,
 ) -> Result<(), String> {
     let input =
         TaskInput { id: task.id.clone(), instruction: task.instruction.clone(), metadata: task.metadata.clone() };
@@ -188,18 +233,18 @@ async fn run_in_sandbox(
     if let Some(m) = &job.grader_model {
         ctx.set_grader_model(m.clone());
     }
-    for (src, dest) in &task.copies {
-        copy_in(agent, src, dest).await?;
-    }
-    for (archive, dest) in &task.archives {
-        unpack_in(agent, archive, dest).await?;
-    }
+    prepare_environment(agent, task).await?;
     // The reference solution reaches the sandbox only for a harness granted it (the oracle).
     let show_solution =
         job.grants.allows(Capability::Solution) && harness.manifest.capabilities.contains(&Capability::Solution);
     if show_solution && let Some(dir) = &task.solution_dir {
         upload_dir(agent, dir, "/solution").await?;
     }
+    let mode = separate::mode_for(task, &job.grader);
+    let carry = match mode {
+        Mode::Separate => Some(separate::carry_spec(task, &job.grader)?),
+        Mode::InPlace => None,
+    };
     let limits = Limits { wall: Duration::from_secs_f64(task.agent_timeout_sec), ..job.limits };
     let agent_started = Instant::now();
     let harness_run =
@@ -215,24 +260,82 @@ async fn run_in_sandbox(
         }
     };
     result.outcome = Some(outcome.clone());
-    // The verifier's turn: the solution goes, the tests come, /logs/verifier is fresh.
+    // The verifier's turn: in a clean sandbox carrying the agent's change, or in the agent's.
+    let setup_started = (Instant::now(), ctx.at_ms());
+    let (grading_sandbox, verifier_sandbox) = match &carry {
+        Some(carry) => {
+            let (sandbox, report) =
+                separate::prepare(verifier.backend, verifier.spec.clone(), agent, task, carry).await?;
+            ctx.set_verifier_sandbox(sandbox.client.clone());
+            let record = VerifierRecord {
+                environment: Mode::Separate,
+                sandbox_id: Some(sandbox.id.clone()),
+                carry: Some(report),
+                setup_seconds: setup_started.0.elapsed().as_secs_f64(),
+            };
+            ctx.record(Step::Verifier {
+                mode: "separate".into(),
+                detail: serde_json::to_value(&record).unwrap_or_default(),
+                at_ms: setup_started.1,
+                duration_ms: ctx.at_ms() - setup_started.1,
+            });
+            result.verifier = Some(record);
+            (sandbox.client.clone(), Some(sandbox.id))
+        }
+        None => {
+            result.verifier =
+                Some(VerifierRecord { environment: Mode::InPlace, sandbox_id: None, carry: None, setup_seconds: 0.0 });
+            (agent.clone(), None)
+        }
+    };
+    let graded = grade(job, task, &ctx, &grading_sandbox, runtime, &input, &outcome, show_solution, result).await;
+    if let Some(id) = verifier_sandbox
+        && let Err(e) = verifier.backend.delete(&id).await
+    {
+        tracing::warn!(sandbox = %id, "deleting the verifier's sandbox: {e}");
+    }
+    graded
+}
+
+/// Prepares the grading sandbox (no solution, the tests, a fresh /logs/verifier) and grades.
+#[allow(clippy::too_many_arguments)]
+async fn grade(
+    job: &Job,
+    task: &Task,
+    ctx: &Arc<RolloutContext>,
+    sandbox: &AgentClient,
+    runtime: &Runtime,
+    input: &TaskInput,
+    outcome: &RunOutcome,
+    show_solution: bool,
+    result: &mut RolloutResult,
+) -> Result<(), String> {
     if show_solution {
-        agent
+        sandbox
             .remove("/solution", true)
             .await
             .or_else(ignore_missing)
             .map_err(|e| format!("removing /solution: {e}"))?;
     }
     if let Some(dir) = &task.tests_dir {
-        upload_dir(agent, dir, "/tests").await?;
+        upload_dir(sandbox, dir, "/tests").await?;
     }
     let prepare = orchard_protocol::ExecRequest::shell("rm -rf /logs/verifier && mkdir -p /logs/verifier");
-    agent.exec(&prepare).await.map_err(|e| format!("preparing /logs/verifier: {e}"))?;
+    sandbox.exec(&prepare).await.map_err(|e| format!("preparing /logs/verifier: {e}"))?;
     let grade_limits = Limits { wall: Duration::from_secs_f64(task.verifier_timeout_sec + 60.0), ..job.limits };
     let grade_started = Instant::now();
-    let verdict = runtime.run_grader(&ctx, &job.grader, &input, &outcome, &grade_limits, &job.grants).await;
+    let verdict = runtime.run_grader(ctx, &job.grader, input, outcome, &grade_limits, &job.grants).await;
     result.grade_seconds = grade_started.elapsed().as_secs_f64();
     result.trajectory = ctx.trajectory();
+    // Whatever the grader says, the grade records what its environment left out.
+    let carried_note = result.verifier.as_ref().and_then(|v| v.carry.as_ref()).and_then(carry_note);
+    let verdict = verdict.map(|v| match (v, &carried_note) {
+        (Verdict::Graded { reward, passed, sub_scores, explanation }, Some(note)) => {
+            Verdict::Graded { reward, passed, sub_scores, explanation: format!("{explanation} [{note}]") }
+        }
+        (Verdict::Unknown { reason }, Some(note)) => Verdict::Unknown { reason: format!("{reason} [{note}]") },
+        (v, None) => v,
+    });
     match verdict {
         Ok(Verdict::Graded { reward, passed, sub_scores, explanation }) => {
             result.status = RolloutStatus::Graded;
@@ -250,6 +353,19 @@ async fn run_in_sandbox(
         }
     }
     Ok(())
+}
+
+/// What a separate verifier left out of the agent's change, in a sentence (`None`: nothing).
+fn carry_note(report: &orchard_verifier::CarryReport) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(problem) = &report.problem {
+        parts.push(format!("the agent's change was not carried: {problem}"));
+    }
+    if !report.dropped.is_empty() {
+        let list: Vec<String> = report.dropped.iter().map(|d| format!("{} ({})", d.path, d.reason)).collect();
+        parts.push(format!("verifier dropped {}", list.join(", ")));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 fn ignore_missing(e: orchard_agent_client::AgentClientError) -> Result<(), orchard_agent_client::AgentClientError> {

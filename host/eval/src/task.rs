@@ -49,6 +49,16 @@ pub struct Task {
     pub solution_dir: Option<PathBuf>,
     /// task.toml as JSON (all of it), plus what the verifier needs.
     pub metadata: Value,
+    /// `[verifier] environment_mode`: where the task is graded (the grader's default if absent).
+    pub verifier_mode: Option<orchard_verifier::Mode>,
+    /// `[verifier] artifacts`: paths carried into a separate verifier environment as they are.
+    pub verifier_artifacts: Vec<String>,
+    /// The repository whose change a separate verifier carries: `[verifier] repo_dir`, else
+    /// `[metadata] repo_dir`, else the working directory when the task names a `base_commit`.
+    pub verifier_repo_dir: Option<String>,
+    /// Files the gold patch touches (`[metadata] patch`, or diffs in `solution/`): their changes
+    /// are never dropped as test machinery.
+    pub gold_files: std::collections::BTreeSet<String>,
 }
 
 /// A task folder, or a folder of task folders (sorted by name).
@@ -143,6 +153,49 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
         }
     }
     let sub = |name: &str| Some(dir.join(name)).filter(|p| p.is_dir());
+    let verifier_mode = match verifier.get("environment_mode") {
+        None => None,
+        Some(toml::Value::String(m)) => {
+            Some(orchard_verifier::Mode::parse(m).map_err(|e| err(format!("task.toml: [verifier] {e}")))?)
+        }
+        Some(other) => {
+            return Err(err(format!("task.toml: [verifier] environment_mode must be a string, not {other}")));
+        }
+    };
+    let verifier_artifacts = match verifier.get("artifacts") {
+        None => vec![],
+        Some(toml::Value::Array(items)) => items
+            .iter()
+            .map(|v| match v.as_str() {
+                Some(p) if p.starts_with('/') && !p.split('/').any(|c| c == "..") => {
+                    Ok(p.trim_end_matches('/').to_string())
+                }
+                _ => Err(err(format!("task.toml: [verifier] artifacts: {v} is not an absolute path without '..'"))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(err(format!("task.toml: [verifier] artifacts must be a list of paths, not {other}")));
+        }
+    };
+    let meta_table = config.get("metadata").and_then(|m| m.as_table());
+    let meta_str = |k: &str| meta_table.and_then(|m| m.get(k)).and_then(|v| v.as_str()).map(str::to_string);
+    let verifier_repo_dir = verifier
+        .get("repo_dir")
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
+        .or_else(|| meta_str("repo_dir"))
+        .or_else(|| meta_str("base_commit").and(meta_str("workdir").or_else(|| workdir.clone())));
+    let mut gold_files = std::collections::BTreeSet::new();
+    if let Some(patch) = meta_str("patch") {
+        gold_files.extend(orchard_verifier::carry::patched_files(&patch));
+    }
+    if let Some(solution) = sub("solution") {
+        for entry in std::fs::read_dir(&solution).into_iter().flatten().flatten() {
+            if let Ok(text) = std::fs::read_to_string(entry.path()) {
+                gold_files.extend(orchard_verifier::carry::patched_files(&text));
+            }
+        }
+    }
     Ok(Task {
         id,
         dir: dir.to_path_buf(),
@@ -160,6 +213,10 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
         tests_dir: sub("tests"),
         solution_dir: sub("solution"),
         metadata,
+        verifier_mode,
+        verifier_artifacts,
+        verifier_repo_dir,
+        gold_files,
     })
 }
 

@@ -139,6 +139,23 @@ pub struct Manifest {
     pub capabilities: BTreeSet<Capability>,
     #[serde(default)]
     pub description: String,
+    /// Graders: where they grade unless the task says otherwise, and what they leave out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<GraderDefaults>,
+}
+
+/// A grader's defaults for its verifier environment (`[verifier]` in its manifest).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraderDefaults {
+    /// `separate` (a clean sandbox carrying only what the task declares) or `in-place`; a task's
+    /// `[verifier] environment_mode` overrides it.
+    #[serde(default)]
+    pub environment: Option<String>,
+    /// Drop changes to tests and test machinery from a carried repository change (unless the
+    /// task's gold patch touches them).
+    #[serde(default)]
+    pub drop_test_changes: bool,
 }
 
 impl Manifest {
@@ -160,6 +177,16 @@ impl Manifest {
             let short = self.kind.world();
             if world != short && *world != self.kind.world_id() {
                 return Err(format!("world {world:?} does not match kind {short} (expected {})", self.kind.world_id()));
+            }
+        }
+        if let Some(v) = &self.verifier {
+            if self.kind != PluginKind::Grader {
+                return Err(format!("verifier: only a grader has verifier settings, not a {}", self.kind));
+            }
+            if let Some(env) = &v.environment
+                && !matches!(env.as_str(), "separate" | "in-place")
+            {
+                return Err(format!("verifier.environment {env:?}: use \"separate\" or \"in-place\""));
             }
         }
         for c in &self.capabilities {

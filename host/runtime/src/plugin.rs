@@ -135,6 +135,7 @@ impl Runtime {
                     world: None,
                     capabilities: kind.offers().iter().copied().filter(|c| *c != Capability::Solution).collect(),
                     description: String::new(),
+                    verifier: None,
                 };
                 (m, "inferred")
             }

@@ -167,6 +167,8 @@ pub struct RolloutContext {
     grading: std::sync::atomic::AtomicBool,
     /// The grader's own endpoint (a judge model), when it differs from the run's.
     grader_model: std::sync::OnceLock<Arc<ModelClient>>,
+    /// The clean sandbox the grader works in, when the task is verified apart from the agent's.
+    verifier_sandbox: std::sync::OnceLock<Arc<AgentClient>>,
 }
 
 impl RolloutContext {
@@ -181,7 +183,22 @@ impl RolloutContext {
             started: Instant::now(),
             grading: std::sync::atomic::AtomicBool::new(false),
             grader_model: std::sync::OnceLock::new(),
+            verifier_sandbox: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Gives the grader a sandbox of its own (a separate verifier environment) instead of the
+    /// agent's.
+    pub fn set_verifier_sandbox(&self, sandbox: Arc<AgentClient>) {
+        let _ = self.verifier_sandbox.set(sandbox);
+    }
+
+    /// The sandbox a `sandbox` call reaches now: the verifier's while grading, if it has one.
+    pub(crate) fn current_sandbox(&self) -> Option<Arc<AgentClient>> {
+        match self.verifier_sandbox.get() {
+            Some(s) if self.is_grading() => Some(s.clone()),
+            _ => self.sandbox.clone(),
+        }
     }
 
     /// Gives the grader its own model endpoint (e.g. a judge), instead of the run's.
@@ -201,11 +218,16 @@ impl RolloutContext {
         }
     }
 
+    /// Milliseconds since the rollout started.
+    pub fn at_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
     pub fn trajectory(&self) -> Trajectory {
         self.trajectory.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    pub(crate) fn record(&self, step: Step) {
+    pub fn record(&self, step: Step) {
         self.trajectory.lock().unwrap_or_else(|p| p.into_inner()).steps.push(step);
     }
 
@@ -591,6 +613,51 @@ impl Runtime {
                 Err(e) => Err(PluginFailure::returned(grader, "grading.grade", &e)),
             }
         };
-        within_wall_clock(grader, "grading.grade", limits.wall, work).await
+        let verdict = within_wall_clock(grader, "grading.grade", limits.wall, work).await;
+        match verdict {
+            // A grader past its own limits decided nothing: unknown, never a pass or a zero.
+            Err(f) if matches!(f.kind, FailureKind::WallClock | FailureKind::CpuBudget | FailureKind::Memory) => {
+                Ok(Verdict::Unknown { reason: format!("the grader exceeded its limits: {f}") })
+            }
+            Ok(v) => Ok(v.bounded()),
+            Err(f) => Err(f),
+        }
+    }
+}
+
+/// The most a grader may answer (explanation and sub-score names together).
+pub const GRADER_OUTPUT_LIMIT: usize = 1 << 20;
+
+impl Verdict {
+    /// A verdict within the grader's output limit and with a finite reward; otherwise unknown.
+    fn bounded(self) -> Verdict {
+        match self {
+            Verdict::Graded { ref sub_scores, ref explanation, .. }
+                if explanation.len() + sub_scores.iter().map(|(n, _)| n.len() + 8).sum::<usize>()
+                    > GRADER_OUTPUT_LIMIT =>
+            {
+                Verdict::Unknown {
+                    reason: format!(
+                        "the grader's answer is over its output limit of {GRADER_OUTPUT_LIMIT} bytes (explanation {} bytes, {} sub-scores)",
+                        explanation.len(),
+                        sub_scores.len()
+                    ),
+                }
+            }
+            Verdict::Graded { reward, .. } if !reward.is_finite() => {
+                Verdict::Unknown { reason: format!("the grader answered a reward of {reward}, not a number") }
+            }
+            Verdict::Graded { ref sub_scores, .. } if sub_scores.iter().any(|(_, v)| !v.is_finite()) => {
+                Verdict::Unknown { reason: "the grader answered a sub-score that is not a number".into() }
+            }
+            Verdict::Unknown { reason } if reason.len() > GRADER_OUTPUT_LIMIT => {
+                let mut cut = 4096;
+                while !reason.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                Verdict::Unknown { reason: format!("{}… ({} bytes, cut)", &reason[..cut], reason.len()) }
+            }
+            v => v,
+        }
     }
 }

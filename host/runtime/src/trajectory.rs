@@ -59,6 +59,14 @@ pub enum Step {
         data: serde_json::Value,
         at_ms: u64,
     },
+    /// The verifier's environment: where the grader worked and what was carried into it from
+    /// the agent's sandbox (see `orchard-verifier`).
+    Verifier {
+        mode: String,
+        detail: serde_json::Value,
+        at_ms: u64,
+        duration_ms: u64,
+    },
     /// What a plugin printed to stdout or stderr.
     Output {
         plugin: String,

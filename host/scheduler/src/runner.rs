@@ -128,6 +128,7 @@ impl Runner {
         }
         for r in &stopped {
             let _ = self.backend.delete(&r.sandbox_id).await;
+            let _ = self.backend.delete(&orchard_eval::verifier_id(&r.sandbox_id)).await;
         }
         match self.env.store.release(&self.config.owner).await {
             Ok(n) if n > 0 => tracing::info!(rollouts = n, "handed back to the queue"),
@@ -200,6 +201,7 @@ impl Runner {
         for ((eval_id, rollout_id), r) in stopped {
             r.handle.abort();
             let _ = self.backend.delete(&r.sandbox_id).await;
+            let _ = self.backend.delete(&orchard_eval::verifier_id(&r.sandbox_id)).await;
             let _ = self.env.store.abandon(&self.config.owner, &eval_id, &rollout_id).await;
         }
     }

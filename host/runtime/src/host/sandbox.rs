@@ -15,7 +15,7 @@ use crate::trajectory::Step;
 impl HostState {
     fn agent(&self) -> Result<std::sync::Arc<orchard_agent_client::AgentClient>, WitError> {
         self.require(Capability::Sandbox)?;
-        self.run.sandbox.clone().ok_or_else(|| WitError::Unavailable("this run has no sandbox".into()))
+        self.run.current_sandbox().ok_or_else(|| WitError::Unavailable("this run has no sandbox".into()))
     }
 
     fn record_sandbox(&self, op: &str, detail: serde_json::Value, started: u64) {
