@@ -3,6 +3,7 @@
 mod admission_args;
 mod agent_bin;
 mod backend;
+mod convert;
 mod eval;
 mod eval_remote;
 mod export;
@@ -32,6 +33,9 @@ enum Command {
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(plugins::PluginCommand),
+    /// Convert datasets (SWE-bench rows, ...) into task folders.
+    #[command(subcommand)]
+    Convert(convert::ConvertCommand),
 }
 
 fn main() {
@@ -75,6 +79,7 @@ fn run_command(cli: Cli) -> anyhow::Result<i32> {
             Command::Eval(args) => eval::run(*args, launcher).await,
             Command::Plugin(command) => plugins::run(command),
             Command::Export(args) => export::run(args),
+            Command::Convert(command) => convert::run(command),
         }
     })
 }

@@ -56,8 +56,8 @@ pub struct Task {
     /// The repository whose change a separate verifier carries: `[verifier] repo_dir`, else
     /// `[metadata] repo_dir`, else the working directory when the task names a `base_commit`.
     pub verifier_repo_dir: Option<String>,
-    /// Files the gold patch touches (`[metadata] patch`, or diffs in `solution/`): their changes
-    /// are never dropped as test machinery.
+    /// Files the gold patch touches (`[metadata] patch`, `tests/gold.patch`, or diffs in
+    /// `solution/`): their changes are never dropped as test machinery.
     pub gold_files: std::collections::BTreeSet<String>,
 }
 
@@ -188,6 +188,9 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
     let mut gold_files = std::collections::BTreeSet::new();
     if let Some(patch) = meta_str("patch") {
         gold_files.extend(orchard_verifier::carry::patched_files(&patch));
+    }
+    if let Ok(text) = std::fs::read_to_string(dir.join("tests/gold.patch")) {
+        gold_files.extend(orchard_verifier::carry::patched_files(&text));
     }
     if let Some(solution) = sub("solution") {
         for entry in std::fs::read_dir(&solution).into_iter().flatten().flatten() {

@@ -1,0 +1,67 @@
+//! `orchard convert`: datasets as users have them into Harbor task folders.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use orchard_convert::swe_bench;
+
+#[derive(Subcommand)]
+pub enum ConvertCommand {
+    /// SWE-bench-format rows (JSONL, or a JSON array) into one task folder per instance, graded
+    /// by `swe` in a separate verifier environment. From the Hugging Face hub:
+    /// `python -c "import datasets; datasets.load_dataset('princeton-nlp/SWE-bench_Verified', split='test').to_json('rows.jsonl')"`.
+    SweBench(SweBenchArgs),
+}
+
+#[derive(Args)]
+pub struct SweBenchArgs {
+    /// The rows: a .jsonl file (one row per line) or a .json array.
+    rows: PathBuf,
+    /// Where the task folders go (one per instance_id; an existing one is replaced).
+    out: PathBuf,
+    /// Put the gold patch in as the reference solution: `orchard eval OUT --harness oracle
+    /// --grader swe --grant solution` then proves the conversion.
+    #[arg(long)]
+    gold: bool,
+    /// The evaluation image's name; `{instance_id}`, `{docker_id}`, `{repo}`, `{owner}`,
+    /// `{name}` and `{version}` are filled in. A row's own `image_name` / `docker_image` wins.
+    #[arg(long, default_value = swe_bench::DEFAULT_IMAGE_TEMPLATE)]
+    image_template: String,
+    /// A TOML file of per-repository specifications (`[repos."owner/name"]` with test_cmd,
+    /// framework, directives, pre, repo_dir, image, archive, timeout_sec) over the built-in ones.
+    #[arg(long)]
+    specs: Option<PathBuf>,
+    /// The agent's time limit per task, in seconds.
+    #[arg(long, default_value_t = 3000.0)]
+    agent_timeout: f64,
+}
+
+pub fn run(command: ConvertCommand) -> anyhow::Result<i32> {
+    match command {
+        ConvertCommand::SweBench(args) => swe_bench_rows(args),
+    }
+}
+
+fn swe_bench_rows(args: SweBenchArgs) -> anyhow::Result<i32> {
+    let mut options = swe_bench::Options {
+        gold: args.gold,
+        image_template: args.image_template,
+        agent_timeout_sec: args.agent_timeout,
+        ..Default::default()
+    };
+    if let Some(specs) = &args.specs {
+        options.specs = swe_bench::read_specs(specs)?;
+        options.specs_dir = specs.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    }
+    let report = swe_bench::convert(&args.rows, &args.out, &options)?;
+    for (row, reason) in &report.skipped {
+        eprintln!("skipped {row}: {reason}");
+    }
+    println!(
+        "{} task folder(s) in {} ({} row(s) skipped)",
+        report.converted.len(),
+        args.out.display(),
+        report.skipped.len()
+    );
+    Ok(if report.converted.is_empty() { 1 } else { 0 })
+}
