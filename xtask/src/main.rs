@@ -83,7 +83,13 @@ fn main() -> anyhow::Result<()> {
                 .env("ORCHARD_AGENT_BIN", agent_path())
                 .env("ORCHARD_PLUGIN_DIR", root.join("target/plugins"))
                 .env("ORCHARD_TEST_PLUGIN_DIR", root.join("target/test-plugins"))
-                .env("COMPONENTIZE_PY", componentize_py().unwrap_or_else(|| PathBuf::from("componentize-py"))))
+                .env("COMPONENTIZE_PY", componentize_py().unwrap_or_else(|| PathBuf::from("componentize-py"))))?;
+            let seconds = std::env::var("ORCHARD_FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+            fuzz(seconds)
+        }
+        Some("fuzz") => {
+            setup()?;
+            fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60))
         }
         Some("demo") => {
             setup()?;
@@ -108,7 +114,7 @@ fn main() -> anyhow::Result<()> {
             cmd.args(&args[1..]);
             run(cmd.env("ORCHARD_AGENT_BIN", agent_path()))
         }
-        _ => bail!("usage: cargo xtask setup|agent|build|test|demo|bench [args...]"),
+        _ => bail!("usage: cargo xtask setup|agent|build|test|demo|bench|fuzz [args...]"),
     }
 }
 
@@ -130,6 +136,32 @@ fn run(cmd: &mut Command) -> anyhow::Result<()> {
 
 fn have(program: &str) -> bool {
     Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success())
+}
+
+/// cargo-fuzz, pinned.
+const CARGO_FUZZ: &str = "=0.13.2";
+
+/// The libFuzzer targets of `fuzz/`, each for `seconds`, from the corpus kept in the repository
+/// (new inputs go to a scratch directory, so the repository's corpus stays as committed).
+/// cargo-fuzz needs nightly flags (`-Zsanitizer`): RUSTC_BOOTSTRAP lets stable take them.
+fn fuzz(seconds: u64) -> anyhow::Result<()> {
+    let root = workspace_root();
+    let targets = ["test_logs", "task_metadata", "verdicts", "carried_config"];
+    for target in targets {
+        let scratch = root.join("target/fuzz-corpus").join(target);
+        std::fs::create_dir_all(&scratch)?;
+        let seeds = root.join("fuzz/corpus").join(target);
+        run(Command::new("cargo")
+            .args(["fuzz", "run", "-O", target])
+            .arg(&scratch)
+            .arg(&seeds)
+            .args(["--", &format!("-max_total_time={seconds}"), "-timeout=10", "-rss_limit_mb=2048", "-max_len=65536"])
+            .args(["-print_final_stats=1"])
+            .current_dir(root.join("fuzz"))
+            .env("RUSTC_BOOTSTRAP", "1")
+            .env("CARGO_TARGET_DIR", root.join("target/fuzz")))?;
+    }
+    Ok(())
 }
 
 fn setup() -> anyhow::Result<()> {
@@ -170,6 +202,9 @@ fn setup() -> anyhow::Result<()> {
         if !dir.join("node_modules").is_dir() {
             run(Command::new("npm").args(["ci", "--silent", "--no-audit", "--no-fund"]).current_dir(&dir))?;
         }
+    }
+    if !Command::new("cargo").args(["fuzz", "--version"]).output().is_ok_and(|o| o.status.success()) {
+        run(cargo().args(["install", "--quiet", "--locked", "cargo-fuzz", "--version", CARGO_FUZZ]))?;
     }
     let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
     let installed = targets.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();

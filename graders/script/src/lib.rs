@@ -15,10 +15,9 @@ use serde_json::Value;
 
 struct Script;
 
-fn tail(text: &str, chars: usize) -> String {
-    let count = text.chars().count();
-    text.chars().skip(count.saturating_sub(chars)).collect()
-}
+pub mod reward;
+
+use reward::tail;
 
 impl Guest for Script {
     fn grade(task: Task, _trajectory: Trajectory, _outcome: Outcome) -> Result<Verdict, Error> {
@@ -43,40 +42,13 @@ impl Guest for Script {
             Err(Error::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         };
-        let (reward, sub_scores) = if let Some(text) = read("/logs/verifier/reward.txt")? {
-            match text.trim().parse::<f64>() {
-                Ok(r) if r.is_finite() => (r, vec![]),
-                _ => {
-                    return Ok(Verdict::Unknown(format!(
-                        "reward.txt holds {:?}, not a number; {context}",
-                        tail(text.trim(), 100)
-                    )));
-                }
+        let txt = read("/logs/verifier/reward.txt")?;
+        let json = if txt.is_none() { read("/logs/verifier/reward.json")? } else { None };
+        let (reward, sub_scores) = match reward::read(txt.as_deref(), json.as_deref()) {
+            Ok((reward, subs)) => {
+                (reward, subs.into_iter().map(|(name, value)| SubScore { name, value }).collect::<Vec<_>>())
             }
-        } else if let Some(text) = read("/logs/verifier/reward.json")? {
-            let parsed: Result<serde_json::Map<String, Value>, _> = serde_json::from_str(&text);
-            let Ok(map) = parsed else {
-                return Ok(Verdict::Unknown(format!("reward.json is not a JSON object of numbers; {context}")));
-            };
-            let mut subs = Vec::new();
-            for (name, value) in &map {
-                match value.as_f64() {
-                    Some(v) => subs.push(SubScore { name: name.clone(), value: v }),
-                    None => return Ok(Verdict::Unknown(format!("reward.json: {name:?} is not a number; {context}"))),
-                }
-            }
-            if subs.is_empty() {
-                return Ok(Verdict::Unknown(format!("reward.json is empty; {context}")));
-            }
-            let reward = map
-                .get("reward")
-                .and_then(Value::as_f64)
-                .unwrap_or_else(|| subs.iter().map(|s| s.value).sum::<f64>() / subs.len() as f64);
-            (reward, subs)
-        } else {
-            return Ok(Verdict::Unknown(format!(
-                "the tests wrote no /logs/verifier/reward.txt or reward.json; {context}"
-            )));
+            Err(reason) => return Ok(Verdict::Unknown(format!("{reason}; {context}"))),
         };
         Ok(Verdict::Graded(Score {
             reward,

@@ -12,6 +12,9 @@ use crate::bindings::tool_adapter::orchard::plugin::sandbox::{
 use crate::manifest::Capability;
 use crate::trajectory::Step;
 
+/// The largest file a plugin may read whole (its memory is limited below this anyway).
+const MAX_PLUGIN_READ: u64 = 256 << 20;
+
 impl HostState {
     fn agent(&self) -> Result<std::sync::Arc<orchard_agent_client::AgentClient>, WitError> {
         self.require(Capability::Sandbox)?;
@@ -216,6 +219,16 @@ impl Host for HostState {
     async fn read_file(&mut self, path: String) -> Result<Vec<u8>, WitError> {
         let agent = self.agent()?;
         let started = self.at_ms();
+        // A file larger than any plugin may hold is refused before it is read into the host.
+        if let Ok(entry) = self.waiting(agent.stat(&path)).await
+            && entry.size > MAX_PLUGIN_READ
+        {
+            self.record_sandbox("read-file", json!({"path": path, "ok": false, "size": entry.size}), started);
+            return Err(WitError::InvalidInput(format!(
+                "{path} is {} bytes; a plugin reads at most {MAX_PLUGIN_READ} bytes of a file",
+                entry.size
+            )));
+        }
         let result = self.waiting(agent.read_file(&path)).await;
         self.record_sandbox("read-file", json!({"path": path, "ok": result.is_ok()}), started);
         result.map(|b| b.to_vec()).map_err(agent_error)
