@@ -167,6 +167,12 @@ fn forged_test_machinery_is_graded_no_in_a_separate_verifier() {
     // The grade and the trajectory say the same.
     let explanation = rollouts["sep-conftest"]["verdict"]["explanation"].as_str().unwrap();
     assert!(explanation.contains("verifier dropped conftest.py ("), "{explanation}");
+    // The swe grader (contract 0.2.0) was told where it graded and what was left out.
+    assert!(
+        explanation.contains("\"verifier\":{\"carried\":[],\"dropped\":[{\"path\":\"conftest.py\""),
+        "{explanation}"
+    );
+    assert!(explanation.contains("\"separate\":true"), "{explanation}");
     let step = rollouts["sep-conftest"]["steps"].as_array().unwrap().iter().find(|s| s["type"] == "verifier").cloned();
     let step = step.expect("a verifier step in the trajectory");
     assert_eq!(step["detail"]["dropped"][0]["path"], "conftest.py", "{step:#}");

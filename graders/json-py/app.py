@@ -103,7 +103,7 @@ def graded(reward, passed, explanation, subs=()):
 
 
 class Grading(exports.Grading):
-    def grade(self, task, trajectory, outcome):
+    def grade(self, task, trajectory, outcome, environment=None):
         meta = json.loads(task.metadata or "{}")
         meta = meta.get("metadata", meta) if isinstance(meta.get("metadata"), dict) else meta
         if "expected" not in meta:

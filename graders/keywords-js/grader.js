@@ -6,7 +6,7 @@
 // keywords found, and 0 when a forbidden one appears; the run passes when all are found and
 // none is forbidden. A task with no keywords at all is `unknown`.
 
-import { readFile } from 'orchard:plugin/sandbox@0.1.0';
+import { readFile } from 'orchard:plugin/sandbox@0.2.0';
 
 export function check(answer, meta) {
   const sensitive = meta.case_sensitive === true;
@@ -27,7 +27,7 @@ function graded(reward, passed, explanation, subScores = []) {
 }
 
 export const grading = {
-  grade(task, _trajectory, outcome) {
+  grade(task, _trajectory, outcome, _environment) {
     let meta = {};
     try {
       meta = JSON.parse(task.metadata || '{}');

@@ -307,7 +307,7 @@ fn newest_input(dir: &Path) -> std::time::SystemTime {
             visit(&entry.path());
         }
     }
-    for entry in std::fs::read_dir(workspace_root().join("wit/0.1.0")).into_iter().flatten().flatten() {
+    for entry in std::fs::read_dir(workspace_root().join("wit/0.2.0")).into_iter().flatten().flatten() {
         visit(&entry.path());
     }
     newest
@@ -320,7 +320,7 @@ fn foreign_plugins() -> anyhow::Result<()> {
     let root = workspace_root();
     let dest = root.join("target/plugins");
     std::fs::create_dir_all(&dest)?;
-    let wit = root.join("wit/0.1.0");
+    let wit = root.join("wit/0.2.0");
     for (marker, python) in [("app.py", true), ("package.json", false)] {
         for dir in foreign_plugin_dirs(marker)? {
             let manifest: toml::Value = toml::from_str(&std::fs::read_to_string(dir.join("orchard.toml"))?)?;

@@ -10,11 +10,11 @@
 //! No answer is a failed grade (the agent did not answer); a task whose references are missing
 //! or malformed (a bad pattern, a reference that is not a number) is `unknown`, naming the key.
 
-wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "grader" });
+wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "grader" });
 
 pub mod matching;
 
-use exports::orchard::plugin::grading::{Guest, Score, Trajectory, Verdict};
+use exports::orchard::plugin::grading::{Environment, Guest, Score, Trajectory, Verdict};
 use orchard::plugin::sandbox;
 use orchard::plugin::types::{Error, Outcome, Task};
 use serde_json::Value;
@@ -22,7 +22,12 @@ use serde_json::Value;
 struct Answer;
 
 impl Guest for Answer {
-    fn grade(task: Task, _trajectory: Trajectory, outcome: Outcome) -> Result<Verdict, Error> {
+    fn grade(
+        task: Task,
+        _trajectory: Trajectory,
+        outcome: Outcome,
+        _environment: Environment,
+    ) -> Result<Verdict, Error> {
         let raw: Value = serde_json::from_str(&task.metadata).unwrap_or(Value::Null);
         let meta = raw.get("metadata").filter(|m| m.is_object()).unwrap_or(&raw);
         let rule = match matching::Rule::from_metadata(meta) {

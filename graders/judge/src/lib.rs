@@ -10,13 +10,13 @@
 //! or a model error, is `unknown` with the reason — never a zero. Every grade names the judge's
 //! model and the sha256 of its prompts.
 
-wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "grader" });
+wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "grader" });
 
 pub mod prompts;
 
 use std::hash::{BuildHasher, Hasher};
 
-use exports::orchard::plugin::grading::{Guest, Score, SubScore, Trajectory, Verdict};
+use exports::orchard::plugin::grading::{Environment, Guest, Score, SubScore, Trajectory, Verdict};
 use orchard::plugin::model::{self, Sampling};
 use orchard::plugin::types::{ContentPart, Error, Image, Message, Outcome, Role, Task};
 use prompts::*;
@@ -200,7 +200,12 @@ fn grade(task: Task, trajectory: Trajectory, outcome: Outcome) -> Result<Verdict
 }
 
 impl Guest for Judge {
-    fn grade(task: Task, trajectory: Trajectory, outcome: Outcome) -> Result<Verdict, Error> {
+    fn grade(
+        task: Task,
+        trajectory: Trajectory,
+        outcome: Outcome,
+        _environment: Environment,
+    ) -> Result<Verdict, Error> {
         grade(task, trajectory, outcome)
     }
 }

@@ -9,11 +9,11 @@
 //! `pass_threshold`, `completion_weight`, `robustness_weight`. A malformed rubric is `unknown`,
 //! naming the check and the problem.
 
-wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "grader" });
+wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "grader" });
 
 pub mod rubric;
 
-use exports::orchard::plugin::grading::{Guest, Score, SubScore, Trajectory, Verdict};
+use exports::orchard::plugin::grading::{Environment, Guest, Score, SubScore, Trajectory, Verdict};
 use orchard::plugin::sandbox::{self, Command, ExecRequest, HttpRequest};
 use orchard::plugin::types::{Error, Outcome, Task};
 use regex::Regex;
@@ -130,7 +130,12 @@ fn grade(task: &Task) -> Result<Verdict, Error> {
 }
 
 impl Guest for RubricGrader {
-    fn grade(task: Task, _trajectory: Trajectory, _outcome: Outcome) -> Result<Verdict, Error> {
+    fn grade(
+        task: Task,
+        _trajectory: Trajectory,
+        _outcome: Outcome,
+        _environment: Environment,
+    ) -> Result<Verdict, Error> {
         grade(&task)
     }
 }

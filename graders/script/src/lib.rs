@@ -6,9 +6,9 @@
 //! Task metadata read: `verifier_timeout_sec` (default 600), `pass_threshold` (default 1.0),
 //! `workdir` (where the tests run from).
 
-wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "grader" });
+wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "grader" });
 
-use exports::orchard::plugin::grading::{Guest, Score, SubScore, Trajectory, Verdict};
+use exports::orchard::plugin::grading::{Environment, Guest, Score, SubScore, Trajectory, Verdict};
 use orchard::plugin::sandbox::{self, Command, ExecRequest};
 use orchard::plugin::types::{Error, Outcome, Task};
 use serde_json::Value;
@@ -20,7 +20,12 @@ pub mod reward;
 use reward::tail;
 
 impl Guest for Script {
-    fn grade(task: Task, _trajectory: Trajectory, _outcome: Outcome) -> Result<Verdict, Error> {
+    fn grade(
+        task: Task,
+        _trajectory: Trajectory,
+        _outcome: Outcome,
+        _environment: Environment,
+    ) -> Result<Verdict, Error> {
         let meta: Value = serde_json::from_str(&task.metadata).unwrap_or(Value::Null);
         let timeout = meta.get("verifier_timeout_sec").and_then(Value::as_f64).unwrap_or(600.0);
         let threshold = meta.get("pass_threshold").and_then(Value::as_f64).unwrap_or(1.0);

@@ -21,9 +21,9 @@ use serde_json::{Value, json};
 
 pub mod meta;
 
-wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "grader" });
+wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "grader" });
 
-use exports::orchard::plugin::grading::{Guest, Score, SubScore, Trajectory, Verdict};
+use exports::orchard::plugin::grading::{Environment, Guest, Score, SubScore, Trajectory, Verdict};
 use orchard::plugin::sandbox::{self, Command, ExecRequest};
 use orchard::plugin::types::{Error, Outcome, Task};
 
@@ -53,7 +53,7 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-fn grade(task: &Task) -> Result<Verdict, Error> {
+fn grade(task: &Task, environment: &Environment) -> Result<Verdict, Error> {
     let raw: Value = serde_json::from_str(&task.metadata).unwrap_or(Value::Null);
     let m = match meta::SweMeta::read(&meta::row(&raw)) {
         Ok(m) => m,
@@ -126,9 +126,14 @@ fn grade(task: &Task) -> Result<Verdict, Error> {
     if ran.timed_out {
         j.reason = format!("the tests timed out after {} s; {}", m.timeout_s, j.reason);
     }
+    let verifier = json!({
+        "separate": environment.separate,
+        "carried": environment.carried,
+        "dropped": environment.dropped.iter().map(|d| json!({"path": d.path, "reason": d.reason})).collect::<Vec<_>>(),
+    });
     let details = json!({
         "repo": m.repo, "framework": m.framework_name, "exit_code": code, "tests": j.tests,
-        "notes": notes, "parsed": statuses.len(),
+        "notes": notes, "parsed": statuses.len(), "verifier": verifier,
     });
     orchard::plugin::log::event(orchard::plugin::log::Level::Info, "swe-grade", &details.to_string());
     let Some(resolution) = j.resolution else {
@@ -151,8 +156,13 @@ fn grade(task: &Task) -> Result<Verdict, Error> {
 }
 
 impl Guest for Swe {
-    fn grade(task: Task, _trajectory: Trajectory, _outcome: Outcome) -> Result<Verdict, Error> {
-        grade(&task)
+    fn grade(
+        task: Task,
+        _trajectory: Trajectory,
+        _outcome: Outcome,
+        environment: Environment,
+    ) -> Result<Verdict, Error> {
+        grade(&task, &environment)
     }
 }
 

@@ -63,14 +63,18 @@ pub fn run(command: PluginCommand) -> anyhow::Result<i32> {
                 .ok_or_else(|| anyhow::anyhow!("no plugin directory: give one, or set ORCHARD_PLUGIN_DIR"))?;
             let registry = Registry::new(rt);
             let failed = registry.load_dir(&dir).map_err(anyhow::Error::msg)?;
-            println!("{:<16} {:<10} {:<15} {:<32} {:>9}", "NAME", "VERSION", "KIND", "CAPABILITIES", "SIZE");
+            println!(
+                "{:<16} {:<10} {:<15} {:<9} {:<32} {:>9}",
+                "NAME", "VERSION", "KIND", "CONTRACT", "CAPABILITIES", "SIZE"
+            );
             for p in registry.list() {
                 let caps: Vec<String> = p.capabilities.iter().map(|c| format!("{c:?}").to_lowercase()).collect();
                 println!(
-                    "{:<16} {:<10} {:<15} {:<32} {:>8}K",
+                    "{:<16} {:<10} {:<15} {:<9} {:<32} {:>8}K",
                     p.name,
                     p.version,
                     p.kind.to_string(),
+                    p.contract.to_string(),
                     caps.join(","),
                     p.size / 1024
                 );
@@ -88,6 +92,7 @@ fn print_info(p: &PluginInfo) {
     println!("version:      {}", p.version);
     println!("kind:         {}", p.kind);
     println!("world:        {}", p.world);
+    println!("contract:     orchard:plugin@{}", p.contract);
     println!("manifest:     {}", p.manifest);
     let caps: Vec<String> = p.capabilities.iter().map(|c| format!("{c:?}").to_lowercase()).collect();
     println!("capabilities: {}", caps.join(", "));

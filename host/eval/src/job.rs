@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use orchard_agent_client::AgentClient;
 use orchard_model::ModelClient;
 use orchard_runtime::{
-    Capability, Grants, Limits, Plugin, PluginFailure, RolloutContext, RunOutcome, Runtime, Step, TaskInput,
-    Trajectory, Verdict,
+    Capability, GradingEnvironment, Grants, Limits, Plugin, PluginFailure, RolloutContext, RunOutcome, Runtime, Step,
+    TaskInput, Trajectory, Verdict,
 };
 use orchard_sandbox::{Backend, SandboxSpec};
 use orchard_verifier::Mode;
@@ -324,7 +324,8 @@ async fn grade(
     sandbox.exec(&prepare).await.map_err(|e| format!("preparing /logs/verifier: {e}"))?;
     let grade_limits = Limits { wall: Duration::from_secs_f64(task.verifier_timeout_sec + 60.0), ..job.limits };
     let grade_started = Instant::now();
-    let verdict = runtime.run_grader(ctx, &job.grader, input, outcome, &grade_limits, &job.grants).await;
+    let environment = grading_environment(result.verifier.as_ref());
+    let verdict = runtime.run_grader(ctx, &job.grader, input, outcome, &environment, &grade_limits, &job.grants).await;
     result.grade_seconds = grade_started.elapsed().as_secs_f64();
     result.trajectory = ctx.trajectory();
     // Whatever the grader says, the grade records what its environment left out.
@@ -353,6 +354,19 @@ async fn grade(
         }
     }
     Ok(())
+}
+
+/// What the grader is told of its environment (contract 0.2.0).
+fn grading_environment(record: Option<&VerifierRecord>) -> GradingEnvironment {
+    let Some(carry) = record.and_then(|r| r.carry.as_ref()) else { return GradingEnvironment::default() };
+    GradingEnvironment {
+        separate: true,
+        base_commit: carry.base_commit.clone(),
+        carried: carry.carried.clone(),
+        dropped: carry.dropped.iter().map(|d| (d.path.clone(), d.reason.clone())).collect(),
+        artifacts: carry.artifacts.clone(),
+        problem: carry.problem.clone(),
+    }
 }
 
 /// What a separate verifier left out of the agent's change, in a sentence (`None`: nothing).

@@ -13,7 +13,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use crate::bindings;
 use crate::host::HostState;
-use crate::manifest::PluginKind;
+use crate::manifest::{Contract, PluginKind};
 
 /// How often the epoch advances: the granularity of CPU accounting and of cooperative yields.
 pub const TICK: Duration = Duration::from_millis(2);
@@ -38,7 +38,8 @@ impl Default for RuntimeConfig {
 
 pub struct Runtime {
     pub(crate) engine: Engine,
-    linkers: [Linker<HostState>; 4],
+    /// One per world and contract version, in `PluginKind::ALL` × `Contract::ALL` order.
+    linkers: Vec<Linker<HostState>>,
     cache_dir: Option<PathBuf>,
     compat: String,
     stop: Arc<AtomicBool>,
@@ -80,11 +81,14 @@ impl Runtime {
                 (Engine::new(&engine_config(None)).map_err(|e| format!("wasmtime engine: {e}"))?, false)
             }
         };
-        let mut built = Vec::new();
+        let mut linkers = Vec::new();
         for kind in PluginKind::ALL {
-            built.push(linker_for(&engine, kind).map_err(|e| format!("linker for {kind}: {e}"))?);
+            for contract in Contract::ALL {
+                linkers.push(
+                    linker_for(&engine, kind, contract).map_err(|e| format!("linker for {kind}@{contract}: {e}"))?,
+                );
+            }
         }
-        let linkers: [Linker<HostState>; 4] = built.try_into().map_err(|_| "one linker per world".to_string())?;
         let compat = {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             engine.precompile_compatibility_hash().hash(&mut h);
@@ -113,8 +117,10 @@ impl Runtime {
         self.pooling
     }
 
-    pub(crate) fn linker(&self, kind: PluginKind) -> &Linker<HostState> {
-        &self.linkers[PluginKind::ALL.iter().position(|k| *k == kind).expect("all kinds")]
+    pub(crate) fn linker(&self, kind: PluginKind, contract: Contract) -> &Linker<HostState> {
+        let k = PluginKind::ALL.iter().position(|k| *k == kind).expect("all kinds");
+        let c = Contract::ALL.iter().position(|c| *c == contract).expect("all contracts");
+        &self.linkers[k * Contract::ALL.len() + c]
     }
 
     /// Compiles a component, or loads it from the cache. The cache key is the component's hash
@@ -148,20 +154,30 @@ impl Runtime {
     }
 }
 
-fn linker_for(engine: &Engine, kind: PluginKind) -> wasmtime::Result<Linker<HostState>> {
+fn linker_for(engine: &Engine, kind: PluginKind, contract: Contract) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::<HostState>::new(engine);
     // WASI for guests whose toolchains need it (every non-Rust one): no preopened directories,
     // no sockets, no environment, no arguments. `HostState` builds the context that way.
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    match kind {
-        PluginKind::Harness => bindings::harness::Harness::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?,
-        PluginKind::ToolAdapter => {
-            bindings::tool_adapter::ToolAdapter::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
-        }
-        PluginKind::BrowserDriver => {
-            bindings::browser_driver::BrowserDriver::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
-        }
-        PluginKind::Grader => bindings::grader::Grader::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?,
+    macro_rules! add {
+        ($v:ident) => {
+            match kind {
+                PluginKind::Harness => {
+                    bindings::$v::harness::Harness::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
+                }
+                PluginKind::ToolAdapter => {
+                    bindings::$v::tool_adapter::ToolAdapter::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
+                }
+                PluginKind::BrowserDriver => {
+                    bindings::$v::browser_driver::BrowserDriver::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
+                }
+                PluginKind::Grader => bindings::$v::grader::Grader::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?,
+            }
+        };
+    }
+    match contract {
+        Contract::V0_1 => add!(v0_1),
+        Contract::V0_2 => add!(v0_2),
     }
     Ok(linker)
 }

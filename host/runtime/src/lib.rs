@@ -17,8 +17,11 @@ mod rollout;
 mod trajectory;
 
 pub use engine::{Runtime, RuntimeConfig};
-pub use manifest::{Capability, Manifest, PluginKind};
+pub use manifest::{Capability, Contract, Manifest, PluginKind};
 pub use plugin::{Plugin, PluginError, PluginInfo};
 pub use registry::{Owner, Registry, VisiblePlugin};
-pub use rollout::{FailureKind, Grants, Limits, PluginFailure, RolloutContext, RunOutcome, Status, TaskInput, Verdict};
+pub use rollout::{
+    FailureKind, GradingEnvironment, Grants, Limits, PluginFailure, RolloutContext, RunOutcome, Status, TaskInput,
+    Verdict,
+};
 pub use trajectory::{Step, Trajectory};

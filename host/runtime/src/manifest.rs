@@ -19,8 +19,57 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub const CONTRACT_VERSION: &str = "0.1.0";
 pub const MANIFEST_SECTION: &str = "orchard-manifest";
+
+/// A version of the `orchard:plugin` contract (`wit/<version>/`). The host speaks all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Contract {
+    /// Frozen.
+    #[serde(rename = "0.1.0")]
+    V0_1,
+    /// The current version: shipped plugins build against it.
+    #[serde(rename = "0.2.0")]
+    V0_2,
+}
+
+impl Contract {
+    pub const ALL: [Contract; 2] = [Contract::V0_1, Contract::V0_2];
+    pub const CURRENT: Contract = Contract::V0_2;
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Contract::V0_1 => "0.1.0",
+            Contract::V0_2 => "0.2.0",
+        }
+    }
+
+    /// The version a component speaks, from its `orchard:plugin` exports; `Err` names what is
+    /// wrong (none, an unknown version, or several).
+    pub fn of_exports(exports: &[String]) -> Result<Contract, String> {
+        let mut found: Vec<&str> = exports
+            .iter()
+            .filter_map(|e| e.strip_prefix("orchard:plugin/"))
+            .filter_map(|e| e.split_once('@').map(|(_, v)| v))
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        let known: Vec<&str> = Contract::ALL.iter().map(|c| c.as_str()).collect();
+        match found.as_slice() {
+            [] => Err(format!("it exports no orchard:plugin interface (this host speaks {})", known.join(" and "))),
+            [one] => Contract::ALL
+                .into_iter()
+                .find(|c| c.as_str() == *one)
+                .ok_or_else(|| format!("it speaks orchard:plugin@{one}; this host speaks {}", known.join(" and "))),
+            many => Err(format!("it exports orchard:plugin interfaces of several versions ({})", many.join(", "))),
+        }
+    }
+}
+
+impl std::fmt::Display for Contract {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -44,19 +93,19 @@ impl PluginKind {
         }
     }
 
-    /// The world's fully qualified name.
-    pub fn world_id(self) -> String {
-        format!("orchard:plugin/{}@{CONTRACT_VERSION}", self.world())
+    /// The world's fully qualified name in contract version `c`.
+    pub fn world_id(self, c: Contract) -> String {
+        format!("orchard:plugin/{}@{c}", self.world())
     }
 
-    /// The interface the world exports.
-    pub fn export(self) -> String {
+    /// The interface the world exports in contract version `c`.
+    pub fn export(self, c: Contract) -> String {
         let iface = match self {
             PluginKind::Harness => "agent",
             PluginKind::ToolAdapter | PluginKind::BrowserDriver => "tools",
             PluginKind::Grader => "grading",
         };
-        format!("orchard:plugin/{iface}@{CONTRACT_VERSION}")
+        format!("orchard:plugin/{iface}@{c}")
     }
 
     /// The capabilities (imports) the world offers.
@@ -69,11 +118,11 @@ impl PluginKind {
         }
     }
 
-    /// The `orchard:plugin` interfaces a component of this world may import.
-    pub fn importable(self) -> Vec<String> {
+    /// The `orchard:plugin` interfaces a component of this world may import in version `c`.
+    pub fn importable(self, c: Contract) -> Vec<String> {
         let mut names: Vec<&str> = vec!["types"];
         names.extend(self.offers().iter().filter_map(|c| c.interface()));
-        names.into_iter().map(|n| format!("orchard:plugin/{n}@{CONTRACT_VERSION}")).collect()
+        names.into_iter().map(|n| format!("orchard:plugin/{n}@{c}")).collect()
     }
 }
 
@@ -175,8 +224,11 @@ impl Manifest {
         }
         if let Some(world) = &self.world {
             let short = self.kind.world();
-            if world != short && *world != self.kind.world_id() {
-                return Err(format!("world {world:?} does not match kind {short} (expected {})", self.kind.world_id()));
+            if world != short && !Contract::ALL.iter().any(|c| *world == self.kind.world_id(*c)) {
+                return Err(format!(
+                    "world {world:?} does not match kind {short} (expected {short} or {})",
+                    self.kind.world_id(Contract::CURRENT)
+                ));
             }
         }
         if let Some(v) = &self.verifier {

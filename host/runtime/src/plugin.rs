@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use crate::bindings;
 use crate::engine::Runtime;
 use crate::host::HostState;
-use crate::manifest::{Capability, Manifest, PluginKind};
+use crate::manifest::{Capability, Contract, Manifest, PluginKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
@@ -30,6 +30,8 @@ pub struct PluginInfo {
     pub version: String,
     pub kind: PluginKind,
     pub world: String,
+    /// The contract version the component speaks.
+    pub contract: Contract,
     pub capabilities: Vec<Capability>,
     pub description: String,
     /// Where the manifest came from: `beside`, `embedded` or `inferred`.
@@ -41,11 +43,16 @@ pub struct PluginInfo {
     pub origin: String,
 }
 
+/// A pre-instantiated component, by world and contract version.
 pub(crate) enum Pre {
-    Harness(bindings::harness::HarnessPre<HostState>),
-    ToolAdapter(bindings::tool_adapter::ToolAdapterPre<HostState>),
-    BrowserDriver(bindings::browser_driver::BrowserDriverPre<HostState>),
-    Grader(bindings::grader::GraderPre<HostState>),
+    Harness(bindings::v0_1::harness::HarnessPre<HostState>),
+    ToolAdapter(bindings::v0_1::tool_adapter::ToolAdapterPre<HostState>),
+    BrowserDriver(bindings::v0_1::browser_driver::BrowserDriverPre<HostState>),
+    Grader(bindings::v0_1::grader::GraderPre<HostState>),
+    HarnessV2(bindings::v0_2::harness::HarnessPre<HostState>),
+    ToolAdapterV2(bindings::v0_2::tool_adapter::ToolAdapterPre<HostState>),
+    BrowserDriverV2(bindings::v0_2::browser_driver::BrowserDriverPre<HostState>),
+    GraderV2(bindings::v0_2::grader::GraderPre<HostState>),
 }
 
 pub struct Plugin {
@@ -71,8 +78,8 @@ impl Plugin {
 }
 
 /// The world a component's exports say it implements.
-fn detect_kind(exports: &[String]) -> Option<PluginKind> {
-    let has = |kind: PluginKind| exports.iter().any(|e| *e == kind.export());
+fn detect_kind(exports: &[String], c: Contract) -> Option<PluginKind> {
+    let has = |kind: PluginKind| exports.iter().any(|e| *e == kind.export(c));
     if has(PluginKind::Harness) {
         Some(PluginKind::Harness)
     } else if has(PluginKind::Grader) {
@@ -99,29 +106,30 @@ impl Runtime {
         let imports: Vec<String> = ty.imports(&self.engine).map(|(name, _)| name.to_string()).collect();
         let exports: Vec<String> = ty.exports(&self.engine).map(|(name, _)| name.to_string()).collect();
         let world_err = |reason: String| PluginError::World { origin: origin.into(), reason };
+        let contract =
+            Contract::of_exports(&exports).map_err(|e| world_err(format!("fits no orchard:plugin world: {e}")))?;
         let (manifest, source) = match manifest {
             Some(m) => (m, source),
             None => {
                 let imports_browser = imports.iter().any(|i| i.starts_with("orchard:plugin/browser@"));
-                let kind =
-                    detect_kind(&exports)
-                        .or_else(|| {
-                            exports.iter().any(|e| *e == PluginKind::ToolAdapter.export()).then_some(
-                                if imports_browser { PluginKind::BrowserDriver } else { PluginKind::ToolAdapter },
-                            )
-                        })
-                        .ok_or_else(|| {
-                            world_err(format!(
-                                "fits no orchard:plugin@{} world: it exports none of {} (its exports: {})",
-                                crate::manifest::CONTRACT_VERSION,
-                                {
-                                    let mut all: Vec<String> = PluginKind::ALL.iter().map(|k| k.export()).collect();
-                                    all.dedup();
-                                    all.join(", ")
-                                },
-                                list_or_none(&exports)
-                            ))
-                        })?;
+                let kind = detect_kind(&exports, contract)
+                    .or_else(|| {
+                        exports.iter().any(|e| *e == PluginKind::ToolAdapter.export(contract)).then_some(
+                            if imports_browser { PluginKind::BrowserDriver } else { PluginKind::ToolAdapter },
+                        )
+                    })
+                    .ok_or_else(|| {
+                        world_err(format!(
+                            "fits no orchard:plugin@{} world: it exports none of {} (its exports: {})",
+                            contract,
+                            {
+                                let mut all: Vec<String> = PluginKind::ALL.iter().map(|k| k.export(contract)).collect();
+                                all.dedup();
+                                all.join(", ")
+                            },
+                            list_or_none(&exports)
+                        ))
+                    })?;
                 let name = std::path::Path::new(origin)
                     .file_stem()
                     .map(|s| {
@@ -141,14 +149,22 @@ impl Runtime {
             }
         };
         let kind = manifest.kind;
-        if !exports.iter().any(|e| *e == kind.export()) {
+        if let Some(world) = &manifest.world
+            && world.contains('@')
+            && *world != kind.world_id(contract)
+        {
+            return Err(world_err(format!(
+                "its manifest names the world {world}, but the component speaks orchard:plugin@{contract}"
+            )));
+        }
+        if !exports.iter().any(|e| *e == kind.export(contract)) {
             return Err(world_err(format!(
                 "does not export {}, which the {kind} world requires (its exports: {})",
-                kind.export(),
+                kind.export(contract),
                 list_or_none(&exports)
             )));
         }
-        let importable = kind.importable();
+        let importable = kind.importable(contract);
         for import in &imports {
             if import.starts_with("wasi:") {
                 continue;
@@ -160,25 +176,43 @@ impl Runtime {
                 )));
             }
         }
-        let linker = self.linker(kind);
+        let linker = self.linker(kind, contract);
         let instance_pre =
             linker.instantiate_pre(&component).map_err(|e| world_err(format!("cannot be linked: {e}")))?;
         let typed = |e: wasmtime::Error| world_err(format!("exports do not match the {kind} world: {e}"));
-        let pre = match kind {
-            PluginKind::Harness => Pre::Harness(bindings::harness::HarnessPre::new(instance_pre).map_err(typed)?),
-            PluginKind::ToolAdapter => {
-                Pre::ToolAdapter(bindings::tool_adapter::ToolAdapterPre::new(instance_pre).map_err(typed)?)
+        use bindings::{v0_1 as a, v0_2 as b};
+        let pre = match (kind, contract) {
+            (PluginKind::Harness, Contract::V0_1) => {
+                Pre::Harness(a::harness::HarnessPre::new(instance_pre).map_err(typed)?)
             }
-            PluginKind::BrowserDriver => {
-                Pre::BrowserDriver(bindings::browser_driver::BrowserDriverPre::new(instance_pre).map_err(typed)?)
+            (PluginKind::ToolAdapter, Contract::V0_1) => {
+                Pre::ToolAdapter(a::tool_adapter::ToolAdapterPre::new(instance_pre).map_err(typed)?)
             }
-            PluginKind::Grader => Pre::Grader(bindings::grader::GraderPre::new(instance_pre).map_err(typed)?),
+            (PluginKind::BrowserDriver, Contract::V0_1) => {
+                Pre::BrowserDriver(a::browser_driver::BrowserDriverPre::new(instance_pre).map_err(typed)?)
+            }
+            (PluginKind::Grader, Contract::V0_1) => {
+                Pre::Grader(a::grader::GraderPre::new(instance_pre).map_err(typed)?)
+            }
+            (PluginKind::Harness, Contract::V0_2) => {
+                Pre::HarnessV2(b::harness::HarnessPre::new(instance_pre).map_err(typed)?)
+            }
+            (PluginKind::ToolAdapter, Contract::V0_2) => {
+                Pre::ToolAdapterV2(b::tool_adapter::ToolAdapterPre::new(instance_pre).map_err(typed)?)
+            }
+            (PluginKind::BrowserDriver, Contract::V0_2) => {
+                Pre::BrowserDriverV2(b::browser_driver::BrowserDriverPre::new(instance_pre).map_err(typed)?)
+            }
+            (PluginKind::Grader, Contract::V0_2) => {
+                Pre::GraderV2(b::grader::GraderPre::new(instance_pre).map_err(typed)?)
+            }
         };
         let info = PluginInfo {
             name: manifest.name.clone(),
             version: manifest.version.clone(),
             kind,
-            world: kind.world_id(),
+            world: kind.world_id(contract),
+            contract,
             capabilities: manifest.capabilities.iter().copied().collect(),
             description: manifest.description.clone(),
             manifest: source,

@@ -10,8 +10,7 @@ use orchard_model::ModelClient;
 use serde::{Deserialize, Serialize};
 use wasmtime::{Store, StoreLimitsBuilder, UpdateDeadline};
 
-use crate::bindings::grader::exports::orchard::plugin::grading;
-use crate::bindings::{self, ContentPart, Outcome, RunStatus, Task, ToolCall, ToolOutput, WitError};
+use crate::bindings::{ContentPart, ToolCall, ToolOutput, WitError};
 use crate::convert;
 use crate::engine::Runtime;
 use crate::host::{HostState, ToolRouter};
@@ -361,12 +360,6 @@ pub struct TaskInput {
     pub metadata: serde_json::Value,
 }
 
-impl TaskInput {
-    fn to_wit(&self) -> Task {
-        Task { id: self.id.clone(), instruction: self.instruction.clone(), metadata: self.metadata.to_string() }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -383,36 +376,6 @@ pub struct RunOutcome {
     pub answer: Option<String>,
     pub steps: u32,
     pub message: Option<String>,
-}
-
-impl RunOutcome {
-    fn from_wit(o: &Outcome) -> Self {
-        RunOutcome {
-            status: match o.status {
-                RunStatus::Completed => Status::Completed,
-                RunStatus::LimitReached => Status::LimitReached,
-                RunStatus::FormatError => Status::FormatError,
-                RunStatus::GaveUp => Status::GaveUp,
-            },
-            answer: o.answer.clone(),
-            steps: o.steps,
-            message: o.message.clone(),
-        }
-    }
-
-    fn to_wit(&self) -> Outcome {
-        Outcome {
-            status: match self.status {
-                Status::Completed => RunStatus::Completed,
-                Status::LimitReached => RunStatus::LimitReached,
-                Status::FormatError => RunStatus::FormatError,
-                Status::GaveUp => RunStatus::GaveUp,
-            },
-            answer: self.answer.clone(),
-            steps: self.steps,
-            message: self.message.clone(),
-        }
-    }
 }
 
 /// A grader's decision.
@@ -490,6 +453,18 @@ impl Runtime {
                 Pre::Grader(pre) => {
                     pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
                 }
+                Pre::HarnessV2(pre) => {
+                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
+                }
+                Pre::ToolAdapterV2(pre) => {
+                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
+                }
+                Pre::BrowserDriverV2(pre) => {
+                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
+                }
+                Pre::GraderV2(pre) => {
+                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
+                }
             }
         }
         Ok(())
@@ -517,6 +492,8 @@ impl Runtime {
         match &plugin.pre {
             Pre::ToolAdapter(pre) => time_list!(pre),
             Pre::BrowserDriver(pre) => time_list!(pre),
+            Pre::ToolAdapterV2(pre) => time_list!(pre),
+            Pre::BrowserDriverV2(pre) => time_list!(pre),
             _ => Err(PluginFailure::config(plugin, "not a tool adapter".into())),
         }
     }
@@ -533,23 +510,33 @@ impl Runtime {
         limits: &Limits,
         grants: &Grants,
     ) -> Result<RunOutcome, PluginFailure> {
-        let Pre::Harness(pre) = &harness.pre else {
+        if !matches!(harness.pre, Pre::Harness(_) | Pre::HarnessV2(_)) {
             return Err(PluginFailure::config(
                 harness,
                 format!("{} is a {}, not a harness", harness.id(), harness.kind()),
             ));
-        };
+        }
         let work = async {
             let router = ToolRouter::build(self, ctx, adapters, limits, grants).await?;
             let router = Arc::new(router);
             let _in_use = ToolsInUse::set(ctx, router.clone());
             let mut store = self.new_store(harness, ctx, limits, grants);
-            let bindings = pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|e| PluginFailure::from_error(harness, "instantiate", e, &store))?;
-            let result =
-                bindings.orchard_plugin_agent().call_run(&mut store, &task.to_wit(), &config.to_string()).await;
+            macro_rules! run {
+                ($pre:expr, $v:ident) => {{
+                    let bindings = $pre
+                        .instantiate_async(&mut store)
+                        .await
+                        .map_err(|e| PluginFailure::from_error(harness, "instantiate", e, &store))?;
+                    let task = convert::$v::task(task);
+                    let result = bindings.orchard_plugin_agent().call_run(&mut store, &task, &config.to_string()).await;
+                    result.map(|r| r.map(|o| convert::$v::outcome_from(&o)).map_err(|e| format!("{e:?}")))
+                }};
+            }
+            let result = match &harness.pre {
+                Pre::Harness(pre) => run!(pre, v0_1),
+                Pre::HarnessV2(pre) => run!(pre, v0_2),
+                _ => unreachable!("checked above"),
+            };
             ctx.record_output(store.data());
             router.drain_output().await;
             let result = result.map_err(|e| PluginFailure::from_error(harness, "agent.run", e, &store))?;
@@ -558,59 +545,74 @@ impl Runtime {
                 return Err(fatal);
             }
             match result {
-                Ok(outcome) => Ok(RunOutcome::from_wit(&outcome)),
+                Ok(outcome) => Ok(outcome),
                 Err(e) => Err(PluginFailure::returned(harness, "agent.run", &e)),
             }
         };
         within_wall_clock(harness, "agent.run", limits.wall, work).await
     }
 
-    /// Grades a finished run.
+    /// Grades a finished run, in `environment` (the agent's sandbox or a separate verifier's).
+    #[allow(clippy::too_many_arguments)]
     pub async fn run_grader(
         &self,
         ctx: &Arc<RolloutContext>,
         grader: &Arc<Plugin>,
         task: &TaskInput,
         outcome: &RunOutcome,
+        environment: &GradingEnvironment,
         limits: &Limits,
         grants: &Grants,
     ) -> Result<Verdict, PluginFailure> {
-        let Pre::Grader(pre) = &grader.pre else {
+        if !matches!(grader.pre, Pre::Grader(_) | Pre::GraderV2(_)) {
             return Err(PluginFailure::config(grader, format!("{} is a {}, not a grader", grader.id(), grader.kind())));
-        };
+        }
         let t = ctx.trajectory();
         ctx.grading.store(true, std::sync::atomic::Ordering::SeqCst);
-        let trajectory = grading::Trajectory {
-            messages: t.conversation.iter().map(convert::message_from_model).collect(),
-            steps: t.model_calls,
-            usage: bindings::Usage {
-                prompt_tokens: t.usage.prompt_tokens,
-                completion_tokens: t.usage.completion_tokens,
-                total_tokens: t.usage.total_tokens,
-            },
-            duration_ms: ctx.started.elapsed().as_millis() as u64,
-        };
+        let duration_ms = ctx.started.elapsed().as_millis() as u64;
         let work = async {
             let mut store = self.new_store(grader, ctx, limits, grants);
-            let bindings = pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|e| PluginFailure::from_error(grader, "instantiate", e, &store))?;
-            let result = bindings
-                .orchard_plugin_grading()
-                .call_grade(&mut store, &task.to_wit(), &trajectory, &outcome.to_wit())
-                .await;
-            ctx.record_output(store.data());
-            let result = result.map_err(|e| PluginFailure::from_error(grader, "grading.grade", e, &store))?;
-            match result {
-                Ok(grading::Verdict::Graded(s)) => Ok(Verdict::Graded {
-                    reward: s.reward,
-                    passed: s.passed,
-                    sub_scores: s.sub_scores.into_iter().map(|s| (s.name, s.value)).collect(),
-                    explanation: s.explanation,
-                }),
-                Ok(grading::Verdict::Unknown(reason)) => Ok(Verdict::Unknown { reason }),
-                Err(e) => Err(PluginFailure::returned(grader, "grading.grade", &e)),
+            macro_rules! grade {
+                ($pre:expr, $v:ident, |$b:ident, $task:ident, $traj:ident, $outcome:ident| $call:expr) => {{
+                    use crate::bindings::$v::grader::exports::orchard::plugin::grading;
+                    let $b = $pre
+                        .instantiate_async(&mut store)
+                        .await
+                        .map_err(|e| PluginFailure::from_error(grader, "instantiate", e, &store))?;
+                    let $traj = grading::Trajectory {
+                        messages: t.conversation.iter().map(convert::$v::message_from_model).collect(),
+                        steps: t.model_calls,
+                        usage: convert::$v::usage_from_model(t.usage),
+                        duration_ms,
+                    };
+                    let $task = convert::$v::task(task);
+                    let $outcome = convert::$v::outcome_to(outcome);
+                    let result = $call.await;
+                    ctx.record_output(store.data());
+                    let result = result.map_err(|e| PluginFailure::from_error(grader, "grading.grade", e, &store))?;
+                    match result {
+                        Ok(grading::Verdict::Graded(s)) => Ok(Verdict::Graded {
+                            reward: s.reward,
+                            passed: s.passed,
+                            sub_scores: s.sub_scores.into_iter().map(|s| (s.name, s.value)).collect(),
+                            explanation: s.explanation,
+                        }),
+                        Ok(grading::Verdict::Unknown(reason)) => Ok(Verdict::Unknown { reason }),
+                        Err(e) => Err(PluginFailure::returned(grader, "grading.grade", &e)),
+                    }
+                }};
+            }
+            match &grader.pre {
+                Pre::Grader(pre) => grade!(pre, v0_1, |b, task, traj, outcome| b
+                    .orchard_plugin_grading()
+                    .call_grade(&mut store, &task, &traj, &outcome)),
+                Pre::GraderV2(pre) => {
+                    let env = environment.to_v0_2();
+                    grade!(pre, v0_2, |b, task, traj, outcome| b
+                        .orchard_plugin_grading()
+                        .call_grade(&mut store, &task, &traj, &outcome, &env))
+                }
+                _ => unreachable!("checked above"),
             }
         };
         let verdict = within_wall_clock(grader, "grading.grade", limits.wall, work).await;
@@ -621,6 +623,37 @@ impl Runtime {
             }
             Ok(v) => Ok(v.bounded()),
             Err(f) => Err(f),
+        }
+    }
+}
+
+/// Where a grader works, as contract 0.2.0's `grading.environment` tells it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GradingEnvironment {
+    /// A separate verifier's clean sandbox, not the agent's.
+    pub separate: bool,
+    pub base_commit: Option<String>,
+    pub carried: Vec<String>,
+    /// (path, why)
+    pub dropped: Vec<(String, String)>,
+    pub artifacts: Vec<String>,
+    pub problem: Option<String>,
+}
+
+impl GradingEnvironment {
+    fn to_v0_2(&self) -> crate::bindings::v0_2::grader::exports::orchard::plugin::grading::Environment {
+        use crate::bindings::v0_2::grader::exports::orchard::plugin::grading::{DroppedChange, Environment};
+        Environment {
+            separate: self.separate,
+            base_commit: self.base_commit.clone(),
+            carried: self.carried.clone(),
+            dropped: self
+                .dropped
+                .iter()
+                .map(|(path, reason)| DroppedChange { path: path.clone(), reason: reason.clone() })
+                .collect(),
+            artifacts: self.artifacts.clone(),
+            problem: self.problem.clone(),
         }
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! Paths must be absolute. The pure editing rules live in [`edit`], tested on their own.
 
-wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "tool-adapter" });
+wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "tool-adapter" });
 
 pub mod edit;
 

@@ -3,7 +3,7 @@
 //! `find_files` and `grep` run the image's `find` and `grep` without a shell (no quoting traps),
 //! and cap their answers at 200 lines.
 
-wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "tool-adapter" });
+wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "tool-adapter" });
 
 use exports::orchard::plugin::tools::Guest;
 use orchard::plugin::sandbox::{self, Command, EntryKind, ExecRequest};

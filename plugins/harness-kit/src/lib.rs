@@ -3,7 +3,7 @@
 //! (observation caps, a context budget, compaction).
 
 wit_bindgen::generate!({
-    path: "../../wit/0.1.0",
+    path: "../../wit/0.2.0",
     world: "harness",
     pub_export_macro: true,
     export_macro_name: "export_harness",

@@ -5,7 +5,7 @@
 //! Config keys: `solution` (script path, default `/solution/solve.sh`), `timeout` (seconds,
 //! default 600).
 
-wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "harness" });
+wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "harness" });
 
 use exports::orchard::plugin::agent::Guest;
 use orchard::plugin::log::{self, Level};

@@ -8,7 +8,7 @@
 //! - `background_start`, `background_log`, `background_signal`: long-running processes;
 //! - `read_file`, `write_file`.
 
-wit_bindgen::generate!({ path: "../../wit/0.1.0", world: "tool-adapter" });
+wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "tool-adapter" });
 
 use exports::orchard::plugin::tools::Guest;
 use std::cell::RefCell;

@@ -4,31 +4,54 @@
 use wasmtime::component::Resource;
 
 use super::HostState;
-use crate::bindings::WitError;
-use crate::bindings::browser_driver::orchard::plugin::browser::{Host, HostSession};
 
 /// A browser tab (none can be opened yet).
 pub struct Session;
 
-impl Host for HostState {}
+/// The `browser` interface of contract version `$v`.
+macro_rules! browser_host {
+    ($v:ident) => {
+        impl crate::bindings::$v::browser_driver::orchard::plugin::browser::Host for HostState {}
 
-impl HostSession for HostState {
-    async fn open(&mut self) -> wasmtime::Result<Result<Resource<Session>, WitError>> {
-        if let Err(e) = self.require(crate::manifest::Capability::Browser) {
-            return Ok(Err(e));
+        impl crate::bindings::$v::browser_driver::orchard::plugin::browser::HostSession for HostState {
+            async fn open(
+                &mut self,
+            ) -> wasmtime::Result<
+                Result<Resource<Session>, crate::bindings::$v::tool_adapter::orchard::plugin::types::Error>,
+            > {
+                use crate::bindings::$v::tool_adapter::orchard::plugin::types::Error;
+                if let Err(e) = self.require(crate::manifest::Capability::Browser) {
+                    return Ok(Err(Error::from(e)));
+                }
+                Ok(Err(Error::Unavailable("no browser is configured for this run".into())))
+            }
+
+            async fn cdp(
+                &mut self,
+                _: Resource<Session>,
+                _: String,
+                _: String,
+            ) -> wasmtime::Result<Result<String, crate::bindings::$v::tool_adapter::orchard::plugin::types::Error>>
+            {
+                use crate::bindings::$v::tool_adapter::orchard::plugin::types::Error;
+                Ok(Err(Error::Unavailable("no browser is configured for this run".into())))
+            }
+
+            async fn screenshot(
+                &mut self,
+                _: Resource<Session>,
+            ) -> wasmtime::Result<Result<Vec<u8>, crate::bindings::$v::tool_adapter::orchard::plugin::types::Error>>
+            {
+                use crate::bindings::$v::tool_adapter::orchard::plugin::types::Error;
+                Ok(Err(Error::Unavailable("no browser is configured for this run".into())))
+            }
+
+            async fn drop(&mut self, _: Resource<Session>) -> wasmtime::Result<()> {
+                Ok(())
+            }
         }
-        Ok(Err(WitError::Unavailable("no browser is configured for this run".into())))
-    }
-
-    async fn cdp(&mut self, _: Resource<Session>, _: String, _: String) -> wasmtime::Result<Result<String, WitError>> {
-        Ok(Err(WitError::Unavailable("no browser is configured for this run".into())))
-    }
-
-    async fn screenshot(&mut self, _: Resource<Session>) -> wasmtime::Result<Result<Vec<u8>, WitError>> {
-        Ok(Err(WitError::Unavailable("no browser is configured for this run".into())))
-    }
-
-    async fn drop(&mut self, _: Resource<Session>) -> wasmtime::Result<()> {
-        Ok(())
-    }
+    };
 }
+
+browser_host!(v0_1);
+browser_host!(v0_2);

@@ -1,24 +1,17 @@
 //! `log`: structured events into the trajectory.
 
 use super::HostState;
-use crate::bindings::tool_adapter::orchard::plugin::log::{Host, Level};
 use crate::manifest::Capability;
 use crate::trajectory::Step;
 
 /// Events bigger than this are cut (a plugin cannot flood the trajectory).
 const MAX_EVENT: usize = 64 * 1024;
 
-impl Host for HostState {
-    async fn event(&mut self, level: Level, name: String, data: String) {
+impl HostState {
+    fn log_event(&mut self, level: &'static str, name: String, data: String) {
         if self.require(Capability::Log).is_err() {
             return;
         }
-        let level = match level {
-            Level::Debug => "debug",
-            Level::Info => "info",
-            Level::Warn => "warn",
-            Level::Error => "error",
-        };
         let data = if data.len() > MAX_EVENT {
             serde_json::Value::String(format!("[{} bytes, cut]", data.len()))
         } else {
@@ -34,3 +27,29 @@ impl Host for HostState {
         });
     }
 }
+
+/// The `log` interface of contract version `$v`.
+macro_rules! log_host {
+    ($v:ident) => {
+        impl crate::bindings::$v::tool_adapter::orchard::plugin::log::Host for HostState {
+            async fn event(
+                &mut self,
+                level: crate::bindings::$v::tool_adapter::orchard::plugin::log::Level,
+                name: String,
+                data: String,
+            ) {
+                use crate::bindings::$v::tool_adapter::orchard::plugin::log::Level;
+                let level = match level {
+                    Level::Debug => "debug",
+                    Level::Info => "info",
+                    Level::Warn => "warn",
+                    Level::Error => "error",
+                };
+                self.log_event(level, name, data);
+            }
+        }
+    };
+}
+
+log_host!(v0_1);
+log_host!(v0_2);

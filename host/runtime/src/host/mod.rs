@@ -133,7 +133,8 @@ impl HostState {
     }
 }
 
-impl crate::bindings::tool_adapter::orchard::plugin::types::Host for HostState {}
+impl crate::bindings::v0_1::tool_adapter::orchard::plugin::types::Host for HostState {}
+impl crate::bindings::v0_2::tool_adapter::orchard::plugin::types::Host for HostState {}
 
 /// Maps an agent error to the contract's error variant.
 fn agent_error(e: orchard_agent_client::AgentClientError) -> WitError {

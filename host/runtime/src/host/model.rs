@@ -1,38 +1,29 @@
 //! `model`: the run's model endpoint. Every call is recorded, request and answer.
 
 use super::HostState;
-use crate::bindings::harness::orchard::plugin::model::{Completion, Host, Sampling};
-use crate::bindings::{Message, ToolSpec, WitError};
-use crate::convert;
+use crate::bindings::WitError;
 use crate::manifest::Capability;
 use crate::trajectory::Step;
 
-impl Host for HostState {
-    async fn complete(
+impl HostState {
+    /// Sends a request (already in the model client's types) and records it; errors are 0.1.0's.
+    async fn complete_model(
         &mut self,
-        messages: Vec<Message>,
-        tools: Vec<ToolSpec>,
-        sampling: Sampling,
-    ) -> Result<Completion, WitError> {
+        request: Vec<orchard_model::Message>,
+        specs: Vec<orchard_model::ToolSpec>,
+        sampling: orchard_model::Sampling,
+    ) -> Result<orchard_model::Completion, WitError> {
         self.require(Capability::Model)?;
         let client = self.run.current_model().ok_or_else(|| {
             WitError::Unavailable("no model endpoint is configured for this run (orchard eval --model URL)".into())
         })?;
-        let request: Vec<orchard_model::Message> = messages.iter().map(convert::message_to_model).collect();
-        let specs: Vec<orchard_model::ToolSpec> = tools.iter().map(convert::spec_to_model).collect();
-        let sampling = convert::sampling_to_model(&sampling).map_err(WitError::InvalidInput)?;
         let started = self.at_ms();
         let result = self.waiting(client.complete(&request, &specs, &sampling)).await;
         let duration_ms = self.at_ms() - started;
         match result {
             Ok(c) => {
                 self.run.record_model_call(&self.plugin, (request, specs), &sampling, &c, (started, duration_ms));
-                Ok(Completion {
-                    message: convert::message_from_model(&c.message),
-                    finish_reason: convert::finish_from_model(c.finish_reason),
-                    usage: convert::usage_from_model(c.usage),
-                    model: c.model,
-                })
+                Ok(c)
             }
             Err(e) => {
                 self.run.record(Step::ModelError {
@@ -53,3 +44,37 @@ impl Host for HostState {
         }
     }
 }
+
+/// The `model` interface of contract version `$v`.
+macro_rules! model_host {
+    ($v:ident) => {
+        impl crate::bindings::$v::harness::orchard::plugin::model::Host for HostState {
+            async fn complete(
+                &mut self,
+                messages: Vec<crate::bindings::$v::tool_adapter::orchard::plugin::types::Message>,
+                tools: Vec<crate::bindings::$v::tool_adapter::orchard::plugin::types::ToolSpec>,
+                sampling: crate::bindings::$v::harness::orchard::plugin::model::Sampling,
+            ) -> Result<
+                crate::bindings::$v::harness::orchard::plugin::model::Completion,
+                crate::bindings::$v::tool_adapter::orchard::plugin::types::Error,
+            > {
+                use crate::bindings::$v::harness::orchard::plugin::model::Completion;
+                use crate::bindings::$v::tool_adapter::orchard::plugin::types::Error;
+                use crate::convert::$v as convert;
+                let request = messages.iter().map(convert::message_to_model).collect();
+                let specs = tools.iter().map(convert::spec_to_model).collect();
+                let sampling = convert::sampling_to_model(&sampling).map_err(Error::InvalidInput)?;
+                let c = self.complete_model(request, specs, sampling).await?;
+                Ok(Completion {
+                    message: convert::message_from_model(&c.message),
+                    finish_reason: convert::finish_from_model(c.finish_reason),
+                    usage: convert::usage_from_model(c.usage),
+                    model: c.model,
+                })
+            }
+        }
+    };
+}
+
+model_host!(v0_1);
+model_host!(v0_2);
