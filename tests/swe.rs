@@ -138,3 +138,23 @@ fn a_task_whose_tests_cannot_run_is_unknown_not_zero() {
     assert_eq!(r["status"], "unknown", "{r:#}");
     assert!(r["verdict"]["reason"].as_str().unwrap().contains("no sign that the test runner ran"), "{r:#}");
 }
+
+#[test]
+fn a_test_log_of_a_gigabyte_is_unknown_not_a_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = with_solution(dir.path(), "py-mean", "true");
+    let toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
+    // The tests print 1.1 GB of lines that would read as passes.
+    let flood = "python3 -c \\\"import sys; line = 'PASSED tests/test_stats.py::test_mean_is_exact\\\\n' * 20000; [sys.stdout.write(line) for _ in range(1200)]\\\"";
+    let toml = toml.replace(
+        "eval_command = \"python3 -m pytest -rA -p no:cacheprovider tests/test_stats.py\"",
+        &format!("eval_command = \"{flood}\""),
+    );
+    assert!(toml.contains("1200"), "{toml}");
+    std::fs::write(task.join("task.toml"), toml).unwrap();
+    let rollouts = grade(dir.path());
+    let r = &rollouts[0];
+    assert_eq!(r["status"], "unknown", "{r:#}");
+    let reason = r["verdict"]["reason"].as_str().unwrap();
+    assert!(reason.contains("a plugin reads at most 268435456 bytes"), "{reason}");
+}

@@ -26,7 +26,7 @@ fn start(language: &str) -> tempfile::TempDir {
     assert!(
         Command::new("cp")
             .arg("-r")
-            .arg(workspace().join("wit/0.1.0"))
+            .arg(workspace().join("wit/0.2.0"))
             .arg(dir.path().join("wit"))
             .status()
             .unwrap()

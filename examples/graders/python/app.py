@@ -7,7 +7,7 @@ from wit_world.exports.grading import Score, Verdict_Graded, Verdict_Unknown
 
 
 class Grading(exports.Grading):
-    def grade(self, task, trajectory, outcome):
+    def grade(self, task, trajectory, outcome, environment):
         meta = json.loads(task.metadata or "{}").get("metadata", {})
         want = meta.get("expected")
         if not isinstance(want, str):

@@ -7,6 +7,7 @@ mod plugins;
 mod refs;
 mod service;
 mod stats;
+mod verifier;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -36,7 +37,7 @@ struct Args {
     /// The orchard binary [default: beside this one].
     #[arg(long)]
     orchard: Option<PathBuf>,
-    /// Which benchmarks: sandboxes, plugins, service, or all.
+    /// Which benchmarks: sandboxes, plugins, service, verifier, or all.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Oracle rollouts in the end-to-end plugin run.
@@ -208,7 +209,12 @@ fn main() -> anyhow::Result<()> {
             args.service_concurrency,
         ))?);
     }
-    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service or all");
+    if matches!(args.suite.as_str(), "all" | "verifier") {
+        let swe = bin.ancestors().nth(3).map(|root| root.join("examples/swe-mini")).filter(|p| p.is_dir());
+        let swe = swe.ok_or_else(|| anyhow::anyhow!("examples/swe-mini not found above {}", bin.display()))?;
+        rows.extend(verifier::rows(&bin, &swe, 20)?);
+    }
+    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service, verifier or all");
     print_table(&rows);
     Ok(())
 }

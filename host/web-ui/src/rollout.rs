@@ -173,6 +173,18 @@ fn steps(trajectory: &Value) -> Vec<StepView> {
                 v.title = format!("sandbox {}", s(&step["op"]));
                 v.text = serde_json::to_string_pretty(&step["detail"]).unwrap_or_default();
             }
+            "verifier" => {
+                let d = &step["detail"];
+                let count = |k: &str| d[k].as_array().map_or(0, Vec::len);
+                v.title = format!(
+                    "verifier · {} environment · {} carried, {} dropped",
+                    s(&step["mode"]),
+                    count("carried"),
+                    count("dropped")
+                );
+                v.text = serde_json::to_string_pretty(d).unwrap_or_default();
+                v.error = !d["problem"].is_null();
+            }
             "event" => {
                 v.title = format!("event {} ({})", s(&step["name"]), s(&step["level"]));
                 v.text = serde_json::to_string_pretty(&step["data"]).unwrap_or_default();

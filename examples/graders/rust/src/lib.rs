@@ -2,7 +2,7 @@
 
 wit_bindgen::generate!({ path: "wit", world: "grader" });
 
-use exports::orchard::plugin::grading::{Guest, Score, Trajectory, Verdict};
+use exports::orchard::plugin::grading::{Environment, Guest, Score, Trajectory, Verdict};
 use orchard::plugin::types::{Error, Outcome, Task};
 
 struct Contains;
@@ -14,7 +14,7 @@ fn expected(metadata: &str) -> Option<String> {
 }
 
 impl Guest for Contains {
-    fn grade(task: Task, _trajectory: Trajectory, outcome: Outcome) -> Result<Verdict, Error> {
+    fn grade(task: Task, _trajectory: Trajectory, outcome: Outcome, _environment: Environment) -> Result<Verdict, Error> {
         let Some(want) = expected(&task.metadata) else {
             return Ok(Verdict::Unknown("task metadata has no `expected`".into()));
         };
