@@ -64,7 +64,7 @@ fn every_world_has_a_plugin_that_loads_and_one_that_is_refused() {
             PluginKind::BrowserDriver,
             "imports orchard:plugin/model@0.1.0, which the browser-driver world does not provide",
         ),
-        (&oracle, PluginKind::Grader, "does not export orchard:plugin/grading@0.1.0, which the grader world requires"),
+        (&oracle, PluginKind::Grader, "does not export orchard:plugin/grading@0.2.0, which the grader world requires"),
     ];
     for (bytes, kind, expected) in refused {
         let err = rt.load(bytes, Some(manifest("x", "1", kind, &[])), "x.wasm").unwrap_err().to_string();
@@ -72,7 +72,12 @@ fn every_world_has_a_plugin_that_loads_and_one_that_is_refused() {
     }
     // Without a manifest the world is inferred from the exports, or there is none.
     let err = rt.load_file(&fixtures.join("test-no-world.wasm")).unwrap_err().to_string();
-    assert!(err.contains("fits no orchard:plugin@0.1.0 world") && err.contains("its exports: hello"), "{err}");
+    assert!(
+        err.contains(
+            "fits no orchard:plugin world: it exports no orchard:plugin interface (this host speaks 0.1.0 and 0.2.0)"
+        ) && err.contains("its exports: hello"),
+        "{err}"
+    );
     let inferred = rt.load_file(&fixtures.join("test-bad-tools.wasm")).unwrap_err().to_string();
     assert!(inferred.contains("does not provide"), "{inferred}");
     let err = rt.load(b"not wasm at all", None, "junk.wasm").unwrap_err().to_string();

@@ -223,9 +223,28 @@ async fn a_directory_swapped_for_a_symlink_mid_request_never_leads_outside_the_r
                  ln -s ../.. /workspace/climb && mv -T /workspace/real /workspace/d";
     assert_eq!(server.sh(&id, setup).await.exit_code, 0);
     // Swaps `d` between the real directory and each escaping link, by atomic renames (the real
-    // directory stays a moment each time, so that requests see both).
-    let swapper = "cd /workspace; while :; do mv -T d real; mv -T abs d; mv -T d abs; mv -T climb d; \
-                   mv -T d climb; mv -T real d; sleep 0.05; done";
+    // directory stays a moment each time, so that requests see both). A write that lands in the
+    // instant `d` does not exist creates a fresh directory there: the swapper removes it and
+    // goes on, so that the rotation never loses the real directory.
+    let swapper = r#"cd /workspace && python3 -c '
+import os, shutil, time
+def put(src, dst):
+    while True:
+        try:
+            return os.rename(src, dst)
+        except OSError:
+            if os.path.isdir(dst) and not os.path.islink(dst):
+                shutil.rmtree(dst, ignore_errors=True)
+            else:
+                raise
+while True:
+    for link in ("abs", "climb"):
+        put("d", "real")
+        put(link, "d")
+        put("d", link)
+        put("real", "d")
+        time.sleep(0.05)
+'"#;
     let (status, v) = server
         .call(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/processes"), Some(json!({"command": swapper})))
         .await;

@@ -199,7 +199,9 @@ async fn a_disk_filler_gets_enospc_at_its_limit_and_the_host_keeps_its_space() {
     assert!(r.stdout.text.contains("rc=1"), "{r:?}");
     let after = free_bytes(&server.state_dir);
     let used = before.saturating_sub(after);
-    assert!(used < 80 << 20, "the host lost {} MiB to a 64 MiB sandbox", used >> 20);
+    // Other tests write to the same filesystem meanwhile: the point is that the 1 GiB write did
+    // not land on the host.
+    assert!(used < 256 << 20, "the host lost {} MiB to a 64 MiB sandbox", used >> 20);
     // The sandbox goes on working within its limit once it frees space.
     let r = server.sh(&id, "rm /fill && echo fine > /after && cat /after").await;
     assert_eq!(r.stdout.text, "fine\n", "{r:?}");

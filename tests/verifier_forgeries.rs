@@ -215,7 +215,7 @@ fn pre_and_late_written_rewards_do_not_reach_a_separate_verifier() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let forge = "echo 41 > /workspace/answer.txt\nmkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt\n\
-                 setsid nohup bash -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 0.002; done' \
+                 setsid nohup bash -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/.r; mv -f /logs/verifier/.r /logs/verifier/reward.txt; sleep 0.002; done' \
                  > /dev/null 2>&1 < /dev/null &\nsleep 0.5";
     script_task(root, "forged", forge, false);
     script_task(root, "forged-in-place", forge, true);

@@ -106,8 +106,9 @@ impl Runtime {
         let imports: Vec<String> = ty.imports(&self.engine).map(|(name, _)| name.to_string()).collect();
         let exports: Vec<String> = ty.exports(&self.engine).map(|(name, _)| name.to_string()).collect();
         let world_err = |reason: String| PluginError::World { origin: origin.into(), reason };
-        let contract =
-            Contract::of_exports(&exports).map_err(|e| world_err(format!("fits no orchard:plugin world: {e}")))?;
+        let contract = Contract::of_exports(&exports).map_err(|e| {
+            world_err(format!("fits no orchard:plugin world: {e} (its exports: {})", list_or_none(&exports)))
+        })?;
         let (manifest, source) = match manifest {
             Some(m) => (m, source),
             None => {

@@ -127,8 +127,7 @@ impl Runner {
             r.handle.abort();
         }
         for r in &stopped {
-            let _ = self.backend.delete(&r.sandbox_id).await;
-            let _ = self.backend.delete(&orchard_eval::verifier_id(&r.sandbox_id)).await;
+            self.delete_sandboxes_of(&r.sandbox_id).await;
         }
         match self.env.store.release(&self.config.owner).await {
             Ok(n) if n > 0 => tracing::info!(rollouts = n, "handed back to the queue"),
@@ -200,8 +199,7 @@ impl Runner {
         };
         for ((eval_id, rollout_id), r) in stopped {
             r.handle.abort();
-            let _ = self.backend.delete(&r.sandbox_id).await;
-            let _ = self.backend.delete(&orchard_eval::verifier_id(&r.sandbox_id)).await;
+            self.delete_sandboxes_of(&r.sandbox_id).await;
             let _ = self.env.store.abandon(&self.config.owner, &eval_id, &rollout_id).await;
         }
     }
@@ -346,6 +344,25 @@ impl Runner {
             span,
         ));
         running.insert(key, Running { handle: task.abort_handle(), sandbox_id });
+    }
+
+    /// Deletes a stopped rollout's sandbox and its verifier's, now and again a little later: a
+    /// rollout stopped in the middle of creating its sandbox leaves the backend to finish the
+    /// creation after the first delete found nothing.
+    async fn delete_sandboxes_of(&self, sandbox_id: &str) {
+        let ids = [sandbox_id.to_string(), orchard_eval::verifier_id(sandbox_id)];
+        for id in &ids {
+            let _ = self.backend.delete(id).await;
+        }
+        let backend = self.backend.clone();
+        tokio::spawn(async move {
+            for wait in [1, 4, 10] {
+                tokio::time::sleep(Duration::from_secs(wait)).await;
+                for id in &ids {
+                    let _ = backend.delete(id).await;
+                }
+            }
+        });
     }
 
     async fn execute(&self, claim: &Claim, sandbox_id: &str) -> RolloutResult {
