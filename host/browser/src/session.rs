@@ -1,0 +1,211 @@
+//! A browser and its tabs.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::pipe::Cdp;
+use crate::{BrowserError, policy};
+
+#[derive(Debug, Clone)]
+pub struct BrowserOptions {
+    /// The Chromium binary.
+    pub binary: PathBuf,
+    /// The network namespace to run in (`/run/netns/…` or `/proc/PID/ns/net`); the host's when
+    /// absent (tests and tools only).
+    pub netns: Option<PathBuf>,
+    /// Every tab's viewport, in CSS pixels.
+    pub viewport: (u32, u32),
+    /// How long one DevTools call may take.
+    pub call_timeout: Duration,
+    /// The largest answer a plugin's `cdp` call may get.
+    pub max_result: usize,
+}
+
+impl Default for BrowserOptions {
+    fn default() -> Self {
+        BrowserOptions {
+            binary: PathBuf::from("chromium"),
+            netns: None,
+            viewport: (1280, 800),
+            call_timeout: Duration::from_secs(30),
+            max_result: 8 << 20,
+        }
+    }
+}
+
+pub struct Browser {
+    cdp: Arc<Cdp>,
+    child: tokio::process::Child,
+    options: BrowserOptions,
+    _profile: tempfile::TempDir,
+}
+
+/// One tab, attached with its own DevTools session.
+pub struct Tab {
+    cdp: Arc<Cdp>,
+    session: String,
+    target: String,
+    options: BrowserOptions,
+    dialogs: Arc<Mutex<Vec<String>>>,
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)
+}
+
+impl Browser {
+    /// Starts Chromium with its own profile, in `options.netns`, controlled over a pipe.
+    pub async fn launch(options: BrowserOptions) -> Result<Browser, BrowserError> {
+        let launch = |e: std::io::Error| BrowserError::Launch(e.to_string());
+        let profile = tempfile::Builder::new().prefix("orchard-chromium-").tempdir().map_err(launch)?;
+        // fd 3: the browser reads commands; fd 4: it writes answers.
+        let (cmd_read, cmd_write) = pipe().map_err(launch)?;
+        let (ans_read, ans_write) = pipe().map_err(launch)?;
+        let mut command = match &options.netns {
+            Some(ns) => {
+                let mut c = tokio::process::Command::new("nsenter");
+                c.arg(format!("--net={}", ns.display())).arg("--").arg(&options.binary);
+                c
+            }
+            None => tokio::process::Command::new(&options.binary),
+        };
+        command
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-extensions",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--remote-debugging-pipe",
+                "--hide-scrollbars",
+                "--mute-audio",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!("--window-size={},{}", options.viewport.0, options.viewport.1))
+            .arg("about:blank")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let (cr, aw) = (cmd_read.as_raw_fd(), ans_write.as_raw_fd());
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                // Its own process group, so that the renderers go with it.
+                if libc::setpgid(0, 0) != 0 || libc::dup2(cr, 3) < 0 || libc::dup2(aw, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(launch)?;
+        drop((cmd_read, ans_write));
+        let cdp = Cdp::new(cmd_write, ans_read).map_err(launch)?;
+        let browser = Browser { cdp, child, options, _profile: profile };
+        // The first answer proves it is up; downloads are refused for the whole browser.
+        browser
+            .cdp
+            .call("Browser.setDownloadBehavior", json!({"behavior": "deny"}), None, Duration::from_secs(30))
+            .await
+            .map_err(|e| BrowserError::Launch(format!("chromium did not answer on its DevTools pipe: {e}")))?;
+        Ok(browser)
+    }
+
+    /// The browser's process id (its process group's).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// A new tab at the configured viewport, JavaScript dialogs dismissed and logged.
+    pub async fn open(&self) -> Result<Tab, BrowserError> {
+        let t = self.options.call_timeout;
+        let target = self.cdp.call("Target.createTarget", json!({"url": "about:blank"}), None, t).await?;
+        let target = target["targetId"].as_str().unwrap_or_default().to_string();
+        let attached =
+            self.cdp.call("Target.attachToTarget", json!({"targetId": target, "flatten": true}), None, t).await?;
+        let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
+        let dialogs: Arc<Mutex<Vec<String>>> = Arc::default();
+        // Dialogs would block the page: dismiss each, and keep what it said.
+        {
+            let (cdp, session, dialogs) = (self.cdp.clone(), session.clone(), dialogs.clone());
+            let mut events = self.cdp.events();
+            tokio::spawn(async move {
+                while let Ok(event) = events.recv().await {
+                    if event["method"] == "Page.javascriptDialogOpening" && event["sessionId"] == session.as_str() {
+                        let p = &event["params"];
+                        let said = format!("{}: {}", p["type"].as_str().unwrap_or("dialog"), p["message"].as_str().unwrap_or(""));
+                        dialogs.lock().unwrap_or_else(|p| p.into_inner()).push(said);
+                        let _ = cdp
+                            .call("Page.handleJavaScriptDialog", json!({"accept": false}), Some(&session), Duration::from_secs(5))
+                            .await;
+                    }
+                }
+            });
+        }
+        let tab = Tab { cdp: self.cdp.clone(), session, target, options: self.options.clone(), dialogs };
+        tab.raw("Page.enable", json!({})).await?;
+        let (w, h) = self.options.viewport;
+        tab.raw(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": w, "height": h, "deviceScaleFactor": 1, "mobile": false}),
+        )
+        .await?;
+        Ok(tab)
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            // The whole group: the browser and its renderers, zygote and utilities.
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+impl Tab {
+    async fn raw(&self, method: &str, params: Value) -> Result<Value, BrowserError> {
+        self.cdp.call(method, params, Some(&self.session), self.options.call_timeout).await
+    }
+
+    /// Any DevTools command a plugin may send, in this tab: refused for the domains past the
+    /// tab, with the call's timeout and a cap on the answer's size.
+    pub async fn cdp(&self, method: &str, params: Value) -> Result<Value, BrowserError> {
+        if let Some(why) = policy::refused(method) {
+            return Err(BrowserError::Refused(why));
+        }
+        let answer = self.raw(method, params).await?;
+        let size = answer.to_string().len();
+        if size > self.options.max_result {
+            return Err(BrowserError::TooLarge { method: method.into(), size, limit: self.options.max_result });
+        }
+        Ok(answer)
+    }
+
+    /// The viewport as PNG.
+    pub async fn screenshot(&self) -> Result<Vec<u8>, BrowserError> {
+        let shot = self.raw("Page.captureScreenshot", json!({"format": "png"})).await?;
+        base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().unwrap_or_default())
+            .map_err(|e| BrowserError::Protocol { method: "Page.captureScreenshot".into(), message: e.to_string() })
+    }
+
+    /// What the tab's JavaScript dialogs said (each was dismissed).
+    pub fn dialogs(&self) -> Vec<String> {
+        self.dialogs.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn target_id(&self) -> &str {
+        &self.target
+    }
+}
