@@ -143,10 +143,19 @@ impl Browser {
                 while let Ok(event) = events.recv().await {
                     if event["method"] == "Page.javascriptDialogOpening" && event["sessionId"] == session.as_str() {
                         let p = &event["params"];
-                        let said = format!("{}: {}", p["type"].as_str().unwrap_or("dialog"), p["message"].as_str().unwrap_or(""));
+                        let said = format!(
+                            "{}: {}",
+                            p["type"].as_str().unwrap_or("dialog"),
+                            p["message"].as_str().unwrap_or("")
+                        );
                         dialogs.lock().unwrap_or_else(|p| p.into_inner()).push(said);
                         let _ = cdp
-                            .call("Page.handleJavaScriptDialog", json!({"accept": false}), Some(&session), Duration::from_secs(5))
+                            .call(
+                                "Page.handleJavaScriptDialog",
+                                json!({"accept": false}),
+                                Some(&session),
+                                Duration::from_secs(5),
+                            )
                             .await;
                     }
                 }

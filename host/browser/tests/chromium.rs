@@ -52,7 +52,10 @@ async fn wait_loaded(tab: &Tab, url: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let v = tab
-            .cdp("Runtime.evaluate", json!({"expression": "location.href + ' ' + document.readyState", "returnByValue": true}))
+            .cdp(
+                "Runtime.evaluate",
+                json!({"expression": "location.href + ' ' + document.readyState", "returnByValue": true}),
+            )
             .await;
         if let Ok(v) = v
             && v["result"]["value"].as_str() == Some(&format!("{url} complete"))
@@ -89,15 +92,18 @@ async fn chromium_in_the_sandboxes_network_sees_its_loopback_only_and_is_driven_
     let host_port = host.local_addr().unwrap().port();
     host.set_nonblocking(true).unwrap();
 
-    let browser = Browser::launch(BrowserOptions { netns: Some(ns.path()), viewport: (640, 480), ..Default::default() })
-        .await
-        .expect("chromium starts in the namespace");
+    let browser =
+        Browser::launch(BrowserOptions { netns: Some(ns.path()), viewport: (640, 480), ..Default::default() })
+            .await
+            .expect("chromium starts in the namespace");
     let tab = browser.open().await.unwrap();
     let url = "http://127.0.0.1:8765/";
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         tab.cdp("Page.navigate", json!({"url": url})).await.unwrap();
-        if tokio::time::timeout(Duration::from_secs(2), wait_loaded(&tab, url)).await.is_ok() && title(&tab).await == "Shop" {
+        if tokio::time::timeout(Duration::from_secs(2), wait_loaded(&tab, url)).await.is_ok()
+            && title(&tab).await == "Shop"
+        {
             break;
         }
         assert!(Instant::now() < deadline, "the namespace's web app never answered");
@@ -106,7 +112,8 @@ async fn chromium_in_the_sandboxes_network_sees_its_loopback_only_and_is_driven_
     // A screenshot is a PNG of the viewport.
     let png = tab.screenshot().await.unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    let (w, h) = (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()));
+    let (w, h) =
+        (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()));
     assert_eq!((w, h), (640, 480));
 
     // The host's loopback is not the browser's.
@@ -114,7 +121,10 @@ async fn chromium_in_the_sandboxes_network_sees_its_loopback_only_and_is_driven_
     let nav = tab.cdp("Page.navigate", json!({"url": to_host})).await.unwrap();
     assert!(nav["errorText"].as_str().is_some_and(|e| e.contains("ERR_CONNECTION_REFUSED")), "{nav}");
     let mut accepted = host.accept();
-    assert!(matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "the host's service was reached");
+    assert!(
+        matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the host's service was reached"
+    );
     if let Ok((s, _)) = &mut accepted {
         let mut b = String::new();
         let _ = s.read_to_string(&mut b);
@@ -127,7 +137,9 @@ async fn chromium_in_the_sandboxes_network_sees_its_loopback_only_and_is_driven_
     assert_eq!(ports, ["127.0.0.1:8765"], "{listening}");
 
     // Calls past the tab are refused before they reach the browser.
-    for method in ["Browser.close", "Target.getTargets", "Fetch.enable", "Storage.clearDataForOrigin", "Page.setDownloadBehavior"] {
+    for method in
+        ["Browser.close", "Target.getTargets", "Fetch.enable", "Storage.clearDataForOrigin", "Page.setDownloadBehavior"]
+    {
         let e = tab.cdp(method, json!({})).await.unwrap_err();
         assert!(matches!(e, BrowserError::Refused(_)), "{method}: {e}");
     }
@@ -136,9 +148,12 @@ async fn chromium_in_the_sandboxes_network_sees_its_loopback_only_and_is_driven_
     assert!(matches!(e, BrowserError::Protocol { .. }), "{e}");
 
     // A dialog is dismissed (the page goes on) and logged.
-    tab.cdp("Page.navigate", json!({"url": "data:text/html,<title>after</title><script>alert('hello there')</script>"}))
-        .await
-        .unwrap();
+    tab.cdp(
+        "Page.navigate",
+        json!({"url": "data:text/html,<title>after</title><script>alert('hello there')</script>"}),
+    )
+    .await
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while tab.dialogs().is_empty() || title(&tab).await != "after" {
         assert!(Instant::now() < deadline, "dialogs: {:?}", tab.dialogs());
