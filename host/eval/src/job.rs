@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use orchard_agent_client::AgentClient;
 use orchard_model::ModelClient;
 use orchard_runtime::{
-    Capability, GradingEnvironment, Grants, Limits, Plugin, PluginFailure, RolloutContext, RunOutcome, Runtime, Step,
-    TaskInput, Trajectory, Verdict,
+    BrowserOptions, Capability, GradingEnvironment, Grants, Limits, Plugin, PluginFailure, RolloutContext, RunOutcome,
+    Runtime, Step, TaskInput, Trajectory, Verdict,
 };
 use orchard_sandbox::{Backend, SandboxSpec};
 use orchard_verifier::Mode;
@@ -232,6 +232,17 @@ async fn run_in_sandbox(
     let ctx = RolloutContext::new(&task.id, Some(agent.clone()), job.model.clone());
     if let Some(m) = &job.grader_model {
         ctx.set_grader_model(m.clone());
+    }
+    // A browser, if a plugin opens one, runs in the sandbox's network (where the backend can
+    // place it there).
+    if let Some(id) = &verifier.spec.id
+        && let Some(netns) = verifier.backend.network_namespace(id).await
+    {
+        ctx.set_browser(BrowserOptions {
+            netns: Some(netns),
+            binary: std::env::var_os("ORCHARD_CHROMIUM").map(Into::into).unwrap_or_else(|| "chromium".into()),
+            ..Default::default()
+        });
     }
     prepare_environment(agent, task).await?;
     // The reference solution reaches the sandbox only for a harness granted it (the oracle).

@@ -18,6 +18,7 @@ mod trajectory;
 
 pub use engine::{Runtime, RuntimeConfig};
 pub use manifest::{Capability, Contract, Manifest, PluginKind};
+pub use orchard_browser::BrowserOptions;
 pub use plugin::{Plugin, PluginError, PluginInfo};
 pub use registry::{Owner, Registry, VisiblePlugin};
 pub use rollout::{

@@ -168,6 +168,10 @@ pub struct RolloutContext {
     grader_model: std::sync::OnceLock<Arc<ModelClient>>,
     /// The clean sandbox the grader works in, when the task is verified apart from the agent's.
     verifier_sandbox: std::sync::OnceLock<Arc<AgentClient>>,
+    /// How this rollout's browser is started (in the sandbox's network), when it may have one.
+    browser_options: std::sync::OnceLock<orchard_browser::BrowserOptions>,
+    /// The rollout's browser, started at the first tab a plugin opens; killed with the context.
+    browser: tokio::sync::OnceCell<Result<Arc<orchard_browser::Browser>, String>>,
 }
 
 impl RolloutContext {
@@ -183,7 +187,32 @@ impl RolloutContext {
             grading: std::sync::atomic::AtomicBool::new(false),
             grader_model: std::sync::OnceLock::new(),
             verifier_sandbox: std::sync::OnceLock::new(),
+            browser_options: std::sync::OnceLock::new(),
+            browser: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// Lets the rollout's plugins open browser tabs: one Chromium, started as `options` say at
+    /// the first `session.open`.
+    pub fn set_browser(&self, options: orchard_browser::BrowserOptions) {
+        let _ = self.browser_options.set(options);
+    }
+
+    /// A new tab of the rollout's browser (started now if it is not yet).
+    pub(crate) async fn open_tab(&self) -> Result<Arc<orchard_browser::Tab>, WitError> {
+        let options = self
+            .browser_options
+            .get()
+            .ok_or_else(|| WitError::Unavailable("no browser is configured for this run".into()))?;
+        let browser = self
+            .browser
+            .get_or_init(|| async {
+                orchard_browser::Browser::launch(options.clone()).await.map(Arc::new).map_err(|e| e.to_string())
+            })
+            .await
+            .as_ref()
+            .map_err(|e| WitError::Unavailable(e.clone()))?;
+        browser.open().await.map(Arc::new).map_err(crate::host::browser::error)
     }
 
     /// Gives the grader a sandbox of its own (a separate verifier environment) instead of the

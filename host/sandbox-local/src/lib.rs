@@ -756,6 +756,13 @@ impl Backend for LocalBackend {
         Ok(sandbox.agent.clone())
     }
 
+    async fn network_namespace(&self, id: &str) -> Option<std::path::PathBuf> {
+        // The namespace of its pid 1 (the agent): the open network's named one or the closed
+        // network's own.
+        let pid = self.sandbox_init_pid(id).ok().filter(|p| *p > 0)?;
+        Some(std::path::PathBuf::from(format!("/proc/{pid}/ns/net")))
+    }
+
     async fn wait_ready(&self, id: &str, timeout: Duration) -> Result<SandboxInfo> {
         let sandbox = self.find(id)?;
         let deadline = tokio::time::Instant::now() + timeout;

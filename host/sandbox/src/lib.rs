@@ -57,6 +57,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Called on a graceful host shutdown.
     async fn shutdown(&self);
+
+    /// A path naming the sandbox's network namespace (for `nsenter --net=`), where the host can
+    /// start a process with the sandbox's network (a rollout's browser); `None` where the backend
+    /// cannot (a sandbox on another machine).
+    async fn network_namespace(&self, _id: &str) -> Option<std::path::PathBuf> {
+        None
+    }
 }
 
 /// How long `create` waits for readiness inline before answering `pending`.

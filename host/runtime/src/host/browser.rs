@@ -1,12 +1,94 @@
-//! `browser`: not wired to a browser yet. Every session open answers `unavailable`, so browser
-//! drivers load, validate and fail cleanly until a browser backend is configured.
+//! `browser`: tabs of the rollout's own Chromium (`orchard-browser`), started in the sandbox's
+//! network at the first `session.open`. A run with no browser configured (a backend that cannot
+//! place one in the sandbox's network) answers `unavailable`.
 
+use std::sync::Arc;
+
+use serde_json::json;
 use wasmtime::component::Resource;
 
 use super::HostState;
+use crate::bindings::WitError;
+use crate::manifest::Capability;
+use crate::trajectory::Step;
 
-/// A browser tab (none can be opened yet).
-pub struct Session;
+/// A plugin's tab.
+pub struct Session {
+    tab: Arc<orchard_browser::Tab>,
+}
+
+/// The contract's error for a browser's.
+pub(crate) fn error(e: orchard_browser::BrowserError) -> WitError {
+    use orchard_browser::BrowserError as B;
+    let message = e.to_string();
+    match e {
+        B::Refused(_) => WitError::Denied(message),
+        B::Timeout { .. } => WitError::Timeout(message),
+        B::Gone(_) | B::Launch(_) => WitError::Unavailable(message),
+        B::TooLarge { .. } => WitError::InvalidInput(message),
+        B::Protocol { .. } => WitError::Other(message),
+    }
+}
+
+impl HostState {
+    fn record_browser(&self, op: &str, detail: serde_json::Value, started: u64) {
+        let step = Step::Sandbox {
+            plugin: self.plugin.clone(),
+            op: format!("browser-{op}"),
+            detail,
+            at_ms: started,
+            duration_ms: self.at_ms() - started,
+        };
+        self.run.record(step);
+    }
+
+    async fn browser_open(&mut self) -> Result<Resource<Session>, WitError> {
+        self.require(Capability::Browser)?;
+        let started = self.at_ms();
+        let run = self.run.clone();
+        let opened = self.waiting(run.open_tab()).await;
+        self.record_browser("open", json!({"ok": opened.is_ok()}), started);
+        let tab = opened?;
+        self.table.push(Session { tab }).map_err(|e| WitError::Other(e.to_string()))
+    }
+
+    fn tab(&self, session: &Resource<Session>) -> Result<Arc<orchard_browser::Tab>, WitError> {
+        self.table.get(session).map(|s| s.tab.clone()).map_err(|e| WitError::InvalidInput(e.to_string()))
+    }
+
+    async fn browser_cdp(
+        &mut self,
+        session: &Resource<Session>,
+        method: String,
+        params: String,
+    ) -> Result<String, WitError> {
+        self.require(Capability::Browser)?;
+        let tab = self.tab(session)?;
+        let params: serde_json::Value = if params.trim().is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(&params)
+                .map_err(|e| WitError::InvalidInput(format!("cdp params are not JSON: {e}")))?
+        };
+        let started = self.at_ms();
+        let answer = self.waiting(tab.cdp(&method, params)).await;
+        self.record_browser("cdp", json!({"method": method, "ok": answer.is_ok()}), started);
+        answer.map(|v| v.to_string()).map_err(error)
+    }
+
+    async fn browser_screenshot(&mut self, session: &Resource<Session>) -> Result<Vec<u8>, WitError> {
+        self.require(Capability::Browser)?;
+        let tab = self.tab(session)?;
+        let started = self.at_ms();
+        let shot = self.waiting(tab.screenshot()).await;
+        self.record_browser(
+            "screenshot",
+            json!({"ok": shot.is_ok(), "bytes": shot.as_ref().map(Vec::len).unwrap_or(0)}),
+            started,
+        );
+        shot.map_err(error)
+    }
+}
 
 /// The `browser` interface of contract version `$v`.
 macro_rules! browser_host {
@@ -19,34 +101,29 @@ macro_rules! browser_host {
             ) -> wasmtime::Result<
                 Result<Resource<Session>, crate::bindings::$v::tool_adapter::orchard::plugin::types::Error>,
             > {
-                use crate::bindings::$v::tool_adapter::orchard::plugin::types::Error;
-                if let Err(e) = self.require(crate::manifest::Capability::Browser) {
-                    return Ok(Err(Error::from(e)));
-                }
-                Ok(Err(Error::Unavailable("no browser is configured for this run".into())))
+                Ok(self.browser_open().await.map_err(Into::into))
             }
 
             async fn cdp(
                 &mut self,
-                _: Resource<Session>,
-                _: String,
-                _: String,
+                session: Resource<Session>,
+                method: String,
+                params: String,
             ) -> wasmtime::Result<Result<String, crate::bindings::$v::tool_adapter::orchard::plugin::types::Error>>
             {
-                use crate::bindings::$v::tool_adapter::orchard::plugin::types::Error;
-                Ok(Err(Error::Unavailable("no browser is configured for this run".into())))
+                Ok(self.browser_cdp(&session, method, params).await.map_err(Into::into))
             }
 
             async fn screenshot(
                 &mut self,
-                _: Resource<Session>,
+                session: Resource<Session>,
             ) -> wasmtime::Result<Result<Vec<u8>, crate::bindings::$v::tool_adapter::orchard::plugin::types::Error>>
             {
-                use crate::bindings::$v::tool_adapter::orchard::plugin::types::Error;
-                Ok(Err(Error::Unavailable("no browser is configured for this run".into())))
+                Ok(self.browser_screenshot(&session).await.map_err(Into::into))
             }
 
-            async fn drop(&mut self, _: Resource<Session>) -> wasmtime::Result<()> {
+            async fn drop(&mut self, session: Resource<Session>) -> wasmtime::Result<()> {
+                let _ = self.table.delete(session);
                 Ok(())
             }
         }

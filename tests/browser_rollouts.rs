@@ -1,0 +1,118 @@
+//! The `browser` import in a rollout: a driver plugin's tab is a real Chromium started in the
+//! sandbox's network, so it loads the web app the task serves on the sandbox's own loopback,
+//! and not a service on the host's loopback; its calls land in the trajectory.
+
+use orchard_tests::evals::{eval, read_json};
+use orchard_tests::test_plugin_dir;
+
+/// A task serving `files` from /site on the sandbox's loopback (port 8080), then making `calls`
+/// through the fixture harness; the rollout's record and its trajectory steps.
+fn run_calls(
+    files: &[(&str, &str)],
+    calls: serde_json::Value,
+    tools: &[&str],
+) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("site");
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::write(task.join("instruction.md"), "Browse.").unwrap();
+    let mut dockerfile = "FROM scratch\nWORKDIR /site\n".to_string();
+    for (name, body) in files {
+        std::fs::write(task.join("environment").join(name), body).unwrap();
+        dockerfile.push_str(&format!("COPY {name} /site/{name}\n"));
+    }
+    std::fs::write(task.join("environment/Dockerfile"), dockerfile).unwrap();
+    let mut all = vec![serde_json::json!({"tool": "bash", "arguments": {"command": SERVE}})];
+    all.extend(calls.as_array().unwrap().iter().cloned());
+    std::fs::write(
+        task.join("task.toml"),
+        format!(
+            "[agent]\ntimeout_sec = 120\n[metadata]\nmode = \"tools\"\ncalls = {}\n",
+            toml_inline(&serde_json::Value::Array(all))
+        ),
+    )
+    .unwrap();
+    let harness = test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let tasks = dir.path().display().to_string();
+    let mut args = vec![tasks.as_str(), "--harness", harness.as_str(), "--tools", "shell"];
+    for t in tools {
+        args.extend(["--tools", t]);
+    }
+    args.extend(["--grader", "script"]);
+    let (_, out, _) = eval(&args);
+    let rollout = std::fs::read_dir(out.path().join("rollouts")).unwrap().next().unwrap().unwrap().path();
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    let t: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    (read_json(&rollout), t["trajectory"]["steps"].as_array().unwrap().clone())
+}
+
+/// Starts the site's web server in the sandbox and waits for it.
+const SERVE: &str = "cd /site && (setsid python3 -m http.server 8080 --bind 127.0.0.1 > /dev/null 2>&1 &) ; \
+                     for i in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && break; sleep 0.1; done; echo up";
+
+#[test]
+fn the_shipped_driver_clicks_types_and_goes_back_on_a_grid() {
+    let index = "<html><head><title>Start</title><style>body{margin:0} #b{position:absolute;left:0;top:0;width:100%;height:50%} \
+                 #q{position:absolute;left:0;top:60%;width:100%;height:20%}</style></head><body>\
+                 <button id=b onclick=\"document.title='Clicked'\">go</button>\
+                 <form action=\"/search.html\"><input id=q name=q></form></body></html>";
+    let results = "<html><head><title>Results</title></head><body>found</body></html>";
+    let calls = serde_json::json!([
+        {"tool": "goto", "arguments": {"url": "http://127.0.0.1:8080/"}},
+        {"tool": "click", "arguments": {"x": 500, "y": 250}},
+        {"tool": "click", "arguments": {"x": 500, "y": 700}},
+        {"tool": "type", "arguments": {"text": "shoes", "submit": true}},
+        {"tool": "back", "arguments": {}},
+        {"tool": "click", "arguments": {"x": 1200, "y": 5}},
+        {"tool": "answer", "arguments": {"text": "done"}},
+    ]);
+    let (r, steps) = run_calls(&[("index.html", index), ("search.html", results)], calls, &["browser"]);
+    let answer = r["outcome"]["answer"].as_str().unwrap_or_else(|| panic!("{r:#}"));
+    let parts: Vec<&str> = answer.split("\n---\n").collect();
+    assert_eq!(parts.len(), 8, "{answer}");
+    assert!(parts[1].contains("URL: http://127.0.0.1:8080/") && parts[1].contains("Title: Start"), "{}", parts[1]);
+    assert!(parts[2].contains("Title: Clicked"), "{}", parts[2]);
+    assert!(
+        parts[4].contains("URL: http://127.0.0.1:8080/search.html?q=shoes") && parts[4].contains("Title: Results"),
+        "{}",
+        parts[4]
+    );
+    // Back at the first page (restored from the back-forward cache, its title as the click left it).
+    assert!(parts[5].contains("went back") && parts[5].contains("URL: http://127.0.0.1:8080/\n"), "{}", parts[5]);
+    assert!(parts[6].starts_with("ERROR ") && parts[6].contains("x must be a number from 0 to 1000"), "{}", parts[6]);
+    assert_eq!(parts[7], "ANSWER: done");
+    // Every browsing step's screenshot is in the trajectory's conversation as an image.
+    let shots = steps.iter().filter(|s| s["op"] == "browser-screenshot" && s["detail"]["ok"] == true).count();
+    assert!(shots >= 5, "{shots} screenshots");
+}
+
+#[test]
+fn a_driver_sees_the_sandboxes_web_app_and_not_the_hosts_loopback() {
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    host.set_nonblocking(true).unwrap();
+    let index = "<html><head><title>Orchard Shop</title></head><body>ok</body></html>";
+    let calls = serde_json::json!([
+        {"tool": "visit", "arguments": {"url": "http://127.0.0.1:8080/"}},
+        {"tool": "visit", "arguments": {"url": format!("http://127.0.0.1:{host_port}/")}},
+    ]);
+    // The 0.1.0 fixture driver: a browser behind the frozen contract works the same.
+    let driver = test_plugin_dir().join("test-browser.wasm").display().to_string();
+    let (r, steps) = run_calls(&[("index.html", index)], calls, &[&driver]);
+    let answer = r["outcome"]["answer"].as_str().unwrap_or_else(|| panic!("{r:#}"));
+    assert!(answer.contains("title: Orchard Shop"), "{answer}");
+    assert!(answer.contains("ERR_CONNECTION_REFUSED"), "the host's loopback was reached: {answer}");
+    assert!(matches!(host.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock));
+    // The browser's operations are in the trajectory.
+    let ops: Vec<&str> =
+        steps.iter().filter_map(|s| s["op"].as_str()).filter(|op| op.starts_with("browser-")).collect();
+    for op in ["browser-open", "browser-cdp", "browser-screenshot"] {
+        assert!(ops.contains(&op), "{op} not in {ops:?}");
+    }
+}
+
+/// A JSON value as a TOML inline value.
+fn toml_inline(v: &serde_json::Value) -> String {
+    let value: toml::Value = serde_json::from_value(v.clone()).unwrap();
+    value.to_string()
+}
