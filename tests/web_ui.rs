@@ -32,6 +32,9 @@ impl Chromium {
             .no_sandbox()
             .args(["disable-gpu", "disable-background-networking", "disable-component-update", "no-first-run"])
             .request_timeout(Duration::from_secs(30))
+            // chromiumoxide waits 20 s for the DevTools line by default; a loaded machine (the
+            // whole suite, CI) once took longer.
+            .launch_timeout(Duration::from_secs(90))
             .build()
             .unwrap();
         let (browser, mut handler) = Browser::launch(config).await.expect("launching chromium");
