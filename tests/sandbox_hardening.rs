@@ -231,12 +231,13 @@ async fn a_fork_bomb_and_a_disk_filler_leave_a_sibling_answering() {
     let noisy = server.create(json!({"image": "host", "pids": 64, "disk": "128Mi", "cpu": 0.5})).await;
     let sibling = server.create_host().await;
     let baseline = exec_p50(&server, &sibling, 21).await;
-    // Both run in the background for the whole measurement.
+    // Both run in the background for the whole measurement. The filler starts first: once the
+    // bomb has taken the sandbox's 64 pids, nothing more starts there (as it should).
     let (status, v) = server
         .call(
             reqwest::Method::POST,
             &format!("/v1/sandboxes/{noisy}/processes"),
-            Some(json!({"command": "bomb() { bomb | bomb & }; bomb"})),
+            Some(json!({"command": "while :; do dd if=/dev/zero of=/f.$RANDOM bs=1M count=64 2>/dev/null; done"})),
         )
         .await;
     assert_eq!(status, 200, "{v}");
@@ -244,7 +245,7 @@ async fn a_fork_bomb_and_a_disk_filler_leave_a_sibling_answering() {
         .call(
             reqwest::Method::POST,
             &format!("/v1/sandboxes/{noisy}/processes"),
-            Some(json!({"command": "while :; do dd if=/dev/zero of=/f.$RANDOM bs=1M count=64 2>/dev/null; done"})),
+            Some(json!({"command": "bomb() { bomb | bomb & }; bomb"})),
         )
         .await;
     assert_eq!(status, 200, "{v}");
