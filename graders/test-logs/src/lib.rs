@@ -21,9 +21,11 @@ mod gotest;
 mod javascript;
 mod judge;
 mod junit;
+mod patch;
 mod python;
 
 pub use judge::{Judgement, Resolution, judge, suite_ran};
+pub use patch::patched_files;
 
 /// One test's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]

@@ -143,14 +143,21 @@ pub async fn run(bin: &Path, iterations: u32) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// `orchard eval TASKS` with the oracle, shell tools and the script grader; its results in `out`.
-pub fn oracle_eval(bin: &Path, tasks: &Path, attempts: u32, concurrency: usize, out: &Path) -> anyhow::Result<()> {
+/// `orchard eval TASKS` with the oracle, shell tools and `grader`; its results in `out`.
+pub fn oracle_eval(
+    bin: &Path,
+    tasks: &Path,
+    grader: &str,
+    attempts: u32,
+    concurrency: usize,
+    out: &Path,
+) -> anyhow::Result<()> {
     let (shipped, _) = dirs(bin);
     let state = tempfile::tempdir()?;
     let status = std::process::Command::new(bin)
         .args(["eval"])
         .arg(tasks)
-        .args(["--harness", "oracle", "--tools", "shell", "--grader", "script", "--grant", "solution"])
+        .args(["--harness", "oracle", "--tools", "shell", "--grader", grader, "--grant", "solution"])
         .args(["--attempts", &attempts.to_string(), "--concurrency", &concurrency.to_string(), "--out"])
         .arg(out)
         .arg("--state-dir")
@@ -167,7 +174,7 @@ pub fn oracle_eval(bin: &Path, tasks: &Path, attempts: u32, concurrency: usize, 
 pub fn rollouts(bin: &Path, examples: &Path, n: u32) -> anyhow::Result<Vec<Row>> {
     let out = tempfile::tempdir()?;
     let started = Instant::now();
-    oracle_eval(bin, &examples.join("hello-file"), n, 16, out.path())?;
+    oracle_eval(bin, &examples.join("hello-file"), "script", n, 16, out.path())?;
     let elapsed = started.elapsed();
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.path().join("summary.json"))?)?;
     let passed = summary["passed"].as_u64().unwrap_or(0);

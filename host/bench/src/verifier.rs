@@ -38,21 +38,8 @@ struct Times {
 fn run(bin: &Path, examples: &Path, mode: &str, attempts: u32) -> anyhow::Result<Times> {
     let tasks = tasks(examples, mode)?;
     let out = tempfile::tempdir()?;
-    let state = tempfile::tempdir()?;
-    let (shipped, _) = crate::plugins::dirs(bin);
-    let status = std::process::Command::new(bin)
-        .arg("eval")
-        .arg(tasks.path())
-        .args(["--harness", "oracle", "--tools", "shell", "--grader", "swe", "--grant", "solution"])
-        .args(["--attempts", &attempts.to_string(), "--concurrency", "2", "--out"])
-        .arg(out.path())
-        .arg("--state-dir")
-        .arg(state.path())
-        .env("ORCHARD_PLUGIN_DIR", &shipped)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .status()?;
-    anyhow::ensure!(status.success(), "orchard eval ({mode}) failed");
+    crate::plugins::oracle_eval(bin, tasks.path(), "swe", attempts, 2, out.path())
+        .map_err(|e| anyhow::anyhow!("{mode}: {e}"))?;
     let mut t = Times {
         setup: Samples::default(),
         grade: Samples::default(),

@@ -137,7 +137,9 @@ impl Browser {
         let dialogs: Arc<Mutex<Vec<String>>> = Arc::default();
         // Dialogs would block the page: dismiss each, and keep what it said.
         {
-            let (cdp, session, dialogs) = (self.cdp.clone(), session.clone(), dialogs.clone());
+            // A weak handle: the listener must not keep the connection (and its own event channel)
+            // alive once the browser and its tabs are gone, or it would wait for ever.
+            let (cdp, session, dialogs) = (Arc::downgrade(&self.cdp), session.clone(), dialogs.clone());
             let mut events = self.cdp.events();
             tokio::spawn(async move {
                 while let Ok(event) = events.recv().await {
@@ -149,6 +151,7 @@ impl Browser {
                             p["message"].as_str().unwrap_or("")
                         );
                         dialogs.lock().unwrap_or_else(|p| p.into_inner()).push(said);
+                        let Some(cdp) = cdp.upgrade() else { break };
                         let _ = cdp
                             .call(
                                 "Page.handleJavaScriptDialog",

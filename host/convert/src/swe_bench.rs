@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use orchard_test_logs::patched_files;
+
 use crate::swe_specs::{self, RepoSpec};
 use crate::{ConvertError, Report};
 
@@ -145,19 +147,6 @@ fn id_list(row: &Value, key: &str) -> Result<Vec<String>, String> {
     list.iter()
         .map(|t| t.as_str().map(str::to_string).ok_or_else(|| format!("{key} holds {t}, not a test id")))
         .collect()
-}
-
-fn patched_files(patch: &str) -> Vec<String> {
-    let mut files: Vec<String> = Vec::new();
-    for line in patch.lines() {
-        if let Some(rest) = line.strip_prefix("diff --git a/")
-            && let Some(path) = rest.split(" b/").next()
-            && !files.iter().any(|f| f == path)
-        {
-            files.push(path.to_string());
-        }
-    }
-    files
 }
 
 /// Quotes a word for bash when it needs it.

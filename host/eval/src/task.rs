@@ -187,15 +187,15 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
         .or_else(|| meta_str("base_commit").and(meta_str("workdir").or_else(|| workdir.clone())));
     let mut gold_files = std::collections::BTreeSet::new();
     if let Some(patch) = meta_str("patch") {
-        gold_files.extend(orchard_verifier::carry::patched_files(&patch));
+        gold_files.extend(orchard_verifier::patched_files(&patch));
     }
     if let Ok(text) = std::fs::read_to_string(dir.join("tests/gold.patch")) {
-        gold_files.extend(orchard_verifier::carry::patched_files(&text));
+        gold_files.extend(orchard_verifier::patched_files(&text));
     }
     if let Some(solution) = sub("solution") {
         for entry in std::fs::read_dir(&solution).into_iter().flatten().flatten() {
             if let Ok(text) = std::fs::read_to_string(entry.path()) {
-                gold_files.extend(orchard_verifier::carry::patched_files(&text));
+                gold_files.extend(orchard_verifier::patched_files(&text));
             }
         }
     }

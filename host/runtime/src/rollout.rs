@@ -469,32 +469,26 @@ impl Runtime {
             let fail = |e: wasmtime::Error, store: &Store<HostState>| {
                 PluginFailure::from_error(plugin, "instantiate", e, store)
             };
-            match &plugin.pre {
-                Pre::Harness(pre) => {
-                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
-                }
-                Pre::ToolAdapter(pre) => {
-                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
-                }
-                Pre::BrowserDriver(pre) => {
-                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
-                }
-                Pre::Grader(pre) => {
-                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
-                }
-                Pre::HarnessV2(pre) => {
-                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
-                }
-                Pre::ToolAdapterV2(pre) => {
-                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
-                }
-                Pre::BrowserDriverV2(pre) => {
-                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
-                }
-                Pre::GraderV2(pre) => {
-                    pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
-                }
+            // Every world and version: the same call on a differently typed pre-instance.
+            macro_rules! instantiate {
+                ($($variant:ident),*) => {
+                    match &plugin.pre {
+                        $(Pre::$variant(pre) => {
+                            pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
+                        })*
+                    }
+                };
             }
+            instantiate!(
+                Harness,
+                ToolAdapter,
+                BrowserDriver,
+                Grader,
+                HarnessV2,
+                ToolAdapterV2,
+                BrowserDriverV2,
+                GraderV2
+            );
         }
         Ok(())
     }

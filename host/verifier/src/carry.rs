@@ -1,7 +1,5 @@
 //! Reading the agent's change out of its sandbox and applying it in the verifier's.
 
-use std::collections::BTreeSet;
-
 use orchard_agent_client::AgentClient;
 use orchard_protocol::{ExecRequest, ExecResult};
 
@@ -228,20 +226,4 @@ async fn read_now(verifier: &AgentClient, dir: &str, path: &str) -> Result<Optio
         Err(e) if e.kind() == orchard_protocol::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(VerifierError::Sandbox(format!("reading {full}: {e}"))),
     }
-}
-
-/// The files a unified diff touches, by its headers (`diff --git a/X b/X`, `+++ b/X`).
-pub fn patched_files(patch: &str) -> BTreeSet<String> {
-    let mut files = BTreeSet::new();
-    for line in patch.lines() {
-        let path = if let Some(rest) = line.strip_prefix("diff --git a/") {
-            rest.split(" b/").next()
-        } else {
-            line.strip_prefix("+++ b/")
-        };
-        if let Some(p) = path.map(str::trim).filter(|p| !p.is_empty()) {
-            files.insert(p.to_string());
-        }
-    }
-    files
 }

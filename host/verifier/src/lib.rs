@@ -18,6 +18,7 @@ pub mod policy;
 use serde::{Deserialize, Serialize};
 
 pub use carry::{Extracted, carry, extract_artifacts, extract_diff};
+pub use orchard_test_logs::patched_files;
 
 /// Where a rollout is graded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
