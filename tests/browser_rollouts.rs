@@ -12,6 +12,17 @@ fn run_calls(
     calls: serde_json::Value,
     tools: &[&str],
 ) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let (r, steps, _) = run_calls_with(files, calls, tools, &[]);
+    (r, steps)
+}
+
+/// [`run_calls`] with more `orchard eval` arguments; also the trajectory's conversation.
+fn run_calls_with(
+    files: &[(&str, &str)],
+    calls: serde_json::Value,
+    tools: &[&str],
+    extra: &[&str],
+) -> (serde_json::Value, Vec<serde_json::Value>, Vec<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     let task = dir.path().join("site");
     std::fs::create_dir_all(task.join("environment")).unwrap();
@@ -39,11 +50,143 @@ fn run_calls(
         args.extend(["--tools", t]);
     }
     args.extend(["--grader", "script"]);
+    args.extend(extra);
     let (_, out, _) = eval(&args);
     let rollout = std::fs::read_dir(out.path().join("rollouts")).unwrap().next().unwrap().unwrap().path();
     let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
     let t: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
-    (read_json(&rollout), t["trajectory"]["steps"].as_array().unwrap().clone())
+    (
+        read_json(&rollout),
+        t["trajectory"]["steps"].as_array().unwrap().clone(),
+        t["trajectory"]["conversation"].as_array().unwrap().clone(),
+    )
+}
+
+/// The tool results of `conversation` that carry an image: the images' bytes.
+fn images(conversation: &[serde_json::Value]) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    conversation
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p["data_base64"].as_str().map(|d| base64::engine::general_purpose::STANDARD.decode(d).unwrap()))
+        .collect()
+}
+
+/// A PNG's width and height, from its header.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert_eq!(&png[1..4], b"PNG", "not a PNG");
+    (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()))
+}
+
+/// What each call answered, split from the fixture harness's answer.
+fn answers(r: &serde_json::Value) -> Vec<String> {
+    let answer = r["outcome"]["answer"].as_str().unwrap_or_else(|| panic!("{r:#}"));
+    answer.split("\n---\n").map(String::from).collect()
+}
+
+/// A page with something in each place marks must reach: a button, a text field, a link that
+/// opens a new tab, a button behind an alert, a button in an open shadow root and one in a
+/// same-origin frame.
+const MARKED_PAGE: &str = "<html><head><title>Start</title></head><body>\
+    <button onclick=\"document.title='Clicked'\">go</button>\
+    <form action=\"/search.html\"><input name=q placeholder=query></form>\
+    <a href=\"/popup.html\" target=\"_blank\">open</a>\
+    <button onclick=\"alert('hello there')\">warn</button>\
+    <div id=host></div><script>document.getElementById('host').attachShadow({mode:'open'}).innerHTML=\
+    '<button onclick=\\'document.title=&quot;Shadow&quot;\\'>in shadow</button>';</script>\
+    <iframe style=\"width:300px;height:60px\" srcdoc=\"<button onclick=&quot;parent.document.title='Framed'&quot;>in frame</button>\"></iframe>\
+    </body></html>";
+
+#[test]
+fn marks_number_every_reachable_element_and_act_on_them_by_number() {
+    let results = "<html><head><title>Results</title></head><body>found</body></html>";
+    let popup = "<html><head><title>Popup page</title></head><body>new tab</body></html>";
+    let calls = serde_json::json!([
+        {"tool": "goto", "arguments": {"url": "http://127.0.0.1:8080/"}},
+        {"tool": "click", "arguments": {"id": 0}},
+        {"tool": "click", "arguments": {"id": 5}},
+        {"tool": "click", "arguments": {"id": 4}},
+        {"tool": "click", "arguments": {"id": 3}},
+        {"tool": "click", "arguments": {"id": 2}},
+        {"tool": "back", "arguments": {}},
+        {"tool": "type", "arguments": {"id": 1, "text": "shoes"}},
+        {"tool": "click", "arguments": {"id": 99}},
+    ]);
+    let files = [("index.html", MARKED_PAGE), ("search.html", results), ("popup.html", popup)];
+    let (r, _, conversation) = run_calls_with(
+        &files,
+        calls,
+        &["browser"],
+        &["--tool-config", r#"browser={"mode": "marks", "screenshot_width": 640}"#],
+    );
+    let parts = answers(&r);
+    let first = &parts[1];
+    for label in [
+        "[0]: <button> \"go\"",
+        "[1]: <input type=text> \"query\"",
+        "[2]: <a> \"open\"",
+        "[3]: <button> \"warn\"",
+        "[4]: <button> \"in shadow\"",
+        "[5]: <button> \"in frame\"",
+    ] {
+        assert!(first.contains(label), "{label} not in {first}");
+    }
+    assert!(parts[2].contains("Title: Clicked"), "{}", parts[2]);
+    assert!(parts[3].contains("Title: Framed"), "{}", parts[3]);
+    assert!(parts[4].contains("Title: Shadow"), "{}", parts[4]);
+    assert!(parts[5].contains("A dialog was dismissed (alert: hello there)"), "{}", parts[5]);
+    assert!(
+        parts[6].contains("opened a new tab at http://127.0.0.1:8080/popup.html")
+            && parts[6].contains("Title: Popup page"),
+        "{}",
+        parts[6]
+    );
+    assert!(parts[7].contains("went back") && parts[7].contains("URL: http://127.0.0.1:8080/\n"), "{}", parts[7]);
+    assert!(parts[8].contains("URL: http://127.0.0.1:8080/search.html?q=shoes"), "{}", parts[8]);
+    assert!(parts[9].starts_with("ERROR ") && parts[9].contains("no element [99]"), "{}", parts[9]);
+    // Every observation's screenshot is in the conversation, scaled to the configured width.
+    let shots = images(&conversation);
+    assert_eq!(shots.len(), 8, "one screenshot per successful action");
+    for shot in &shots {
+        assert_eq!(png_size(shot), (640, 400));
+    }
+}
+
+#[test]
+fn the_accessibility_tree_mode_is_text_only_capped_and_acts_by_id() {
+    let mut many = String::from(
+        "<html><head><title>Tree</title></head><body><h1>Shop</h1>\
+        <button onclick=\"document.title='Pressed'\">Buy now</button>\
+        <form action=\"/search.html\"><input name=q aria-label=\"Search products\"></form>",
+    );
+    for i in 0..300 {
+        many.push_str(&format!("<a href=\"/p{i}\">Product {i}</a> "));
+    }
+    many.push_str("</body></html>");
+    let results = "<html><head><title>Results</title></head><body>found</body></html>";
+    let calls = serde_json::json!([
+        {"tool": "goto", "arguments": {"url": "http://127.0.0.1:8080/"}},
+        {"tool": "click", "arguments": {"id": 1}},
+        {"tool": "type", "arguments": {"id": 2, "text": "socks"}},
+    ]);
+    let (r, _, conversation) = run_calls_with(
+        &[("index.html", &many), ("search.html", results)],
+        calls,
+        &["browser"],
+        &["--tool-config", r#"browser={"mode": "ax", "max_elements": 10}"#],
+    );
+    let parts = answers(&r);
+    let tree = &parts[1];
+    assert!(tree.contains("[0] heading \"Shop\""), "{tree}");
+    assert!(tree.contains("[1] button \"Buy now\""), "{tree}");
+    assert!(tree.contains("[2] textbox \"Search products\""), "{tree}");
+    assert!(tree.contains("[3] link \"Product 0\""), "{tree}");
+    assert!(!tree.contains("Product 9\""), "capped at 10: {tree}");
+    assert!(tree.contains("more not listed"), "{tree}");
+    assert!(parts[2].contains("Title: Pressed"), "{}", parts[2]);
+    assert!(parts[3].contains("search.html?q=socks"), "{}", parts[3]);
+    assert!(images(&conversation).is_empty(), "ax mode shows no screenshot unless asked");
 }
 
 /// Starts the site's web server in the sandbox and waits for it.

@@ -4,7 +4,9 @@
 //! answer and the last screenshots → SUCCESS / NOT SUCCESS) or `webjudge` (key points of the task
 //! first, then each screenshot scored for relevance and kept at `threshold` or above — default
 //! 3 of 5 — then the verdict from the task, key points, actions, kept screenshots and answer);
-//! `screenshots` (how many of the last ones, default 3); `judge_temperature` (default 0).
+//! `screenshots` (how many of the last ones, default 3); `judge_temperature` (default 0);
+//! `key_points` (webjudge: the task's own requirements, e.g. DeepShop's attribute, filter and
+//! sort, instead of asking the judge to list them).
 //!
 //! The agent's text goes to the judge quoted as untrusted data. A judge reply without a verdict,
 //! or a model error, is `unknown` with the reason — never a zero. Every grade names the judge's
@@ -121,12 +123,24 @@ fn grade(task: Task, trajectory: Trajectory, outcome: Outcome) -> Result<Verdict
                 .ok_or_else(|| format!("the judge's reply has no verdict: {:?}", clip(&reply, 300)))?;
             return Ok((verdict, reply, vec![]));
         }
-        let reply =
-            asker.ask(vec![text(Role::System, KEY_POINTS_SYSTEM.into()), text(Role::User, task_text.clone())])?;
-        let points = parse_key_points(&reply);
-        if points.is_empty() {
-            return Err(format!("the judge listed no key points: {:?}", clip(&reply, 300)));
-        }
+        // A dataset's own requirements (DeepShop's attribute, filter and sort) are the key
+        // points when the task lists them; otherwise the judge lists them from the task.
+        let given: Vec<String> = meta
+            .get("key_points")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .unwrap_or_default();
+        let points = if given.is_empty() {
+            let reply =
+                asker.ask(vec![text(Role::System, KEY_POINTS_SYSTEM.into()), text(Role::User, task_text.clone())])?;
+            let points = parse_key_points(&reply);
+            if points.is_empty() {
+                return Err(format!("the judge listed no key points: {:?}", clip(&reply, 300)));
+            }
+            points
+        } else {
+            given
+        };
         let listed: String = points.iter().enumerate().map(|(i, p)| format!("{}. {p}\n", i + 1)).collect();
         let mut kept = Vec::new();
         for (i, shot) in shots.iter().enumerate() {

@@ -15,7 +15,7 @@ pub mod pipe;
 pub mod policy;
 mod session;
 
-pub use session::{Browser, BrowserOptions, Tab};
+pub use session::{Browser, BrowserOptions, PageEvent, Tab};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrowserError {

@@ -52,6 +52,106 @@ pub struct Tab {
     target: String,
     options: BrowserOptions,
     dialogs: Arc<Mutex<Vec<String>>>,
+    events: Arc<Mutex<Vec<PageEvent>>>,
+}
+
+/// What a page did unasked, for the driver (`session.events`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageEvent {
+    /// A JavaScript dialog, dismissed: `type: message`.
+    Dialog(String),
+    /// A new tab or window the page opened, closed by the host: its URL.
+    Popup(String),
+    /// A download, refused: its URL.
+    Download(String),
+}
+
+/// At most this many unread events are kept per tab (a page looping `window.open`).
+const MAX_EVENTS: usize = 256;
+
+fn push(events: &Mutex<Vec<PageEvent>>, event: PageEvent) {
+    let mut e = events.lock().unwrap_or_else(|p| p.into_inner());
+    if e.len() < MAX_EVENTS {
+        e.push(event);
+    }
+}
+
+/// Follows one tab's events: dialogs would block the page, so each is dismissed and kept; a
+/// window the tab opens is closed (one tab per driver; the driver may follow its URL); a download
+/// was refused by the browser's behaviour and is reported.
+async fn watch_tab(
+    cdp: std::sync::Weak<Cdp>,
+    mut incoming: tokio::sync::broadcast::Receiver<Value>,
+    session: String,
+    target: String,
+    dialogs: Arc<Mutex<Vec<String>>>,
+    events: Arc<Mutex<Vec<PageEvent>>>,
+) {
+    // Popups opened at about:blank get their URL a moment later.
+    let mut blank_popups: Vec<String> = Vec::new();
+    let close = |id: String| {
+        let cdp = cdp.clone();
+        tokio::spawn(async move {
+            if let Some(cdp) = cdp.upgrade() {
+                let _ = cdp.call("Target.closeTarget", json!({"targetId": id}), None, Duration::from_secs(5)).await;
+            }
+        });
+    };
+    loop {
+        let event = match incoming.recv().await {
+            Ok(e) => e,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(_) => break,
+        };
+        let p = &event["params"];
+        match event["method"].as_str().unwrap_or_default() {
+            "Page.javascriptDialogOpening" if event["sessionId"] == session.as_str() => {
+                let said =
+                    format!("{}: {}", p["type"].as_str().unwrap_or("dialog"), p["message"].as_str().unwrap_or(""));
+                dialogs.lock().unwrap_or_else(|p| p.into_inner()).push(said.clone());
+                push(&events, PageEvent::Dialog(said));
+                let Some(cdp) = cdp.upgrade() else { break };
+                let _ = cdp
+                    .call(
+                        "Page.handleJavaScriptDialog",
+                        json!({"accept": false}),
+                        Some(&session),
+                        Duration::from_secs(5),
+                    )
+                    .await;
+            }
+            "Target.targetCreated" | "Target.targetInfoChanged" => {
+                let info = &p["targetInfo"];
+                let id = info["targetId"].as_str().unwrap_or_default().to_string();
+                let url = info["url"].as_str().unwrap_or_default();
+                let ours = info["openerId"] == target.as_str() || blank_popups.contains(&id);
+                if !ours || info["type"] != "page" || id == target {
+                    continue;
+                }
+                if url.is_empty() || url == "about:blank" {
+                    if !blank_popups.contains(&id) {
+                        blank_popups.push(id);
+                    }
+                    continue;
+                }
+                blank_popups.retain(|b| *b != id);
+                push(&events, PageEvent::Popup(url.to_string()));
+                close(id);
+            }
+            "Target.targetDestroyed" => {
+                // A blank popup closed before it went anywhere (or one we closed): forget it.
+                let id = p["targetId"].as_str().unwrap_or_default();
+                blank_popups.retain(|b| b != id);
+            }
+            "Browser.downloadWillBegin" if p["frameId"] == target.as_str() || p["frameId"].is_null() => {
+                push(&events, PageEvent::Download(p["url"].as_str().unwrap_or_default().to_string()));
+            }
+            _ => {}
+        }
+        if cdp.strong_count() == 0 {
+            break;
+        }
+    }
 }
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -115,9 +215,16 @@ impl Browser {
         // The first answer proves it is up; downloads are refused for the whole browser.
         browser
             .cdp
-            .call("Browser.setDownloadBehavior", json!({"behavior": "deny"}), None, Duration::from_secs(30))
+            .call(
+                "Browser.setDownloadBehavior",
+                json!({"behavior": "deny", "eventsEnabled": true}),
+                None,
+                Duration::from_secs(30),
+            )
             .await
             .map_err(|e| BrowserError::Launch(format!("chromium did not answer on its DevTools pipe: {e}")))?;
+        // New windows a page opens are seen (and closed) by its tab's watcher.
+        browser.cdp.call("Target.setDiscoverTargets", json!({"discover": true}), None, Duration::from_secs(30)).await?;
         Ok(browser)
     }
 
@@ -135,36 +242,18 @@ impl Browser {
             self.cdp.call("Target.attachToTarget", json!({"targetId": target, "flatten": true}), None, t).await?;
         let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
         let dialogs: Arc<Mutex<Vec<String>>> = Arc::default();
-        // Dialogs would block the page: dismiss each, and keep what it said.
-        {
-            // A weak handle: the listener must not keep the connection (and its own event channel)
-            // alive once the browser and its tabs are gone, or it would wait for ever.
-            let (cdp, session, dialogs) = (Arc::downgrade(&self.cdp), session.clone(), dialogs.clone());
-            let mut events = self.cdp.events();
-            tokio::spawn(async move {
-                while let Ok(event) = events.recv().await {
-                    if event["method"] == "Page.javascriptDialogOpening" && event["sessionId"] == session.as_str() {
-                        let p = &event["params"];
-                        let said = format!(
-                            "{}: {}",
-                            p["type"].as_str().unwrap_or("dialog"),
-                            p["message"].as_str().unwrap_or("")
-                        );
-                        dialogs.lock().unwrap_or_else(|p| p.into_inner()).push(said);
-                        let Some(cdp) = cdp.upgrade() else { break };
-                        let _ = cdp
-                            .call(
-                                "Page.handleJavaScriptDialog",
-                                json!({"accept": false}),
-                                Some(&session),
-                                Duration::from_secs(5),
-                            )
-                            .await;
-                    }
-                }
-            });
-        }
-        let tab = Tab { cdp: self.cdp.clone(), session, target, options: self.options.clone(), dialogs };
+        let events: Arc<Mutex<Vec<PageEvent>>> = Arc::default();
+        // A weak handle: the listener must not keep the connection (and its own event channel)
+        // alive once the browser and its tabs are gone, or it would wait for ever.
+        tokio::spawn(watch_tab(
+            Arc::downgrade(&self.cdp),
+            self.cdp.events(),
+            session.clone(),
+            target.clone(),
+            dialogs.clone(),
+            events.clone(),
+        ));
+        let tab = Tab { cdp: self.cdp.clone(), session, target, options: self.options.clone(), dialogs, events };
         tab.raw("Page.enable", json!({})).await?;
         let (w, h) = self.options.viewport;
         tab.raw(
@@ -210,6 +299,11 @@ impl Tab {
         base64::engine::general_purpose::STANDARD
             .decode(shot["data"].as_str().unwrap_or_default())
             .map_err(|e| BrowserError::Protocol { method: "Page.captureScreenshot".into(), message: e.to_string() })
+    }
+
+    /// What the page did unasked since the last call (oldest first).
+    pub fn take_events(&self) -> Vec<PageEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// What the tab's JavaScript dialogs said (each was dismissed).

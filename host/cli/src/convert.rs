@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use orchard_convert::swe_bench;
+use orchard_convert::{swe_bench, web};
 
 #[derive(Subcommand)]
 pub enum ConvertCommand {
@@ -11,6 +11,33 @@ pub enum ConvertCommand {
     /// by `swe` in a separate verifier environment. From the Hugging Face hub:
     /// `python -c "import datasets; datasets.load_dataset('princeton-nlp/SWE-bench_Verified', split='test').to_json('rows.jsonl')"`.
     SweBench(SweBenchArgs),
+    /// WebVoyager rows (`{web_name, id, ques, web}`, JSONL) into task folders judged
+    /// WebVoyager-style (`--grader judge`). The sites are live: the tasks allow the internet.
+    Webvoyager(WebArgs),
+    /// Online-Mind2Web rows (`{task_id, confirmed_task, website, reference_length}`, a JSON
+    /// array) into task folders judged WebJudge-style.
+    OnlineMind2web(WebArgs),
+    /// DeepShop rows (WebVoyager's fields plus `attribute`, `filter`, `sort`) into task folders
+    /// judged WebJudge-style with the row's requirements as the key points.
+    Deepshop(WebArgs),
+}
+
+#[derive(Args)]
+pub struct WebArgs {
+    /// The rows: a .jsonl file (one row per line) or a .json array.
+    rows: PathBuf,
+    /// Where the task folders go (one per id; an existing one is replaced).
+    out: PathBuf,
+    /// The agent's time limit per task, in seconds.
+    #[arg(long, default_value_t = 600.0)]
+    agent_timeout: f64,
+    /// A local site standing in for the real ones: an environment folder (its Dockerfile and
+    /// files) copied into every task; the tasks then stay offline.
+    #[arg(long)]
+    environment: Option<PathBuf>,
+    /// Replaces every row's start URL (with --environment, the local site's address).
+    #[arg(long)]
+    start_url: Option<String>,
 }
 
 #[derive(Args)]
@@ -39,7 +66,34 @@ pub struct SweBenchArgs {
 pub fn run(command: ConvertCommand) -> anyhow::Result<i32> {
     match command {
         ConvertCommand::SweBench(args) => swe_bench_rows(args),
+        ConvertCommand::Webvoyager(args) => web_rows(args, web::Dataset::WebVoyager),
+        ConvertCommand::OnlineMind2web(args) => web_rows(args, web::Dataset::OnlineMind2Web),
+        ConvertCommand::Deepshop(args) => web_rows(args, web::Dataset::DeepShop),
     }
+}
+
+fn web_rows(args: WebArgs, dataset: web::Dataset) -> anyhow::Result<i32> {
+    let options = web::Options {
+        dataset,
+        agent_timeout_sec: args.agent_timeout,
+        environment: args.environment,
+        start_url: args.start_url,
+    };
+    let report = web::convert(&args.rows, &args.out, &options)?;
+    print_report(&report, &args.out);
+    Ok(if report.converted.is_empty() { 1 } else { 0 })
+}
+
+fn print_report(report: &orchard_convert::Report, out: &std::path::Path) {
+    for (row, reason) in &report.skipped {
+        eprintln!("skipped {row}: {reason}");
+    }
+    println!(
+        "{} task folder(s) in {} ({} row(s) skipped)",
+        report.converted.len(),
+        out.display(),
+        report.skipped.len()
+    );
 }
 
 fn swe_bench_rows(args: SweBenchArgs) -> anyhow::Result<i32> {
@@ -54,14 +108,6 @@ fn swe_bench_rows(args: SweBenchArgs) -> anyhow::Result<i32> {
         options.specs_dir = specs.parent().map(|p| p.to_path_buf()).unwrap_or_default();
     }
     let report = swe_bench::convert(&args.rows, &args.out, &options)?;
-    for (row, reason) in &report.skipped {
-        eprintln!("skipped {row}: {reason}");
-    }
-    println!(
-        "{} task folder(s) in {} ({} row(s) skipped)",
-        report.converted.len(),
-        args.out.display(),
-        report.skipped.len()
-    );
+    print_report(&report, &args.out);
     Ok(if report.converted.is_empty() { 1 } else { 0 })
 }

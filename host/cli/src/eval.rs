@@ -84,6 +84,10 @@ pub struct EvalArgs {
     /// Harness configuration, as JSON.
     #[arg(long, default_value = "{}")]
     pub(crate) config: String,
+    /// A tool adapter's or browser driver's configuration, `NAME=JSON` (e.g.
+    /// `browser={"mode":"marks"}`); repeatable.
+    #[arg(long = "tool-config", value_name = "NAME=JSON")]
+    pub(crate) tool_config: Vec<String>,
     /// Per plugin instance: CPU seconds and memory.
     #[arg(long, default_value_t = 120.0)]
     pub(crate) plugin_cpu: f64,
@@ -103,6 +107,22 @@ pub struct EvalArgs {
     /// Registries spoken to over plain HTTP (host:port).
     #[arg(long)]
     insecure_registry: Vec<String>,
+}
+
+/// `--tool-config NAME=JSON`, each a JSON object.
+fn parse_tool_config(args: &[String]) -> anyhow::Result<std::collections::BTreeMap<String, serde_json::Value>> {
+    let mut out = std::collections::BTreeMap::new();
+    for arg in args {
+        let (name, json) =
+            arg.split_once('=').ok_or_else(|| anyhow::anyhow!("--tool-config {arg:?}: expected NAME=JSON"))?;
+        let value: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| anyhow::anyhow!("--tool-config {name}: {e}"))?;
+        if !value.is_object() {
+            anyhow::bail!("--tool-config {name}: expected a JSON object, got {value}");
+        }
+        out.insert(name.trim().to_string(), value);
+    }
+    Ok(out)
 }
 
 /// The secret name the CLI's own `--api-key` goes by (never stored: it lives in this process).
@@ -154,6 +174,7 @@ impl EvalArgs {
             grants: self.grants.clone(),
             image: self.image.clone(),
             config: serde_json::from_str(&self.config).map_err(|e| anyhow::anyhow!("--config: {e}"))?,
+            tool_config: parse_tool_config(&self.tool_config)?,
             plugin_cpu: self.plugin_cpu,
             plugin_memory: self.plugin_memory.clone(),
             pins: Default::default(),

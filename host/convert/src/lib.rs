@@ -2,6 +2,11 @@
 
 pub mod swe_bench;
 mod swe_specs;
+pub mod web;
+
+use std::path::Path;
+
+use serde_json::Value;
 
 /// What a conversion did: the task folders written and the rows left out, with why.
 #[derive(Debug, Default, serde::Serialize)]
@@ -17,4 +22,27 @@ pub enum ConvertError {
     Input { path: String, reason: String },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
+}
+
+/// The rows of a JSONL file (one object per line) or of a JSON array, with where each came from.
+pub fn read_rows(path: &Path) -> Result<Vec<(String, Value)>, ConvertError> {
+    let err = |reason: String| ConvertError::Input { path: path.display().to_string(), reason };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    if text.trim_start().starts_with('[') {
+        let rows: Vec<Value> =
+            serde_json::from_str(&text).map_err(|e| err(format!("not a JSON array of rows: {e}")))?;
+        return Ok(rows.into_iter().enumerate().map(|(i, r)| (format!("row {}", i + 1), r)).collect());
+    }
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row = serde_json::from_str(line).map_err(|e| err(format!("line {}: not a JSON object: {e}", i + 1)))?;
+        rows.push((format!("line {}", i + 1), row));
+    }
+    if rows.is_empty() {
+        return Err(err("holds no rows".into()));
+    }
+    Ok(rows)
 }

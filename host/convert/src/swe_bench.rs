@@ -67,32 +67,9 @@ pub fn read_specs(path: &Path) -> Result<BTreeMap<String, RepoSpec>, ConvertErro
     Ok(file.repos)
 }
 
-/// The rows of a JSONL file (one object per line) or of a JSON array, with where each came from.
-pub fn read_rows(path: &Path) -> Result<Vec<(String, Value)>, ConvertError> {
-    let err = |reason: String| ConvertError::Input { path: path.display().to_string(), reason };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    if text.trim_start().starts_with('[') {
-        let rows: Vec<Value> =
-            serde_json::from_str(&text).map_err(|e| err(format!("not a JSON array of rows: {e}")))?;
-        return Ok(rows.into_iter().enumerate().map(|(i, r)| (format!("row {}", i + 1), r)).collect());
-    }
-    let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row = serde_json::from_str(line).map_err(|e| err(format!("line {}: not a JSON object: {e}", i + 1)))?;
-        rows.push((format!("line {}", i + 1), row));
-    }
-    if rows.is_empty() {
-        return Err(err("holds no rows".into()));
-    }
-    Ok(rows)
-}
-
 /// Converts every row of `rows` into a task folder under `out`.
 pub fn convert(rows: &Path, out: &Path, options: &Options) -> Result<Report, ConvertError> {
-    let rows = read_rows(rows)?;
+    let rows = crate::read_rows(rows)?;
     std::fs::create_dir_all(out).map_err(|e| ConvertError::Io { path: out.display().to_string(), source: e })?;
     let mut report = Report::default();
     let mut seen = BTreeSet::new();

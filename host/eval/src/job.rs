@@ -31,6 +31,9 @@ pub struct Job {
     pub attempts: u32,
     pub concurrency: usize,
     pub harness_config: serde_json::Value,
+    /// Tool adapters' and browser drivers' configuration by plugin name; a task's
+    /// `[metadata.tool_config.NAME]` keys win over these.
+    pub tool_config: std::collections::BTreeMap<String, serde_json::Value>,
     /// Per plugin instance; the wall clock comes from each task's timeouts.
     pub limits: Limits,
     pub grants: Grants,
@@ -215,7 +218,53 @@ pub(crate) async fn prepare_environment(agent: &AgentClient, task: &Task) -> Res
     for (archive, dest) in &task.archives {
         unpack_in(agent, archive, dest).await?;
     }
-    Ok(())
+    start_service(agent, task).await
+}
+
+/// How long a task's service may take to pass its HEALTHCHECK.
+const HEALTHY_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Starts the Dockerfile's ENTRYPOINT/CMD in the background (its output in
+/// `/tmp/orchard-entrypoint.log`) and waits until its HEALTHCHECK passes.
+async fn start_service(agent: &AgentClient, task: &Task) -> Result<(), String> {
+    let Some(argv) = &task.start else { return Ok(()) };
+    let quoted: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
+    let command = format!("exec {} > /tmp/orchard-entrypoint.log 2>&1 < /dev/null", quoted.join(" "));
+    let start = orchard_protocol::ProcessStart {
+        command: orchard_protocol::Command::Shell(command),
+        cwd: task.workdir.clone(),
+        env: task.env.clone(),
+    };
+    agent.start_process(&start).await.map_err(|e| format!("starting the task's ENTRYPOINT/CMD {argv:?}: {e}"))?;
+    let Some(check) = &task.healthcheck else { return Ok(()) };
+    let deadline = std::time::Instant::now() + HEALTHY_WITHIN;
+    loop {
+        let mut req = orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(check.clone()));
+        req.cwd = task.workdir.clone();
+        req.timeout_ms = Some(10_000);
+        if let Ok(r) = agent.exec(&req).await
+            && r.exit_code == 0
+        {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            let log = agent.read_file("/tmp/orchard-entrypoint.log").await.unwrap_or_default();
+            let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(2000)..]).into_owned();
+            return Err(format!(
+                "the task's service ({argv:?}) did not pass its HEALTHCHECK within {} s; its output ends with:\n{tail}",
+                HEALTHY_WITHIN.as_secs()
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 async fn run_in_sandbox(
@@ -230,6 +279,7 @@ async fn run_in_sandbox(
     let input =
         TaskInput { id: task.id.clone(), instruction: task.instruction.clone(), metadata: task.metadata.clone() };
     let ctx = RolloutContext::new(&task.id, Some(agent.clone()), job.model.clone());
+    ctx.set_tool_config(tool_config_for(&job.tool_config, &task.metadata));
     if let Some(m) = &job.grader_model {
         ctx.set_grader_model(m.clone());
     }
@@ -468,4 +518,37 @@ async fn upload_tar(
         tokio::task::spawn_blocking(make).await.map_err(|e| e.to_string())?.map_err(|e| format!("{making}: {e}"))?;
     agent.tar_upload(to, orchard_agent_client::full(archive)).await.map_err(|e| format!("{uploading}: {e}"))?;
     Ok(())
+}
+
+/// Each plugin's configuration for one task: the run's, with the task's
+/// `[metadata.tool_config.NAME]` keys over it.
+fn tool_config_for(
+    run: &std::collections::BTreeMap<String, serde_json::Value>,
+    metadata: &serde_json::Value,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let mut merged = run.clone();
+    let task = metadata.pointer("/metadata/tool_config").or_else(|| metadata.get("tool_config"));
+    if let Some(task) = task.and_then(serde_json::Value::as_object) {
+        for (name, keys) in task {
+            let entry = merged.entry(name.clone()).or_insert_with(|| serde_json::json!({}));
+            match (entry.as_object_mut(), keys.as_object()) {
+                (Some(e), Some(k)) => e.extend(k.clone()),
+                _ => *entry = keys.clone(),
+            }
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tool_config_tests {
+    #[test]
+    fn the_tasks_keys_win_over_the_runs() {
+        let run = [("browser".to_string(), serde_json::json!({"mode": "coords", "screenshot_width": 800}))].into();
+        let meta = serde_json::json!({"metadata": {"tool_config": {"browser": {"mode": "marks"}, "shell": {"x": 1}}}});
+        let merged = super::tool_config_for(&run, &meta);
+        assert_eq!(merged["browser"], serde_json::json!({"mode": "marks", "screenshot_width": 800}));
+        assert_eq!(merged["shell"], serde_json::json!({"x": 1}));
+        assert_eq!(super::tool_config_for(&run, &serde_json::json!({})), run);
+    }
 }

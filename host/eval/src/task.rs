@@ -42,6 +42,11 @@ pub struct Task {
     pub env: BTreeMap<String, String>,
     /// Files the Dockerfile copies in: (file or directory on the host, destination).
     pub copies: Vec<(PathBuf, String)>,
+    /// The Dockerfile's ENTRYPOINT/CMD: started in the background once the files are in place
+    /// (a service the task serves, e.g. a web app on the sandbox's loopback).
+    pub start: Option<Vec<String>>,
+    /// The Dockerfile's HEALTHCHECK CMD: the rollout waits until it succeeds.
+    pub healthcheck: Option<Vec<String>>,
     /// Local tar archives (`.tar`, `.tar.gz`, `.tgz`) the Dockerfile ADDs: unpacked at the
     /// destination, as Docker does (how a task ships a repository with its git history).
     pub archives: Vec<(PathBuf, String)>,
@@ -108,9 +113,12 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
     let mut workdir = None;
     let mut copies = Vec::new();
     let mut archives = Vec::new();
+    let (mut start, mut healthcheck) = (None, None);
     let dockerfile = dir.join("environment/Dockerfile");
     if let Ok(text) = std::fs::read_to_string(&dockerfile) {
         let parsed = parse_dockerfile(&text);
+        start = start_command(&parsed);
+        healthcheck = parsed.healthcheck.clone();
         workdir = parsed.workdir;
         env.extend(parsed.env);
         let context = dir.join("environment");
@@ -213,6 +221,8 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
         env,
         copies,
         archives,
+        start,
+        healthcheck,
         tests_dir: sub("tests"),
         solution_dir: sub("solution"),
         metadata,
@@ -240,6 +250,11 @@ fn parse_size(s: &str) -> Option<u64> {
 }
 
 struct Dockerfile {
+    /// ENTRYPOINT and CMD, each as argv (a shell form is `/bin/sh -c TEXT`).
+    entrypoint: Option<Vec<String>>,
+    cmd: Option<Vec<String>>,
+    /// HEALTHCHECK CMD, as argv.
+    healthcheck: Option<Vec<String>>,
     workdir: Option<String>,
     env: Vec<(String, String)>,
     /// (source in the build context, absolute destination).
@@ -251,7 +266,15 @@ struct Dockerfile {
 /// What we honour of a Dockerfile: WORKDIR, ENV (`K=V ...` and `K V`), and COPY/ADD of local
 /// files (not `--from`, not URLs). Destinations are resolved against the WORKDIR of their line.
 fn parse_dockerfile(text: &str) -> Dockerfile {
-    let mut d = Dockerfile { workdir: None, env: Vec::new(), copies: Vec::new(), archives: Vec::new() };
+    let mut d = Dockerfile {
+        entrypoint: None,
+        cmd: None,
+        healthcheck: None,
+        workdir: None,
+        env: Vec::new(),
+        copies: Vec::new(),
+        archives: Vec::new(),
+    };
     // Continuation lines joined first.
     let joined = text.replace("\\\n", " ");
     for line in joined.lines().map(str::trim) {
@@ -274,6 +297,21 @@ fn parse_dockerfile(text: &str) -> Dockerfile {
                 if let (Some(k), Some(v)) = (kv.next(), kv.next()) {
                     d.env.push((k.to_string(), v.trim().trim_matches('"').to_string()));
                 }
+            }
+            "ENTRYPOINT" if !rest.is_empty() => d.entrypoint = Some(command_form(rest)),
+            "CMD" if !rest.is_empty() => d.cmd = Some(command_form(rest)),
+            "HEALTHCHECK" => {
+                // Options (`--interval=…`) first, then `CMD …` or `NONE`.
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                let at = words.iter().position(|w| !w.starts_with("--"));
+                d.healthcheck = match at.map(|i| words[i].to_ascii_uppercase()) {
+                    Some(w) if w == "CMD" => {
+                        let after = rest.trim_start();
+                        let skip = after.to_ascii_uppercase().find("CMD").map(|i| i + 3).unwrap_or(0);
+                        Some(command_form(after[skip..].trim()))
+                    }
+                    _ => None,
+                };
             }
             "COPY" | "ADD" => {
                 let words: Vec<String> = split_words(rest).into_iter().filter(|w| !w.starts_with("--")).collect();
@@ -302,6 +340,33 @@ fn parse_dockerfile(text: &str) -> Dockerfile {
         }
     }
     d
+}
+
+/// A Dockerfile command as argv: the exec form (a JSON array) as it is, the shell form through
+/// `/bin/sh -c`.
+fn command_form(rest: &str) -> Vec<String> {
+    if rest.starts_with('[')
+        && let Ok(argv) = serde_json::from_str::<Vec<String>>(rest)
+    {
+        return argv;
+    }
+    vec!["/bin/sh".into(), "-c".into(), rest.to_string()]
+}
+
+/// What the container runs: ENTRYPOINT with CMD as its arguments (a shell-form ENTRYPOINT takes
+/// none), or CMD alone.
+fn start_command(d: &Dockerfile) -> Option<Vec<String>> {
+    match (&d.entrypoint, &d.cmd) {
+        (Some(e), _)
+            if e.first().map(String::as_str) == Some("/bin/sh") && e.get(1).map(String::as_str) == Some("-c") =>
+        {
+            Some(e.clone())
+        }
+        (Some(e), Some(c)) => Some(e.iter().chain(c).cloned().collect()),
+        (Some(e), None) => Some(e.clone()),
+        (None, Some(c)) => Some(c.clone()),
+        (None, None) => None,
+    }
 }
 
 /// A path against a working directory (`/` when none).
@@ -368,6 +433,23 @@ mod tests {
         );
         // ADD unpacks a local archive (COPY does not).
         assert_eq!(d.archives, vec![("repo.tar.gz".to_string(), "/work".to_string())]);
+    }
+
+    #[test]
+    fn entrypoint_cmd_and_healthcheck_are_read_in_both_forms() {
+        let d = parse_dockerfile(
+            "FROM x\nENTRYPOINT [\"python3\", \"/app/shop.py\"]\nCMD [\"--port\", \"8080\"]\n\
+             HEALTHCHECK --interval=1s --retries=3 CMD curl -f http://127.0.0.1:8080/health\n",
+        );
+        assert_eq!(start_command(&d).unwrap(), ["python3", "/app/shop.py", "--port", "8080"]);
+        assert_eq!(d.healthcheck.unwrap(), ["/bin/sh", "-c", "curl -f http://127.0.0.1:8080/health"]);
+        let d = parse_dockerfile("FROM x\nCMD python3 -m http.server 8080\nHEALTHCHECK NONE\n");
+        assert_eq!(start_command(&d).unwrap(), ["/bin/sh", "-c", "python3 -m http.server 8080"]);
+        assert_eq!(d.healthcheck, None);
+        // A shell-form ENTRYPOINT takes no arguments from CMD, as Docker has it.
+        let d = parse_dockerfile("FROM x\nENTRYPOINT serve --quiet\nCMD [\"ignored\"]\n");
+        assert_eq!(start_command(&d).unwrap(), ["/bin/sh", "-c", "serve --quiet"]);
+        assert_eq!(start_command(&parse_dockerfile("FROM x\n")), None);
     }
 
     #[test]

@@ -229,4 +229,4 @@ macro_rules! conversions {
 conversions!(v0_1);
 conversions!(v0_2);
 
-pub use v0_1::call_to_model;
+pub use v0_1::{call_to_model, parts_to_model};

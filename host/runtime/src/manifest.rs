@@ -122,6 +122,11 @@ impl PluginKind {
     pub fn importable(self, c: Contract) -> Vec<String> {
         let mut names: Vec<&str> = vec!["types"];
         names.extend(self.offers().iter().filter_map(|c| c.interface()));
+        // 0.2.0: tool adapters and browser drivers read their own configuration (no capability:
+        // it is theirs).
+        if c == Contract::V0_2 && matches!(self, PluginKind::ToolAdapter | PluginKind::BrowserDriver) {
+            names.push("config");
+        }
         names.into_iter().map(|n| format!("orchard:plugin/{n}@{c}")).collect()
     }
 }

@@ -172,6 +172,8 @@ pub struct RolloutContext {
     browser_options: std::sync::OnceLock<orchard_browser::BrowserOptions>,
     /// The rollout's browser, started at the first tab a plugin opens; killed with the context.
     browser: tokio::sync::OnceCell<Result<Arc<orchard_browser::Browser>, String>>,
+    /// Each tool adapter's and browser driver's configuration, by plugin name (`config.get`).
+    tool_config: std::sync::OnceLock<std::collections::BTreeMap<String, serde_json::Value>>,
 }
 
 impl RolloutContext {
@@ -189,6 +191,7 @@ impl RolloutContext {
             verifier_sandbox: std::sync::OnceLock::new(),
             browser_options: std::sync::OnceLock::new(),
             browser: tokio::sync::OnceCell::new(),
+            tool_config: std::sync::OnceLock::new(),
         })
     }
 
@@ -196,6 +199,16 @@ impl RolloutContext {
     /// the first `session.open`.
     pub fn set_browser(&self, options: orchard_browser::BrowserOptions) {
         let _ = self.browser_options.set(options);
+    }
+
+    /// The configuration each plugin gets from `config.get`, by plugin name.
+    pub fn set_tool_config(&self, config: std::collections::BTreeMap<String, serde_json::Value>) {
+        let _ = self.tool_config.set(config);
+    }
+
+    /// `plugin`'s configuration (a JSON object; `{}` when none was chosen).
+    pub(crate) fn tool_config(&self, plugin: &str) -> serde_json::Value {
+        self.tool_config.get().and_then(|c| c.get(plugin)).cloned().unwrap_or_else(|| serde_json::json!({}))
     }
 
     /// A new tab of the rollout's browser (started now if it is not yet).
@@ -323,7 +336,17 @@ impl RolloutContext {
             at_ms,
             duration_ms,
         });
-        let mut message = orchard_model::Message::text(orchard_model::Role::Tool, output);
+        // The conversation keeps what the tool answered, screenshots included (judges read them).
+        let mut message = match result {
+            Ok(out) if out.content.iter().any(|p| matches!(p, ContentPart::Image(_))) => orchard_model::Message {
+                role: orchard_model::Role::Tool,
+                content: convert::parts_to_model(&out.content),
+                tool_calls: vec![],
+                tool_call_id: None,
+                reasoning: None,
+            },
+            _ => orchard_model::Message::text(orchard_model::Role::Tool, output),
+        };
         message.tool_call_id = Some(call.id.clone());
         t.conversation.push(message);
         t.tool_calls += 1;

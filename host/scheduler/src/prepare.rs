@@ -171,6 +171,7 @@ impl Prepared {
             attempts: self.spec.attempts,
             concurrency: self.spec.concurrency,
             harness_config: self.spec.config.clone(),
+            tool_config: self.spec.tool_config.clone(),
             limits: self.limits,
             grants: self.grants.clone(),
             sandbox_pids: self.sandbox_pids,

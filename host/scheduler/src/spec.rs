@@ -62,6 +62,10 @@ pub struct EvalSpec {
     /// Handed to every harness.
     #[serde(default = "empty_object")]
     pub config: serde_json::Value,
+    /// Each tool adapter's or browser driver's own configuration, by plugin name (what its
+    /// `config.get` answers, under the task's `[metadata.tool_config.NAME]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_config: BTreeMap<String, serde_json::Value>,
     /// Per plugin instance.
     #[serde(default = "default_plugin_cpu")]
     pub plugin_cpu: f64,
@@ -110,6 +114,9 @@ impl EvalSpec {
     pub fn check(&self) -> Result<(), String> {
         if self.harnesses.is_empty() {
             return Err("harnesses: give at least one".into());
+        }
+        if let Some((name, _)) = self.tool_config.iter().find(|(_, v)| !v.is_object()) {
+            return Err(format!("tool_config.{name}: expected a JSON object"));
         }
         if self.grader.trim().is_empty() {
             return Err("grader: missing".into());

@@ -1,281 +1,291 @@
-//! The `browser` driver, `coords` mode (for models that point, e.g. Qwen3-VL's 0–1000 grid):
-//! `goto(url)`, `click(x, y)`, `type(text, submit)`, `key(keys)`, `scroll(x, y, direction)`,
-//! `back`, `wait(seconds)`, `screenshot`, `answer(text)`. Every tool answers with a screenshot
-//! of the viewport plus the page's URL and title, so that judges can read the trajectory's
-//! images. One tab per rollout, opened at the first call (the host starts the browser in the
-//! sandbox's network).
+//! The `browser` driver. Three observation/action modes, chosen by its configuration
+//! (`--tool-config browser='{"mode": "marks"}'`, or a task's `[metadata.tool_config.browser]`):
+//!
+//! - `coords` (default, for models that point, e.g. Qwen3-VL's 0–1000 grid): `goto(url)`,
+//!   `click(x, y)`, `type(text, submit)`, `key(keys)`, `scroll(x, y, direction)`, `back`,
+//!   `wait(seconds)`, `screenshot`, `answer(text)`.
+//! - `marks` (WebVoyager's set-of-marks): numbered boxes on the interactive elements plus their
+//!   list `[i]: <tag> "text"`; `click(id)`, `type(id, text)` (select all, type, Enter),
+//!   `scroll(target = id | "window", direction)`, `key`, `goto`, `back`, `wait`, `answer`.
+//! - `ax`: the accessibility tree as text (`[id] role "name"`), no screenshot unless
+//!   `screenshots = true`; the same actions as `marks`.
+//!
+//! Every tool answers with the URL and title, what the page did unasked (dialogs dismissed,
+//! popups followed in this tab, downloads refused) and, but in `ax` mode, a screenshot (scaled to
+//! `screenshot_width`, JPEG at `jpeg_quality` if set); lists are capped (`max_elements`,
+//! `max_text`) with a note. One tab per rollout, opened at the first call.
 
 wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "browser-driver" });
 
-use std::cell::RefCell;
+mod ax;
+mod marks;
+mod page;
+mod settings;
+
+use std::sync::OnceLock;
 
 use exports::orchard::plugin::tools::Guest;
 use orchard::plugin::browser::Session;
-use orchard::plugin::types::{ContentPart, Error, Image, ToolCall, ToolOutput, ToolSpec};
+use orchard::plugin::types::{ContentPart, Error, ToolCall, ToolOutput, ToolSpec};
+use page::{observe, text_error};
 use serde_json::{Value, json};
+use settings::{Mode, Settings};
 
 struct Driver;
 
-thread_local! {
-    static TAB: RefCell<Option<Session>> = const { RefCell::new(None) };
-}
-
 /// The grid coordinates are on: 0..=1000 on both axes, whatever the viewport.
 const GRID: f64 = 1000.0;
+
+fn settings() -> &'static Result<Settings, String> {
+    static SETTINGS: OnceLock<Result<Settings, String>> = OnceLock::new();
+    SETTINGS.get_or_init(|| Settings::parse(&orchard::plugin::config::get()))
+}
 
 fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
     ToolSpec { name: name.into(), description: description.into(), parameters: parameters.to_string() }
 }
 
-fn with_tab<T>(f: impl FnOnce(&Session) -> Result<T, Error>) -> Result<T, Error> {
-    TAB.with(|cell| {
-        let mut tab = cell.borrow_mut();
-        if tab.is_none() {
-            *tab = Some(Session::open()?);
-        }
-        f(tab.as_ref().expect("opened above"))
-    })
-}
-
-fn cdp(tab: &Session, method: &str, params: Value) -> Result<Value, Error> {
-    Ok(serde_json::from_str(&tab.cdp(method, &params.to_string())?).unwrap_or(Value::Null))
-}
-
-fn eval(tab: &Session, expression: &str) -> Result<Value, Error> {
-    let v =
-        cdp(tab, "Runtime.evaluate", json!({"expression": expression, "returnByValue": true, "awaitPromise": true}))?;
-    Ok(v["result"]["value"].clone())
-}
-
-fn pause(ms: u64) {
-    std::thread::sleep(std::time::Duration::from_millis(ms));
-}
-
-/// Waits until the document has loaded, at most `seconds`: a moment first, for a navigation the
-/// action may have started, then until the (new) page says it is complete. A page between two
-/// documents answers nothing for a while: that is waited out too.
-fn settle(tab: &Session, seconds: f64) -> Result<(), Error> {
-    pause(150);
-    let rounds = (seconds * 10.0).ceil() as u32;
-    for _ in 0..rounds {
-        if let Ok(state) = eval(tab, "document.readyState")
-            && state == "complete"
-        {
-            return Ok(());
-        }
-        pause(100);
+/// A capped list for the model: `header`, the lines that fit in `max_text` characters, and a
+/// note of how many of `total` were left out.
+pub(crate) fn listing(header: &str, lines: &[String], total: usize, max_text: usize, empty: &str) -> String {
+    if lines.is_empty() {
+        return format!("{header} {empty}");
     }
-    Ok(())
-}
-
-fn viewport(tab: &Session) -> Result<(f64, f64), Error> {
-    let v = eval(tab, "[window.innerWidth, window.innerHeight]")?;
-    Ok((v[0].as_f64().unwrap_or(1280.0), v[1].as_f64().unwrap_or(800.0)))
-}
-
-/// The answer every tool gives: what happened, the URL and title, and a screenshot (tried again
-/// for a few seconds while a page is between documents).
-fn observe(tab: &Session, said: &str) -> Result<ToolOutput, Error> {
-    let mut last = None;
-    for _ in 0..30 {
-        match look(tab, said) {
-            Ok(out) => return Ok(out),
-            Err(e) => last = Some(e),
+    let mut out = header.to_string();
+    let mut shown = 0;
+    for line in lines {
+        if out.len() + line.len() + 1 > max_text {
+            break;
         }
-        pause(100);
+        out.push('\n');
+        out.push_str(line);
+        shown += 1;
     }
-    Err(last.unwrap_or_else(|| Error::Other("the page did not settle".into())))
-}
-
-fn look(tab: &Session, said: &str) -> Result<ToolOutput, Error> {
-    let url = eval(tab, "location.href")?;
-    let title = eval(tab, "document.title")?;
-    let png = tab.screenshot()?;
-    Ok(ToolOutput {
-        content: vec![
-            ContentPart::Text(format!(
-                "{said}\nURL: {}\nTitle: {}",
-                url.as_str().unwrap_or(""),
-                title.as_str().unwrap_or("")
-            )),
-            ContentPart::Image(Image { media_type: "image/png".into(), data: png }),
-        ],
-        is_error: false,
-    })
-}
-
-fn text_error(message: String) -> ToolOutput {
-    ToolOutput { content: vec![ContentPart::Text(message)], is_error: true }
-}
-
-fn mouse(tab: &Session, kind: &str, x: f64, y: f64, extra: Value) -> Result<(), Error> {
-    let mut params = json!({"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1});
-    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
-        p.extend(e.clone());
+    if shown < total {
+        out.push_str(&format!("\n… {} more not listed (scroll, or act on what is listed)", total - shown));
     }
-    cdp(tab, "Input.dispatchMouseEvent", params).map(|_| ())
+    out
 }
 
-/// `Enter`, `Tab`, `ctrl+a`...: one key with its modifiers.
-fn press(tab: &Session, combo: &str) -> Result<(), Error> {
-    let mut modifiers = 0;
-    let mut key = "";
-    for part in combo.split('+') {
-        match part.trim().to_ascii_lowercase().as_str() {
-            "alt" => modifiers |= 1,
-            "ctrl" | "control" => modifiers |= 2,
-            "meta" | "cmd" => modifiers |= 4,
-            "shift" => modifiers |= 8,
-            _ => key = part.trim(),
-        }
+/// The mode's text for an observation (marks are drawn for the screenshot that follows).
+fn listing_for(tab: &Session, s: &Settings) -> Result<String, Error> {
+    match s.mode {
+        Mode::Coords => Ok(String::new()),
+        Mode::Marks => marks::mark(tab, s),
+        Mode::Ax => ax::tree(tab, s),
     }
-    let (code, text) = match key.to_ascii_lowercase().as_str() {
-        "enter" | "return" => ("Enter", "\r"),
-        "tab" => ("Tab", "\t"),
-        "escape" | "esc" => ("Escape", ""),
-        "backspace" => ("Backspace", ""),
-        "arrowdown" | "down" => ("ArrowDown", ""),
-        "arrowup" | "up" => ("ArrowUp", ""),
-        "pagedown" => ("PageDown", ""),
-        "pageup" => ("PageUp", ""),
-        _ => (key, key),
-    };
-    // A chord with ctrl types nothing (ctrl+a selects; it does not write an "a").
-    let text = if modifiers & 2 != 0 { "" } else { text };
-    cdp(
-        tab,
-        "Input.dispatchKeyEvent",
-        json!({"type": "keyDown", "key": code, "code": code, "text": text, "modifiers": modifiers}),
-    )?;
-    cdp(tab, "Input.dispatchKeyEvent", json!({"type": "keyUp", "key": code, "code": code, "modifiers": modifiers}))?;
-    Ok(())
+}
+
+fn look(tab: &Session, s: &Settings, said: &str) -> Result<ToolOutput, Error> {
+    let out = observe(tab, s, said, |tab| listing_for(tab, s));
+    if s.mode == Mode::Marks {
+        marks::unmark(tab);
+    }
+    out
+}
+
+/// Where an action in `marks` or `ax` mode lands: element `id`'s centre.
+fn element_centre(tab: &Session, s: &Settings, args: &Value) -> Result<Result<(f64, f64), String>, Error> {
+    match s.mode {
+        Mode::Ax => ax::centre(tab, args),
+        _ => Ok(marks::centre(args)),
+    }
 }
 
 /// One tool call on the tab.
-fn act(tab: &Session, name: &str, args: &Value) -> Result<ToolOutput, Error> {
+fn act(tab: &Session, s: &Settings, name: &str, args: &Value) -> Result<ToolOutput, Error> {
     let num = |k: &str| args[k].as_f64();
     let on_grid = |v: Option<f64>, k: &str| match v {
         Some(v) if (0.0..=GRID).contains(&v) => Ok(v),
         _ => Err(format!("{k} must be a number from 0 to {GRID}")),
     };
+    let by_id = s.mode != Mode::Coords;
     match name {
         "goto" => {
             let Some(url) = args["url"].as_str() else { return Ok(text_error("goto needs a url".into())) };
-            let nav = cdp(tab, "Page.navigate", json!({"url": url}))?;
-            if let Some(e) = nav["errorText"].as_str() {
+            if let Some(e) = page::goto(tab, url)? {
                 return Ok(text_error(format!("could not open {url}: {e}")));
             }
-            settle(tab, 10.0)?;
-            observe(tab, &format!("opened {url}"))
+            look(tab, s, &format!("opened {url}"))
+        }
+        "click" if by_id => {
+            let (x, y) = match element_centre(tab, s, args)? {
+                Ok(c) => c,
+                Err(e) => return Ok(text_error(e)),
+            };
+            page::click_at(tab, x, y)?;
+            page::settle(tab, 5.0);
+            look(tab, s, &format!("clicked [{}]", args["id"]))
         }
         "click" => {
             let (x, y) = match (on_grid(num("x"), "x"), on_grid(num("y"), "y")) {
                 (Ok(x), Ok(y)) => (x, y),
                 (Err(e), _) | (_, Err(e)) => return Ok(text_error(e)),
             };
-            let (w, h) = viewport(tab)?;
-            let (px, py) = (x / GRID * w, y / GRID * h);
-            mouse(tab, "mouseMoved", px, py, json!({}))?;
-            mouse(tab, "mousePressed", px, py, json!({}))?;
-            mouse(tab, "mouseReleased", px, py, json!({}))?;
-            settle(tab, 5.0)?;
-            observe(tab, &format!("clicked at ({x}, {y})"))
+            let (w, h) = page::viewport(tab)?;
+            page::click_at(tab, x / GRID * w, y / GRID * h)?;
+            page::settle(tab, 5.0);
+            look(tab, s, &format!("clicked at ({x}, {y})"))
+        }
+        "type" if by_id => {
+            let text = args["text"].as_str().unwrap_or_default();
+            let placed = match s.mode {
+                Mode::Ax => ax::focus(tab, args)?,
+                _ => match marks::centre(args) {
+                    Ok((x, y)) => {
+                        page::click_at(tab, x, y)?;
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            if let Err(e) = placed {
+                return Ok(text_error(e));
+            }
+            page::replace_text(tab, text, args["submit"].as_bool().unwrap_or(true))?;
+            look(tab, s, &format!("typed {text:?} into [{}]", args["id"]))
         }
         "type" => {
             let text = args["text"].as_str().unwrap_or_default();
-            cdp(tab, "Input.insertText", json!({"text": text}))?;
+            page::cdp(tab, "Input.insertText", json!({"text": text}))?;
             if args["submit"].as_bool().unwrap_or(false) {
-                press(tab, "Enter")?;
-                settle(tab, 5.0)?;
+                page::press(tab, "Enter")?;
+                page::settle(tab, 5.0);
             }
-            observe(tab, &format!("typed {text:?}"))
+            look(tab, s, &format!("typed {text:?}"))
         }
         "key" => {
             let keys = args["keys"].as_str().unwrap_or_default();
             for combo in keys.split_whitespace() {
-                press(tab, combo)?;
+                page::press(tab, combo)?;
             }
-            settle(tab, 5.0)?;
-            observe(tab, &format!("pressed {keys}"))
+            page::settle(tab, 5.0);
+            look(tab, s, &format!("pressed {keys}"))
         }
         "scroll" => {
-            let (w, h) = viewport(tab)?;
-            let x = on_grid(num("x").or(Some(500.0)), "x").unwrap_or(500.0) / GRID * w;
-            let y = on_grid(num("y").or(Some(500.0)), "y").unwrap_or(500.0) / GRID * h;
-            let dy = match args["direction"].as_str().unwrap_or("down") {
-                "up" => -0.8 * h,
-                _ => 0.8 * h,
+            let direction = args["direction"].as_str().unwrap_or("down");
+            let (w, h) = page::viewport(tab)?;
+            let (x, y) = if by_id && !args["target"].is_null() && args["target"] != "window" {
+                let id_args = json!({"id": args["target"].as_u64().or_else(|| args["target"].as_str()?.parse().ok())});
+                match element_centre(tab, s, &id_args)? {
+                    Ok(c) => c,
+                    Err(e) => return Ok(text_error(e)),
+                }
+            } else if by_id {
+                (w / 2.0, h / 2.0)
+            } else {
+                let x = on_grid(num("x").or(Some(500.0)), "x").unwrap_or(500.0) / GRID * w;
+                let y = on_grid(num("y").or(Some(500.0)), "y").unwrap_or(500.0) / GRID * h;
+                (x, y)
             };
-            mouse(tab, "mouseWheel", x, y, json!({"deltaX": 0, "deltaY": dy}))?;
-            pause(200);
-            observe(tab, "scrolled")
+            page::wheel(tab, x, y, direction)?;
+            look(tab, s, &format!("scrolled {direction}"))
         }
         "back" => {
-            let history = cdp(tab, "Page.getNavigationHistory", json!({}))?;
-            let current = history["currentIndex"].as_i64().unwrap_or(0);
-            if current == 0 {
-                return observe(tab, "there is no previous page");
-            }
-            let entry = &history["entries"][(current - 1) as usize]["id"];
-            cdp(tab, "Page.navigateToHistoryEntry", json!({"entryId": entry}))?;
-            settle(tab, 10.0)?;
-            observe(tab, "went back")
+            let went = page::back(tab)?;
+            look(tab, s, if went { "went back" } else { "there is no previous page" })
         }
         "wait" => {
             let seconds = num("seconds").unwrap_or(1.0).clamp(0.0, 10.0);
-            pause((seconds * 1000.0) as u64);
-            observe(tab, &format!("waited {seconds} s"))
+            page::pause((seconds * 1000.0) as u64);
+            look(tab, s, &format!("waited {seconds} s"))
         }
-        "screenshot" => observe(tab, "the page"),
+        "screenshot" => look(tab, s, "the page"),
         other => Ok(text_error(format!("no tool named {other:?}"))),
     }
 }
 
+fn object(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+fn tools(mode: Mode) -> Vec<ToolSpec> {
+    let goto = spec("goto", "Open a URL in the tab.", object(json!({"url": {"type": "string"}}), &["url"]));
+    let key = spec(
+        "key",
+        "Press keys, e.g. \"Enter\", \"Tab\", \"ctrl+a\" (several separated by spaces).",
+        object(json!({"keys": {"type": "string"}}), &["keys"]),
+    );
+    let common = [
+        spec("back", "Go back to the previous page.", object(json!({}), &[])),
+        spec("wait", "Wait for the page (at most 10 s).", object(json!({"seconds": {"type": "number"}}), &[])),
+        spec("screenshot", "Look at the page again.", object(json!({}), &[])),
+        spec("answer", "Give the final answer to the task.", object(json!({"text": {"type": "string"}}), &["text"])),
+    ];
+    let mut out = match mode {
+        Mode::Coords => {
+            let xy = |what: &str| {
+                json!({
+                    "x": {"type": "number", "description": format!("{what}, 0 (left) to 1000 (right)")},
+                    "y": {"type": "number", "description": format!("{what}, 0 (top) to 1000 (bottom)")}})
+            };
+            let mut scroll = xy("Where to scroll");
+            scroll["direction"] = json!({"type": "string", "enum": ["up", "down"]});
+            vec![
+                goto,
+                spec(
+                    "click",
+                    "Click at a point of the screenshot, on a 0-1000 grid.",
+                    object(xy("The point"), &["x", "y"]),
+                ),
+                spec(
+                    "type",
+                    "Type text where the focus is; submit presses Enter after it.",
+                    object(json!({"text": {"type": "string"}, "submit": {"type": "boolean"}}), &["text"]),
+                ),
+                key,
+                spec(
+                    "scroll",
+                    "Scroll the page (or the element under the point) up or down.",
+                    object(scroll, &["direction"]),
+                ),
+            ]
+        }
+        Mode::Marks | Mode::Ax => {
+            let what = if mode == Mode::Marks {
+                "element (its number on the screenshot)"
+            } else {
+                "node (its [id] in the tree)"
+            };
+            let id = json!({"type": "integer", "description": format!("The {what}")});
+            vec![
+                goto,
+                spec("click", &format!("Click an {what}."), object(json!({"id": id}), &["id"])),
+                spec(
+                    "type",
+                    &format!("Replace the text of an {what} with `text`, then press Enter unless submit is false."),
+                    object(
+                        json!({"id": id, "text": {"type": "string"}, "submit": {"type": "boolean"}}),
+                        &["id", "text"],
+                    ),
+                ),
+                key,
+                spec(
+                    "scroll",
+                    "Scroll the window, or the element `target`, up or down.",
+                    object(
+                        json!({"target": {"description": "\"window\" or an element's number", "type": ["integer", "string"]},
+                               "direction": {"type": "string", "enum": ["up", "down"]}}),
+                        &["direction"],
+                    ),
+                ),
+            ]
+        }
+    };
+    out.extend(common);
+    out
+}
+
 impl Guest for Driver {
     fn list() -> Vec<ToolSpec> {
-        let xy = |what: &str| {
-            json!({"type": "object", "properties": {
-                "x": {"type": "number", "description": format!("{what}, 0 (left) to 1000 (right)")},
-                "y": {"type": "number", "description": format!("{what}, 0 (top) to 1000 (bottom)")}},
-                "required": ["x", "y"]})
-        };
-        let mut scroll = xy("Where to scroll");
-        scroll["properties"]["direction"] = json!({"type": "string", "enum": ["up", "down"]});
-        scroll["required"] = json!(["direction"]);
-        vec![
-            spec(
-                "goto",
-                "Open a URL in the tab.",
-                json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}),
-            ),
-            spec("click", "Click at a point of the screenshot, on a 0-1000 grid.", xy("The point")),
-            spec(
-                "type",
-                "Type text where the focus is; submit presses Enter after it.",
-                json!({"type": "object", "properties": {"text": {"type": "string"}, "submit": {"type": "boolean"}}, "required": ["text"]}),
-            ),
-            spec(
-                "key",
-                "Press keys, e.g. \"Enter\", \"Tab\", \"ctrl+a\" (several separated by spaces).",
-                json!({"type": "object", "properties": {"keys": {"type": "string"}}, "required": ["keys"]}),
-            ),
-            spec("scroll", "Scroll the page (or the element under the point) up or down.", scroll),
-            spec("back", "Go back to the previous page.", json!({"type": "object"})),
-            spec(
-                "wait",
-                "Wait for the page (at most 10 s).",
-                json!({"type": "object", "properties": {"seconds": {"type": "number"}}}),
-            ),
-            spec("screenshot", "Look at the page.", json!({"type": "object"})),
-            spec(
-                "answer",
-                "Give the final answer to the task.",
-                json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
-            ),
-        ]
+        tools(settings().as_ref().map(|s| s.mode).unwrap_or(Mode::Coords))
     }
 
     fn call(call: ToolCall) -> Result<ToolOutput, Error> {
+        let s = match settings() {
+            Ok(s) => s,
+            Err(e) => return Err(Error::InvalidInput(format!("the browser driver's configuration: {e}"))),
+        };
         let args: Value =
             match serde_json::from_str(if call.arguments.trim().is_empty() { "{}" } else { &call.arguments }) {
                 Ok(v) => v,
@@ -285,10 +295,11 @@ impl Guest for Driver {
             let text = args["text"].as_str().unwrap_or_default();
             return Ok(ToolOutput { content: vec![ContentPart::Text(format!("ANSWER: {text}"))], is_error: false });
         }
-        match with_tab(|tab| act(tab, &call.name, &args)) {
+        match page::with_tab(|tab| act(tab, s, &call.name, &args)) {
             Ok(out) => Ok(out),
-            // The browser's errors are the model's to see (a refused call, a timeout).
+            // A browser that is gone or never started is the run's problem, not the model's.
             Err(Error::Unavailable(m)) => Err(Error::Unavailable(m)),
+            // The browser's other errors are the model's to see (a refused call, a timeout).
             Err(e) => Ok(text_error(format!("{e:?}"))),
         }
     }

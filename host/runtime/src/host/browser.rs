@@ -76,6 +76,18 @@ impl HostState {
         answer.map(|v| v.to_string()).map_err(error)
     }
 
+    /// The page's unasked events since the last call; each lands in the trajectory.
+    fn browser_events(&mut self, session: &Resource<Session>) -> Vec<orchard_browser::PageEvent> {
+        let Ok(tab) = self.tab(session) else { return Vec::new() };
+        let events = tab.take_events();
+        if !events.is_empty() {
+            let started = self.at_ms();
+            let said: Vec<String> = events.iter().map(|e| format!("{e:?}")).collect();
+            self.record_browser("events", json!({"events": said}), started);
+        }
+        events
+    }
+
     async fn browser_screenshot(&mut self, session: &Resource<Session>) -> Result<Vec<u8>, WitError> {
         self.require(Capability::Browser)?;
         let tab = self.tab(session)?;
@@ -92,7 +104,7 @@ impl HostState {
 
 /// The `browser` interface of contract version `$v`.
 macro_rules! browser_host {
-    ($v:ident) => {
+    ($v:ident $(, $extra:item)*) => {
         impl crate::bindings::$v::browser_driver::orchard::plugin::browser::Host for HostState {}
 
         impl crate::bindings::$v::browser_driver::orchard::plugin::browser::HostSession for HostState {
@@ -126,9 +138,28 @@ macro_rules! browser_host {
                 let _ = self.table.delete(session);
                 Ok(())
             }
+
+            $($extra)*
         }
     };
 }
 
 browser_host!(v0_1);
-browser_host!(v0_2);
+browser_host!(
+    v0_2,
+    async fn events(
+        &mut self,
+        session: Resource<Session>,
+    ) -> wasmtime::Result<Vec<crate::bindings::v0_2::browser_driver::orchard::plugin::browser::PageEvent>> {
+        use crate::bindings::v0_2::browser_driver::orchard::plugin::browser::PageEvent as E;
+        let events = self.browser_events(&session);
+        Ok(events
+            .into_iter()
+            .map(|e| match e {
+                orchard_browser::PageEvent::Dialog(m) => E::Dialog(m),
+                orchard_browser::PageEvent::Popup(u) => E::Popup(u),
+                orchard_browser::PageEvent::Download(u) => E::Download(u),
+            })
+            .collect())
+    }
+);

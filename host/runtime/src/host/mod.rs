@@ -1,6 +1,7 @@
 //! The host side of every import: what a plugin's calls into the host do.
 
 pub mod browser;
+mod config;
 mod log;
 mod model;
 mod sandbox;

@@ -1,0 +1,107 @@
+//! The GUI domain end to end: the example shop served inside each task's sandbox (its
+//! Dockerfile's CMD, held until its HEALTHCHECK passes), tasks graded by the shop's own state
+//! (the `rubric` grader's HTTP check) and by a WebVoyager-style judge (its model played back at
+//! the wire), browsed by the shipped driver in a real Chromium.
+
+use std::path::{Path, PathBuf};
+
+use orchard_tests::evals::{completion, eval, mock_model_with, read_json};
+use serde_json::{Value, json};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gui")
+}
+
+fn rollouts(out: &Path) -> Vec<Value> {
+    let mut all: Vec<Value> =
+        std::fs::read_dir(out.join("rollouts")).unwrap().map(|e| read_json(&e.unwrap().path())).collect();
+    all.sort_by(|a, b| a["task_id"].as_str().cmp(&b["task_id"].as_str()));
+    all
+}
+
+#[test]
+fn the_shop_tasks_pass_with_their_solutions_and_fail_without() {
+    let gui = examples().display().to_string();
+    let args = ["--harness", "oracle", "--tools", "shell", "--grader", "rubric"];
+    let mut with = vec![gui.as_str()];
+    with.extend(args);
+    with.extend(["--grant", "solution"]);
+    let (summary, out, _) = eval(&with);
+    assert_eq!(summary["passed"], 3, "{summary:#}");
+    for r in rollouts(out.path()) {
+        assert_eq!(r["reward"], 1.0, "{r:#}");
+    }
+    // Without the solution the shop is untouched, and every check fails.
+    let mut without = vec![gui.as_str()];
+    without.extend(args);
+    let (summary, out, _) = eval(&without);
+    assert_eq!(summary["passed"], 0, "{summary:#}");
+    for r in rollouts(out.path()) {
+        assert_eq!((r["status"].as_str(), r["reward"].as_f64()), (Some("graded"), Some(0.0)), "{r:#}");
+    }
+}
+
+/// One shop task, browsed by the fixture harness's scripted calls through the shipped driver in
+/// marks mode: the cheapest running shoe rated 4 or more is found by the shop's own filters and
+/// added to the cart.
+fn shop_task(root: &Path) {
+    let task = root.join("cheapest-shoe");
+    std::fs::create_dir_all(&task).unwrap();
+    std::os::unix::fs::symlink(examples().join("shop/environment"), task.join("environment")).unwrap();
+    let source = std::fs::read_to_string(examples().join("cheapest-rated-running-shoe/task.toml")).unwrap();
+    std::fs::copy(examples().join("cheapest-rated-running-shoe/instruction.md"), task.join("instruction.md")).unwrap();
+    // On the results page: the header's 4 marks, the filters' 6, then the products by price.
+    let calls = json!([
+        {"tool": "goto", "arguments": {"url": "http://127.0.0.1:8080/search?category=running-shoes&min_rating=4&sort=price_asc"}},
+        {"tool": "click", "arguments": {"id": 10}},
+        {"tool": "click", "arguments": {"id": 5}},
+        {"tool": "answer", "arguments": {"text": "City Sprint, $48.50"}},
+    ]);
+    let calls: toml::Value = serde_json::from_value(calls).unwrap();
+    // The example's own rubric; the fixture harness's calls; the driver in marks mode.
+    let rubric = &source[source.find("[[metadata.rubric.checks]]").unwrap()..];
+    let toml = format!(
+        "[agent]\ntimeout_sec = 300\n[metadata]\nmode = \"tools\"\ncalls = {calls}\n\
+         [metadata.tool_config.browser]\nmode = \"marks\"\n{rubric}"
+    );
+    std::fs::write(task.join("task.toml"), toml).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_browsing_rollout_on_the_shop_is_graded_by_the_shop_and_by_a_judge() {
+    let dir = tempfile::tempdir().unwrap();
+    shop_task(dir.path());
+    let harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let root = dir.path().display().to_string();
+    let base = vec![root.clone(), "--harness".into(), harness.clone(), "--tools".into(), "browser".into()];
+
+    // The shop's state: the shoe is in the cart.
+    let mut args = base.clone();
+    args.extend(["--grader".into(), "rubric".into()]);
+    let (summary, out, _) =
+        tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap();
+    let r = &rollouts(out.path())[0];
+    assert_eq!(summary["passed"], 1, "{r:#}");
+    let answer = r["outcome"]["answer"].as_str().unwrap();
+    assert!(answer.contains("[10]: <a> \"City Sprint\""), "{answer}");
+    assert!(answer.contains("URL: http://127.0.0.1:8080/cart"), "{answer}");
+
+    // A WebVoyager judge: it must be shown the task, the answer and the screenshots.
+    let (judge, seen) = mock_model_with(|request: &Value| {
+        let text = request.to_string();
+        let sees = text.contains("data:image/png;base64,") && text.contains("City Sprint, $48.50");
+        let verdict = if sees { "The cart shows City Sprint.\nVerdict: SUCCESS" } else { "Verdict: NOT SUCCESS" };
+        completion(json!({"role": "assistant", "content": verdict}), "stop", (100, 5))
+    })
+    .await;
+    let mut args = base.clone();
+    args.extend(["--grader", "judge", "--grader-model", &judge, "--grader-model-name", "judge-1"].map(String::from));
+    let (summary, out, _) =
+        tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap();
+    let r = &rollouts(out.path())[0];
+    assert_eq!(summary["passed"], 1, "{r:#}");
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 1);
+    let images = requests[0].to_string().matches("data:image/png;base64,").count();
+    assert!((1..=3).contains(&images), "the judge sees the last screenshots: {images}");
+}
