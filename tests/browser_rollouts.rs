@@ -259,3 +259,95 @@ fn toml_inline(v: &serde_json::Value) -> String {
     let value: toml::Value = serde_json::from_value(v.clone()).unwrap();
     value.to_string()
 }
+
+/// A task folder serving `index` on the sandbox's loopback, whose scripted calls open it.
+fn site_task(root: &std::path::Path, name: &str, index: &str, environment: &str) {
+    let task = root.join(name);
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::write(task.join("instruction.md"), "Browse.").unwrap();
+    std::fs::write(task.join("environment/index.html"), index).unwrap();
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        "FROM scratch\nWORKDIR /site\nCOPY index.html /site/index.html\n",
+    )
+    .unwrap();
+    let calls = serde_json::json!([
+        {"tool": "bash", "arguments": {"command": SERVE}},
+        {"tool": "goto", "arguments": {"url": "http://127.0.0.1:8080/"}},
+        {"tool": "wait", "arguments": {"seconds": 5}},
+        {"tool": "screenshot", "arguments": {}},
+    ]);
+    std::fs::write(
+        task.join("task.toml"),
+        format!(
+            "[agent]\ntimeout_sec = 120\n[environment]\n{environment}\n[metadata]\nmode = \"tools\"\ncalls = {}\n",
+            toml_inline(&calls)
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_browser_over_the_sandboxes_memory_fails_only_its_own_rollout_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    // The page keeps allocating; the browser lives in the sandbox's memory group, so the
+    // sandbox's limit (not the host) stops it.
+    let hog = "<html><head><title>Hog</title></head><body><script>const keep = []; \
+               setInterval(() => { for (let i = 0; i < 20; i++) keep.push(new Array(1 << 20).fill(i)); }, 10);\
+               </script></body></html>";
+    site_task(dir.path(), "hog", hog, "memory = \"512M\"");
+    site_task(dir.path(), "quiet", "<html><head><title>Quiet</title></head><body>ok</body></html>", "");
+    let harness = test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let tasks = dir.path().display().to_string();
+    let (_, out, _) =
+        eval(&[&tasks, "--harness", &harness, "--tools", "shell", "--tools", "browser", "--grader", "script"]);
+    let rollout = |id: &str| {
+        std::fs::read_dir(out.path().join("rollouts"))
+            .unwrap()
+            .map(|e| read_json(&e.unwrap().path()))
+            .find(|r| r["task_id"] == id)
+            .unwrap()
+    };
+    let hog = rollout("hog");
+    assert_eq!(hog["status"], "error", "{hog:#}");
+    let error = hog["error"].as_str().unwrap();
+    assert!(error.contains("browser.session") && error.contains("crashed"), "{error}");
+    eprintln!("hog: {error} after {} s", hog["agent_seconds"]);
+    let quiet = rollout("quiet");
+    assert_ne!(quiet["status"], "error", "{quiet:#}");
+    let answer = quiet["outcome"]["answer"].as_str().unwrap();
+    assert!(answer.contains("Title: Quiet"), "{answer}");
+    // The quiet browser's memory at the end is in its trajectory.
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    let quiet_t = lines
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|t| t["task_id"] == "quiet" || t["trajectory"]["steps"].to_string().contains("Title: Quiet"));
+    let steps = quiet_t.unwrap()["trajectory"]["steps"].clone();
+    let close = steps.as_array().unwrap().iter().find(|s| s["op"] == "browser-close").cloned().unwrap();
+    let rss = close["detail"]["rss_bytes"].as_u64().unwrap();
+    assert!(rss > 10 << 20, "a running Chromium holds more than 10 MiB: {rss}");
+}
+
+#[test]
+fn a_page_that_never_yields_times_out_its_calls_without_hanging_the_rollout() {
+    let dir = tempfile::tempdir().unwrap();
+    let hung = "<html><head><title>Hung</title></head><body><script>setTimeout(() => { for (;;) {} }, 300);</script></body></html>";
+    site_task(dir.path(), "hung", hung, "");
+    let harness = test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let tasks = dir.path().display().to_string();
+    let started = std::time::Instant::now();
+    let (_, out, _) = orchard_tests::evals::eval_with_env(
+        &[&tasks, "--harness", &harness, "--tools", "shell", "--tools", "browser", "--grader", "script"],
+        &[("ORCHARD_BROWSER_CALL_TIMEOUT_MS", "2000")],
+    );
+    let r = read_json(&std::fs::read_dir(out.path().join("rollouts")).unwrap().next().unwrap().unwrap().path());
+    let answer = r["outcome"]["answer"].as_str().unwrap_or_else(|| panic!("{r:#}"));
+    let parts: Vec<&str> = answer.split("\n---\n").collect();
+    assert_eq!(parts.len(), 4, "{answer}");
+    // Each call after the page hung answers the model with the timeout; the run goes on.
+    for part in &parts[2..] {
+        assert!(part.starts_with("ERROR ") && part.contains("not responding"), "{part}");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(90), "{:?}", started.elapsed());
+}

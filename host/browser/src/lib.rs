@@ -19,12 +19,18 @@ pub use session::{Browser, BrowserOptions, PageEvent, Tab};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrowserError {
+    /// This run has no browser (its backend cannot place one in the sandbox's network).
+    #[error("{0}")]
+    Unconfigured(String),
     /// Chromium could not be started.
     #[error("starting chromium: {0}")]
     Launch(String),
     /// The browser is gone (crashed or killed): what it said last.
     #[error("the browser exited: {0}")]
     Gone(String),
+    /// The tab's renderer died (killed at the sandbox's memory limit, or a crash).
+    #[error("{0}")]
+    Crashed(String),
     #[error("{method} did not answer within {seconds} s")]
     Timeout { method: String, seconds: f64 },
     /// A method a plugin may not call.

@@ -24,6 +24,9 @@ pub struct BrowserOptions {
     pub call_timeout: Duration,
     /// The largest answer a plugin's `cdp` call may get.
     pub max_result: usize,
+    /// Control groups the browser joins before it starts (the sandbox's memory group), so that
+    /// its memory counts against the sandbox's limit and the limit's OOM killer reaches it.
+    pub cgroups: Vec<PathBuf>,
 }
 
 impl Default for BrowserOptions {
@@ -34,13 +37,15 @@ impl Default for BrowserOptions {
             viewport: (1280, 800),
             call_timeout: Duration::from_secs(30),
             max_result: 8 << 20,
+            cgroups: Vec::new(),
         }
     }
 }
 
 pub struct Browser {
     cdp: Arc<Cdp>,
-    child: tokio::process::Child,
+    child: Mutex<tokio::process::Child>,
+    pid: Option<u32>,
     options: BrowserOptions,
     _profile: tempfile::TempDir,
 }
@@ -53,6 +58,21 @@ pub struct Tab {
     options: BrowserOptions,
     dialogs: Arc<Mutex<Vec<String>>>,
     events: Arc<Mutex<Vec<PageEvent>>>,
+    /// Set when the tab's renderer died: every call then fails with it.
+    crashed: Arc<Crash>,
+}
+
+/// A tab's crash: why, and a wake-up for the calls waiting on it.
+#[derive(Default)]
+struct Crash {
+    why: Mutex<Option<String>>,
+    notify: tokio::sync::Notify,
+}
+
+impl Crash {
+    fn why(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// What a page did unasked, for the driver (`session.events`).
@@ -86,6 +106,7 @@ async fn watch_tab(
     target: String,
     dialogs: Arc<Mutex<Vec<String>>>,
     events: Arc<Mutex<Vec<PageEvent>>>,
+    crashed: Arc<Crash>,
 ) {
     // Popups opened at about:blank get their URL a moment later.
     let mut blank_popups: Vec<String> = Vec::new();
@@ -137,6 +158,12 @@ async fn watch_tab(
                 blank_popups.retain(|b| *b != id);
                 push(&events, PageEvent::Popup(url.to_string()));
                 close(id);
+            }
+            "Inspector.targetCrashed" if event["sessionId"] == session.as_str() => {
+                *crashed.why.lock().unwrap_or_else(|p| p.into_inner()) = Some(
+                    "the page crashed: its renderer died (killed at the sandbox's memory limit, or a crash)".into(),
+                );
+                crashed.notify.notify_waiters();
             }
             "Target.targetDestroyed" => {
                 // A blank popup closed before it went anywhere (or one we closed): forget it.
@@ -198,9 +225,23 @@ impl Browser {
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
         let (cr, aw) = (cmd_read.as_raw_fd(), ans_write.as_raw_fd());
+        // Opened here, written in the child: joining before exec puts every process the browser
+        // ever starts in the groups.
+        let groups: Vec<std::fs::File> = options
+            .cgroups
+            .iter()
+            .map(|dir| std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")))
+            .collect::<Result<_, _>>()
+            .map_err(|e| BrowserError::Launch(format!("joining the sandbox's control group: {e}")))?;
+        let group_fds: Vec<i32> = groups.iter().map(|f| f.as_raw_fd()).collect();
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             command.pre_exec(move || {
+                for fd in &group_fds {
+                    if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 // Its own process group, so that the renderers go with it.
                 if libc::setpgid(0, 0) != 0 || libc::dup2(cr, 3) < 0 || libc::dup2(aw, 4) < 0 {
                     return Err(std::io::Error::last_os_error());
@@ -209,9 +250,10 @@ impl Browser {
             });
         }
         let child = command.spawn().map_err(launch)?;
-        drop((cmd_read, ans_write));
+        drop((cmd_read, ans_write, groups));
         let cdp = Cdp::new(cmd_write, ans_read).map_err(launch)?;
-        let browser = Browser { cdp, child, options, _profile: profile };
+        let pid = child.id();
+        let browser = Browser { cdp, child: Mutex::new(child), pid, options, _profile: profile };
         // The first answer proves it is up; downloads are refused for the whole browser.
         browser
             .cdp
@@ -230,7 +272,24 @@ impl Browser {
 
     /// The browser's process id (its process group's).
     pub fn pid(&self) -> Option<u32> {
-        self.child.id()
+        self.pid
+    }
+
+    /// How the browser ended, once it has (`None` while it runs).
+    pub fn exit_reason(&self) -> Option<String> {
+        use std::os::unix::process::ExitStatusExt;
+        let status = self.child.lock().unwrap_or_else(|p| p.into_inner()).try_wait().ok()??;
+        Some(match (status.code(), status.signal()) {
+            (_, Some(9)) => "killed (SIGKILL: out of memory, or killed from outside)".to_string(),
+            (_, Some(sig)) => format!("killed by signal {sig}"),
+            (Some(code), _) => format!("exited with status {code}"),
+            _ => status.to_string(),
+        })
+    }
+
+    /// The resident memory of the browser's whole process group, in bytes.
+    pub fn rss_bytes(&self) -> u64 {
+        self.pid.map(|pid| group_rss(pid as i32)).unwrap_or(0)
     }
 
     /// A new tab at the configured viewport, JavaScript dialogs dismissed and logged.
@@ -243,6 +302,7 @@ impl Browser {
         let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
         let dialogs: Arc<Mutex<Vec<String>>> = Arc::default();
         let events: Arc<Mutex<Vec<PageEvent>>> = Arc::default();
+        let crashed: Arc<Crash> = Arc::default();
         // A weak handle: the listener must not keep the connection (and its own event channel)
         // alive once the browser and its tabs are gone, or it would wait for ever.
         tokio::spawn(watch_tab(
@@ -252,9 +312,13 @@ impl Browser {
             target.clone(),
             dialogs.clone(),
             events.clone(),
+            crashed.clone(),
         ));
-        let tab = Tab { cdp: self.cdp.clone(), session, target, options: self.options.clone(), dialogs, events };
+        let tab =
+            Tab { cdp: self.cdp.clone(), session, target, options: self.options.clone(), dialogs, events, crashed };
         tab.raw("Page.enable", json!({})).await?;
+        // Inspector's events say when the renderer dies.
+        tab.raw("Inspector.enable", json!({})).await?;
         let (w, h) = self.options.viewport;
         tab.raw(
             "Emulation.setDeviceMetricsOverride",
@@ -265,18 +329,49 @@ impl Browser {
     }
 }
 
-impl Drop for Browser {
-    fn drop(&mut self) {
-        if let Some(pid) = self.child.id() {
-            // The whole group: the browser and its renderers, zygote and utilities.
+/// The summed RSS of the processes in process group `pgid`, from `/proc/PID/stat`.
+fn group_rss(pgid: i32) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // Fields after the command's closing parenthesis: state ppid pgrp ... rss is the 22nd.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) {
+            total += fields.get(21).and_then(|r| r.parse::<u64>().ok()).unwrap_or(0) * page;
+        }
+    }
+    total
+}
+
+impl Browser {
+    /// Kills the browser's whole process group: the browser and its renderers, zygote and
+    /// utilities.
+    pub fn kill(&self) {
+        if let Some(pid) = self.pid {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
         }
     }
 }
 
+impl Drop for Browser {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 impl Tab {
     async fn raw(&self, method: &str, params: Value) -> Result<Value, BrowserError> {
-        self.cdp.call(method, params, Some(&self.session), self.options.call_timeout).await
+        let crash = self.crashed.notify.notified();
+        if let Some(why) = self.crashed.why() {
+            return Err(BrowserError::Crashed(why));
+        }
+        tokio::select! {
+            answer = self.cdp.call(method, params, Some(&self.session), self.options.call_timeout) => answer,
+            () = crash => Err(BrowserError::Crashed(self.crashed.why().unwrap_or_default())),
+        }
     }
 
     /// Any DevTools command a plugin may send, in this tab: refused for the domains past the

@@ -221,6 +221,16 @@ pub(crate) async fn prepare_environment(agent: &AgentClient, task: &Task) -> Res
     start_service(agent, task).await
 }
 
+/// How long one DevTools call may take: `ORCHARD_BROWSER_CALL_TIMEOUT_MS`, else 20 s. A page
+/// whose script never yields costs a driver this much per call, never the whole rollout.
+fn browser_call_timeout() -> Duration {
+    std::env::var("ORCHARD_BROWSER_CALL_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(20))
+}
+
 /// How long a task's service may take to pass its HEALTHCHECK.
 const HEALTHY_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -290,7 +300,9 @@ async fn run_in_sandbox(
     {
         ctx.set_browser(BrowserOptions {
             netns: Some(netns),
+            cgroups: verifier.backend.memory_cgroups(id).await,
             binary: std::env::var_os("ORCHARD_CHROMIUM").map(Into::into).unwrap_or_else(|| "chromium".into()),
+            call_timeout: browser_call_timeout(),
             ..Default::default()
         });
     }
@@ -311,6 +323,8 @@ async fn run_in_sandbox(
     let harness_run =
         runtime.run_harness(&ctx, harness, &job.tools, &input, &job.harness_config, &limits, &job.grants).await;
     result.agent_seconds = agent_started.elapsed().as_secs_f64();
+    // The agent is done with the browser (graders look at the sandbox and the trajectory).
+    ctx.close_browser();
     let outcome = match harness_run {
         Ok(outcome) => outcome,
         Err(failure) => {

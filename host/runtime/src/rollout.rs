@@ -65,6 +65,9 @@ pub enum FailureKind {
     Error,
     /// The run was set up wrongly (a harness given as a tool adapter, clashing tool names...).
     Config,
+    /// The rollout's browser could not start, or died (crashed, or killed at the sandbox's
+    /// memory limit).
+    Browser,
 }
 
 /// A plugin failure that ends a rollout; names the plugin and the call.
@@ -212,11 +215,10 @@ impl RolloutContext {
     }
 
     /// A new tab of the rollout's browser (started now if it is not yet).
-    pub(crate) async fn open_tab(&self) -> Result<Arc<orchard_browser::Tab>, WitError> {
-        let options = self
-            .browser_options
-            .get()
-            .ok_or_else(|| WitError::Unavailable("no browser is configured for this run".into()))?;
+    pub(crate) async fn open_tab(&self) -> Result<Arc<orchard_browser::Tab>, orchard_browser::BrowserError> {
+        let options = self.browser_options.get().ok_or_else(|| {
+            orchard_browser::BrowserError::Unconfigured("no browser is configured for this run".into())
+        })?;
         let browser = self
             .browser
             .get_or_init(|| async {
@@ -224,8 +226,26 @@ impl RolloutContext {
             })
             .await
             .as_ref()
-            .map_err(|e| WitError::Unavailable(e.clone()))?;
-        browser.open().await.map(Arc::new).map_err(crate::host::browser::error)
+            .map_err(|e| orchard_browser::BrowserError::Launch(e.clone()))?;
+        browser.open().await.map(Arc::new)
+    }
+
+    /// How the rollout's browser ended, if it has one and it has.
+    pub(crate) fn browser_exit(&self) -> Option<String> {
+        self.browser.get()?.as_ref().ok()?.exit_reason()
+    }
+
+    /// Ends the rollout's browser (if one was started), recording its memory at the end in the
+    /// trajectory.
+    pub fn close_browser(&self) {
+        let Some(Ok(browser)) = self.browser.get() else { return };
+        let detail = serde_json::json!({
+            "rss_bytes": browser.rss_bytes(),
+            "exit": browser.exit_reason(),
+        });
+        browser.kill();
+        let at_ms = self.started.elapsed().as_millis() as u64;
+        self.record(Step::Sandbox { plugin: "host".into(), op: "browser-close".into(), detail, at_ms, duration_ms: 0 });
     }
 
     /// Gives the grader a sandbox of its own (a separate verifier environment) instead of the

@@ -763,6 +763,16 @@ impl Backend for LocalBackend {
         Some(std::path::PathBuf::from(format!("/proc/{pid}/ns/net")))
     }
 
+    async fn memory_cgroups(&self, id: &str) -> Vec<std::path::PathBuf> {
+        // The memory controller's directory (v1), or the one unified directory (v2); never the
+        // pids controller's: a browser's threads would count against the sandbox's pids limit.
+        self.sandbox_cgroups(id)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|d| d.join("memory.limit_in_bytes").exists() || d.join("memory.max").exists())
+            .collect()
+    }
+
     async fn wait_ready(&self, id: &str, timeout: Duration) -> Result<SandboxInfo> {
         let sandbox = self.find(id)?;
         let deadline = tokio::time::Instant::now() + timeout;

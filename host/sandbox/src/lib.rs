@@ -64,6 +64,13 @@ pub trait Backend: Send + Sync + 'static {
     async fn network_namespace(&self, _id: &str) -> Option<std::path::PathBuf> {
         None
     }
+
+    /// The control-group directories a host process started for the sandbox (its browser)
+    /// joins, so that its memory counts against the sandbox's limit; empty where the backend has
+    /// none here.
+    async fn memory_cgroups(&self, _id: &str) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
 }
 
 /// How long `create` waits for readiness inline before answering `pending`.

@@ -50,10 +50,12 @@ pub fn settle(tab: &Session, seconds: f64) {
     pause(150);
     let rounds = (seconds * 10.0).ceil() as u32;
     for _ in 0..rounds {
-        if let Ok(state) = eval(tab, "document.readyState")
-            && state == "complete"
-        {
-            return;
+        match eval(tab, "document.readyState") {
+            Ok(state) if state == "complete" => return,
+            // A page that does not answer at all (a script that never yields) is not waited
+            // for again and again: the observation says so.
+            Err(Error::Timeout(_)) => return,
+            _ => {}
         }
         pause(100);
     }
@@ -219,6 +221,9 @@ pub fn observe(
     for _ in 0..30 {
         match look(tab, settings, said, &events, &mut extra) {
             Ok(out) => return Ok(out),
+            Err(Error::Timeout(m)) => {
+                return Err(Error::Timeout(format!("the page is not responding (a script that never yields?): {m}")));
+            }
             Err(e) => last = Some(e),
         }
         pause(100);

@@ -24,13 +24,27 @@ pub(crate) fn error(e: orchard_browser::BrowserError) -> WitError {
     match e {
         B::Refused(_) => WitError::Denied(message),
         B::Timeout { .. } => WitError::Timeout(message),
-        B::Gone(_) | B::Launch(_) => WitError::Unavailable(message),
+        B::Gone(_) | B::Crashed(_) | B::Launch(_) | B::Unconfigured(_) => WitError::Unavailable(message),
         B::TooLarge { .. } => WitError::InvalidInput(message),
         B::Protocol { .. } => WitError::Other(message),
     }
 }
 
 impl HostState {
+    /// A browser that could not start or is gone ends the rollout, with how it ended.
+    fn browser_failed(&self, op: &str, e: &orchard_browser::BrowserError) {
+        use orchard_browser::BrowserError as B;
+        if let B::Gone(_) | B::Crashed(_) | B::Launch(_) = e {
+            let how = self.run.browser_exit().map(|r| format!(" (chromium {r})")).unwrap_or_default();
+            self.run.set_fatal(crate::rollout::PluginFailure {
+                plugin: self.plugin.clone(),
+                call: format!("browser.session.{op}"),
+                kind: crate::rollout::FailureKind::Browser,
+                message: format!("{e}{how}"),
+            });
+        }
+    }
+
     fn record_browser(&self, op: &str, detail: serde_json::Value, started: u64) {
         let step = Step::Sandbox {
             plugin: self.plugin.clone(),
@@ -48,7 +62,10 @@ impl HostState {
         let run = self.run.clone();
         let opened = self.waiting(run.open_tab()).await;
         self.record_browser("open", json!({"ok": opened.is_ok()}), started);
-        let tab = opened?;
+        if let Err(e) = &opened {
+            self.browser_failed("open", e);
+        }
+        let tab = opened.map_err(error)?;
         self.table.push(Session { tab }).map_err(|e| WitError::Other(e.to_string()))
     }
 
@@ -73,6 +90,9 @@ impl HostState {
         let started = self.at_ms();
         let answer = self.waiting(tab.cdp(&method, params)).await;
         self.record_browser("cdp", json!({"method": method, "ok": answer.is_ok()}), started);
+        if let Err(e) = &answer {
+            self.browser_failed("cdp", e);
+        }
         answer.map(|v| v.to_string()).map_err(error)
     }
 
@@ -98,6 +118,9 @@ impl HostState {
             json!({"ok": shot.is_ok(), "bytes": shot.as_ref().map(Vec::len).unwrap_or(0)}),
             started,
         );
+        if let Err(e) = &shot {
+            self.browser_failed("screenshot", e);
+        }
         shot.map_err(error)
     }
 }
