@@ -13,7 +13,7 @@
 use serde_json::{Value, json};
 
 use crate::orchard::plugin::{log, model};
-use crate::{Message, Role, message, text_of};
+use crate::{ContentPart, Message, Role, message, text_of};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Compaction {
@@ -28,6 +28,9 @@ pub struct Policy {
     pub context_tokens: usize,
     pub compaction: Compaction,
     pub keep_recent: usize,
+    /// Only the last this-many images (screenshots) stay in the context; older ones become a
+    /// text note, as WebVoyager keeps its last three.
+    pub max_images: usize,
 }
 
 impl Policy {
@@ -42,7 +45,29 @@ impl Policy {
                 _ => Compaction::Summarize,
             },
             keep_recent: n("keep_recent_messages", 6).max(1),
+            max_images: n("max_images", 3),
         }
+    }
+
+    /// Drops all but the last `max_images` images, each replaced by a note; returns how many
+    /// were dropped.
+    pub fn keep_recent_images(&self, messages: &mut [Message]) -> usize {
+        let total: usize =
+            messages.iter().map(|m| m.content.iter().filter(|p| matches!(p, ContentPart::Image(_))).count()).sum();
+        let mut drop = total.saturating_sub(self.max_images);
+        let dropped = drop;
+        for m in messages.iter_mut() {
+            if drop == 0 {
+                break;
+            }
+            for part in m.content.iter_mut() {
+                if drop > 0 && matches!(part, ContentPart::Image(_)) {
+                    *part = ContentPart::Text("\n[an earlier screenshot, no longer shown]".into());
+                    drop -= 1;
+                }
+            }
+        }
+        dropped
     }
 
     /// Caps an observation: head and tail kept.
@@ -143,4 +168,32 @@ fn summarize(messages: &[Message]) -> Result<String, crate::Error> {
     };
     let completion = model::complete(&request, &[], &sampling)?;
     Ok(text_of(&completion.message.content))
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+    use crate::orchard::plugin::types::Image;
+
+    #[test]
+    fn only_the_last_images_stay() {
+        let shot = |n: u8| ContentPart::Image(Image { media_type: "image/png".into(), data: vec![n] });
+        let mut messages: Vec<Message> = (0..5)
+            .map(|n| {
+                let mut m = crate::tool_message(&format!("c{n}"), format!("step {n}"));
+                m.content.push(shot(n));
+                m
+            })
+            .collect();
+        let policy = Policy::from_config(&json!({"max_images": 2}));
+        assert_eq!(policy.keep_recent_images(&mut messages), 3);
+        let kept: Vec<u8> = messages
+            .iter()
+            .flat_map(|m| m.content.iter())
+            .filter_map(|p| if let ContentPart::Image(i) = p { Some(i.data[0]) } else { None })
+            .collect();
+        assert_eq!(kept, [3, 4]);
+        assert!(text_of(&messages[0].content).contains("no longer shown"));
+        assert_eq!(policy.keep_recent_images(&mut messages), 0);
+    }
 }

@@ -3,7 +3,8 @@
 //! no tool call ends the run and its text is the answer.
 //!
 //! Config keys: `max_steps` (default 30), `system_prompt`, `temperature`, `top_p`, `max_tokens`,
-//! `seed`, `extra_body`, and the context policy's (see `orchard_harness_kit::context`).
+//! `seed`, `extra_body`, and the context policy's (see `orchard_harness_kit::context`; e.g.
+//! `max_images`, the screenshots kept in context, default 3).
 
 use orchard_harness_kit::context::Policy;
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
@@ -29,6 +30,7 @@ impl Guest for React {
         let mut last_prompt = 0;
         for step in 1..=max_steps {
             policy.fit(&mut messages, last_prompt);
+            policy.keep_recent_images(&mut messages);
             let completion = model::complete(&messages, &specs, &sampling)?;
             last_prompt = completion.usage.prompt_tokens;
             let reply = completion.message;
