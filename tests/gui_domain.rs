@@ -105,3 +105,83 @@ async fn a_browsing_rollout_on_the_shop_is_graded_by_the_shop_and_by_a_judge() {
     let images = requests[0].to_string().matches("data:image/png;base64,").count();
     assert!((1..=3).contains(&images), "the judge sees the last screenshots: {images}");
 }
+
+/// The text of a chat message's content (a string or parts).
+fn text_of(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deepshop_rows_become_tasks_judged_on_their_own_key_points_with_the_shop_standing_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = dir.path().join("deepshop.jsonl");
+    std::fs::write(
+        &rows,
+        r#"{"web_name": "Amazon", "id": "Amazon--7", "ques": "Find the cheapest running shoe rated 4 stars or more.", "web": "https://www.amazon.com/", "attribute": "A running shoe", "filter": "Rated 4 stars or more", "sort": "Cheapest first", "category": "Sports", "difficulty": "medium"}"#,
+    )
+    .unwrap();
+    let tasks = dir.path().join("tasks");
+    let env = examples().join("shop/environment").display().to_string();
+    let (code, out, err) = orchard_tests::orchard(&[
+        "convert",
+        "deepshop",
+        &rows.display().to_string(),
+        &tasks.display().to_string(),
+        "--environment",
+        &env,
+        "--start-url",
+        "http://127.0.0.1:8080/",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 task folder(s)"), "{out}");
+    // The fixture harness browses as a model would: the start page, the sorted results.
+    let toml_path = tasks.join("Amazon--7/task.toml");
+    let calls = json!([
+        {"tool": "goto", "arguments": {"url": "http://127.0.0.1:8080/search?category=running-shoes&min_rating=4&sort=price_asc"}},
+        {"tool": "answer", "arguments": {"text": "City Sprint at $48.50"}},
+    ]);
+    let calls: toml::Value = serde_json::from_value(calls).unwrap();
+    let text = std::fs::read_to_string(&toml_path).unwrap();
+    std::fs::write(
+        &toml_path,
+        text.replace("[metadata]\n", &format!("[metadata]\nmode = \"tools\"\ncalls = {calls}\n")),
+    )
+    .unwrap();
+
+    // A WebJudge judge: the key points are the row's, so it is never asked to list them.
+    let (judge, seen) = mock_model_with(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        let (system, user) = (text_of(&messages[0]), text_of(&messages[1]));
+        let say = |t: &str| completion(json!({"role": "assistant", "content": t}), "stop", (100, 5));
+        if system.starts_with("You rate how much one screenshot") {
+            return say("The sorted results.\nScore: 5");
+        }
+        let points = ["A running shoe", "Rated 4 stars or more", "Cheapest first"];
+        if points.iter().all(|p| user.contains(p)) && user.contains("City Sprint at $48.50") {
+            say("Every key point is met.\nStatus: success")
+        } else {
+            say("Status: failure")
+        }
+    })
+    .await;
+    let harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let root = tasks.display().to_string();
+    let args: Vec<String> = [&root, "--harness", &harness, "--tools", "browser", "--grader", "judge"]
+        .into_iter()
+        .map(String::from)
+        .chain(["--grader-model", &judge, "--grader-model-name", "judge-1"].map(String::from))
+        .collect();
+    let (summary, out, _) =
+        tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap();
+    let r = &rollouts(out.path())[0];
+    assert_eq!(summary["passed"], 1, "{r:#}");
+    let requests = seen.lock().unwrap().clone();
+    assert!(
+        requests.iter().all(|q| !text_of(&q["messages"][0]).starts_with("List the key points")),
+        "the judge was asked for key points the task already has"
+    );
+}
