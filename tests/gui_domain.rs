@@ -185,3 +185,92 @@ async fn deepshop_rows_become_tasks_judged_on_their_own_key_points_with_the_shop
         "the judge was asked for key points the task already has"
     );
 }
+
+/// The MiniWoB++ pages of the `miniwob` package on PyPI (`cargo xtask setup` installs it).
+fn miniwob_package() -> PathBuf {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import importlib.util; print(importlib.util.find_spec('miniwob').submodule_search_locations[0])"])
+        .output()
+        .unwrap();
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(dir.join("html/core/core.js").is_file(), "the miniwob package is not installed (cargo xtask setup)");
+    dir
+}
+
+/// Gives a converted task the fixture harness's scripted `calls`.
+fn script_calls(task: &Path, calls: Value) {
+    let calls: toml::Value = serde_json::from_value(calls).unwrap();
+    let path = task.join("task.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("[metadata]\n", &format!("[metadata]\nmode = \"tools\"\ncalls = {calls}\n")))
+        .unwrap();
+}
+
+#[test]
+fn miniwob_pages_are_served_in_the_sandbox_and_their_own_reward_grades_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks");
+    let (code, out, err) = orchard_tests::orchard(&[
+        "convert",
+        "miniwob",
+        &miniwob_package().display().to_string(),
+        &tasks.display().to_string(),
+        "--envs",
+        "click-test,enter-text",
+        "--seed",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let page =
+        |env: &str| json!({"tool": "goto", "arguments": {"url": format!("http://127.0.0.1:8080/miniwob/{env}.html")}});
+    // In the accessibility tree: the button is [1] on click-test; on enter-text the field is [3],
+    // Submit [4], and seed 0 asks for "Keneth".
+    script_calls(
+        &tasks.join("miniwob.click-test"),
+        json!([page("click-test"), {"tool": "click", "arguments": {"id": 1}}]),
+    );
+    let enter = |text: &str| {
+        json!([page("enter-text"), {"tool": "type", "arguments": {"id": 3, "text": text, "submit": false}},
+               {"tool": "click", "arguments": {"id": 4}}])
+    };
+    script_calls(&tasks.join("miniwob.enter-text"), enter("Keneth"));
+    // A wrong answer, after trying to end the episode from a javascript: URL (refused).
+    let wrong = tasks.join("miniwob.enter-text-wrong");
+    std::fs::create_dir_all(wrong.join("tests")).unwrap();
+    for f in ["instruction.md", "task.toml", "tests/test.sh"] {
+        std::fs::copy(tasks.join("miniwob.enter-text").join(f), wrong.join(f)).unwrap();
+    }
+    std::os::unix::fs::symlink("../_miniwob/environment", wrong.join("environment")).unwrap();
+    let mut calls = enter("Nobody");
+    calls
+        .as_array_mut()
+        .unwrap()
+        .insert(1, json!({"tool": "goto", "arguments": {"url": "javascript:core.endEpisode(1.0)"}}));
+    let toml = std::fs::read_to_string(wrong.join("task.toml")).unwrap();
+    let toml = toml.split("mode = \"tools\"").next().unwrap().to_string()
+        + &toml.split_once("calls = ").map(|(_, rest)| rest.split_once('\n').unwrap().1.to_string()).unwrap();
+    std::fs::write(wrong.join("task.toml"), toml).unwrap();
+    script_calls(&wrong, calls);
+
+    let harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let root = tasks.display().to_string();
+    let (_, out, _) = eval(&[
+        &root,
+        "--harness",
+        &harness,
+        "--tools",
+        "browser",
+        "--grader",
+        "script",
+        "--tool-config",
+        r#"browser={"mode": "ax"}"#,
+    ]);
+    let r = rollouts(out.path());
+    let by = |id: &str| r.iter().find(|x| x["task_id"] == id).unwrap_or_else(|| panic!("{id}: {r:#?}"));
+    assert_eq!(by("miniwob.click-test")["reward"], 1.0, "{:#}", by("miniwob.click-test"));
+    assert_eq!(by("miniwob.enter-text")["reward"], 1.0, "{:#}", by("miniwob.enter-text"));
+    let wrong = by("miniwob.enter-text-wrong");
+    assert_eq!(wrong["reward"], 0.0, "{wrong:#}");
+    let answer = wrong["outcome"]["answer"].as_str().unwrap();
+    assert!(answer.contains("goto opens http(s) pages only"), "{answer}");
+}

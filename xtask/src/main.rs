@@ -52,6 +52,10 @@ const PYTHON_TEST_TOOLS: &[(&str, &str)] = &[
     ("schemathesis", "schemathesis==4.32.5"),
 ];
 
+/// MiniWoB++'s pages, from PyPI (the package's own dependencies are not needed: the tests
+/// convert its `html` folder into tasks).
+const MINIWOB: &str = "miniwob==1.1.0";
+
 /// componentize-py, from PyPI: builds the graders written in Python.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
@@ -191,6 +195,10 @@ fn setup() -> anyhow::Result<()> {
     swe_repos()?;
     if componentize_py().is_none() {
         run(Command::new("python3").args(["-m", "pip", "install", "--quiet", COMPONENTIZE_PY]))?;
+    }
+    let miniwob = Command::new("python3").args(["-m", "pip", "show", "--quiet", "miniwob"]).output();
+    if !miniwob.is_ok_and(|o| o.status.success()) {
+        run(Command::new("python3").args(["-m", "pip", "install", "--quiet", "--no-deps", MINIWOB]))?;
     }
     for (module, requirement) in PYTHON_TEST_TOOLS {
         let present = Command::new("python3").args(["-c", &format!("import {module}")]).output();

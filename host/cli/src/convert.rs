@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use orchard_convert::{swe_bench, web};
+use orchard_convert::{miniwob, swe_bench, web};
 
 #[derive(Subcommand)]
 pub enum ConvertCommand {
@@ -20,6 +20,27 @@ pub enum ConvertCommand {
     /// DeepShop rows (WebVoyager's fields plus `attribute`, `filter`, `sort`) into task folders
     /// judged WebJudge-style with the row's requirements as the key points.
     Deepshop(WebArgs),
+    /// A MiniWoB++ copy (its `html` folder; `pip download miniwob` ships one in
+    /// `miniwob/html`) into one task per page, served in the sandbox and graded by the reward
+    /// the page itself gives (`--grader script`).
+    Miniwob(MiniwobArgs),
+}
+
+#[derive(Args)]
+pub struct MiniwobArgs {
+    /// The MiniWoB++ copy: its `html` folder, or a folder holding `html/` or `miniwob/html/`.
+    dir: PathBuf,
+    /// Where the task folders go.
+    out: PathBuf,
+    /// Only these pages (e.g. `click-test,enter-text`); all when absent.
+    #[arg(long, value_delimiter = ',')]
+    envs: Vec<String>,
+    /// The episodes' seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The agent's time limit per task, in seconds.
+    #[arg(long, default_value_t = 300.0)]
+    agent_timeout: f64,
 }
 
 #[derive(Args)]
@@ -69,6 +90,12 @@ pub fn run(command: ConvertCommand) -> anyhow::Result<i32> {
         ConvertCommand::Webvoyager(args) => web_rows(args, web::Dataset::WebVoyager),
         ConvertCommand::OnlineMind2web(args) => web_rows(args, web::Dataset::OnlineMind2Web),
         ConvertCommand::Deepshop(args) => web_rows(args, web::Dataset::DeepShop),
+        ConvertCommand::Miniwob(args) => {
+            let options = miniwob::Options { envs: args.envs, seed: args.seed, agent_timeout_sec: args.agent_timeout };
+            let report = miniwob::convert(&args.dir, &args.out, &options)?;
+            print_report(&report, &args.out);
+            Ok(if report.converted.is_empty() { 1 } else { 0 })
+        }
     }
 }
 

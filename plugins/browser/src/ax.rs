@@ -4,6 +4,7 @@
 //! centre with real input events, or focused for typing).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
@@ -34,8 +35,15 @@ const SKIPPED: [&str; 9] = [
 pub fn tree(tab: &Session, settings: &Settings) -> Result<String, Error> {
     let answer = cdp(tab, "Accessibility.getFullAXTree", json!({}))?;
     let nodes = in_document_order(answer["nodes"].as_array().cloned().unwrap_or_default());
-    let names: std::collections::HashMap<&str, &str> =
-        nodes.iter().filter_map(|n| Some((n["nodeId"].as_str()?, n["name"]["value"].as_str().unwrap_or("")))).collect();
+    let field = |n: &Value, key: &str| -> Option<(String, String)> {
+        Some((
+            n["nodeId"].as_str()?.to_string(),
+            n[key]["value"].as_str().or(n[key].as_str()).unwrap_or("").to_string(),
+        ))
+    };
+    let names: HashMap<String, String> = nodes.iter().filter_map(|n| field(n, "name")).collect();
+    let roles: HashMap<String, String> = nodes.iter().filter_map(|n| field(n, "role")).collect();
+    let parents: HashMap<String, String> = nodes.iter().filter_map(|n| field(n, "parentId")).collect();
     let mut lines = Vec::new();
     let mut ids = Vec::new();
     let mut total = 0;
@@ -50,8 +58,15 @@ pub fn tree(tab: &Session, settings: &Settings) -> Result<String, Error> {
             continue;
         }
         // Text that only repeats its parent's name (a link's or a button's) is said once.
-        let parent = n["parentId"].as_str().and_then(|p| names.get(p)).copied().unwrap_or("");
-        if role == "StaticText" && (name.is_empty() || parent.split_whitespace().collect::<Vec<_>>().join(" ") == name)
+        let parent_id = n["parentId"].as_str().unwrap_or("");
+        let parent = names.get(parent_id).map(String::as_str).unwrap_or("");
+        // A field's own text is its value, shown with the field (it sits a level or two down).
+        let in_field =
+            std::iter::successors(Some(parent_id.to_string()), |id| parents.get(id).cloned()).take(4).any(|id| {
+                matches!(roles.get(&id).map(String::as_str), Some("textbox" | "searchbox" | "combobox" | "spinbutton"))
+            });
+        if role == "StaticText"
+            && (name.is_empty() || in_field || parent.split_whitespace().collect::<Vec<_>>().join(" ") == name)
         {
             continue;
         }
@@ -81,7 +96,8 @@ pub fn tree(tab: &Session, settings: &Settings) -> Result<String, Error> {
 }
 
 /// Roles listed only when they have a name.
-const CONTAINERS: [&str; 8] = ["form", "list", "listitem", "section", "region", "table", "row", "cell"];
+const CONTAINERS: [&str; 11] =
+    ["form", "list", "listitem", "section", "region", "table", "row", "cell", "LabelText", "Canvas", "image"];
 
 /// The tree's nodes depth first from its roots (Chromium's flat list is not in document order).
 fn in_document_order(nodes: Vec<Value>) -> Vec<Value> {

@@ -103,6 +103,12 @@ fn act(tab: &Session, s: &Settings, name: &str, args: &Value) -> Result<ToolOutp
     match name {
         "goto" => {
             let Some(url) = args["url"].as_str() else { return Ok(text_error("goto needs a url".into())) };
+            // Pages only: a `javascript:` URL would run the model's script in the page (a task's
+            // own scoring included), `file:` would read the browser's machine.
+            let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
+            if !matches!(scheme.as_str(), "http" | "https") && url != "about:blank" {
+                return Ok(text_error(format!("goto opens http(s) pages only, not {url:?}")));
+            }
             if let Some(e) = page::goto(tab, url)? {
                 return Ok(text_error(format!("could not open {url}: {e}")));
             }
