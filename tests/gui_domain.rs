@@ -31,6 +31,23 @@ fn the_shop_tasks_pass_with_their_solutions_and_fail_without() {
     for r in rollouts(out.path()) {
         assert_eq!(r["reward"], 1.0, "{r:#}");
     }
+    // With the browser in marks mode, the oracle replays each task's recorded clicks instead
+    // (solution/calls.json): the shop's state is reached through the page.
+    let mut browsing = vec![gui.as_str(), "--harness", "oracle", "--tools", "browser", "--grader", "rubric"];
+    browsing.extend(["--grant", "solution", "--tool-config", r#"browser={"mode": "marks"}"#]);
+    let (summary, out, _) = eval(&browsing);
+    assert_eq!(summary["passed"], 3, "{summary:#}");
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    for line in lines.lines() {
+        let t: Value = serde_json::from_str(line).unwrap();
+        let clicks = t["trajectory"]["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["type"] == "tool_call" && s["call"]["name"] == "click")
+            .count();
+        assert!(clicks >= 2, "the oracle browsed: {clicks} clicks");
+    }
     // Without the solution the shop is untouched, and every check fails.
     let mut without = vec![gui.as_str()];
     without.extend(args);

@@ -286,7 +286,7 @@ async fn run_in_sandbox(
     result: &mut RolloutResult,
     verifier: &VerifierSetup<'_>,
 ) -> Result<(), String> {
-    let input =
+    let mut input =
         TaskInput { id: task.id.clone(), instruction: task.instruction.clone(), metadata: task.metadata.clone() };
     let ctx = RolloutContext::new(&task.id, Some(agent.clone()), job.model.clone());
     ctx.set_tool_config(tool_config_for(&job.tool_config, &task.metadata));
@@ -312,6 +312,15 @@ async fn run_in_sandbox(
         job.grants.allows(Capability::Solution) && harness.manifest.capabilities.contains(&Capability::Solution);
     if show_solution && let Some(dir) = &task.solution_dir {
         upload_dir(agent, dir, "/solution").await?;
+        // A solution recorded as tool calls (a browsing task's clicks) reaches the harness
+        // itself: it has no file access of its own.
+        if let Ok(text) = std::fs::read_to_string(dir.join("calls.json")) {
+            let calls: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| format!("solution/calls.json: not JSON: {e}"))?;
+            if let Some(m) = input.metadata.as_object_mut() {
+                m.insert("solution_calls".into(), calls);
+            }
+        }
     }
     let mode = separate::mode_for(task, &job.grader);
     let carry = match mode {

@@ -128,8 +128,33 @@ pub fn press(tab: &Session, combo: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Picks the option of a focused `<select>` whose text starts with `text` (or whose value is it);
+/// `null` when the focus is not on a select.
+const PICK_JS: &str = r#"((want) => {
+  let e = document.activeElement;
+  while (e && e.shadowRoot && e.shadowRoot.activeElement) e = e.shadowRoot.activeElement;
+  if (!e || e.tagName !== 'SELECT') return null;
+  want = want.trim().toLowerCase();
+  const o = [...e.options].find(o => o.text.trim().toLowerCase().startsWith(want) || o.value.toLowerCase() === want);
+  if (!o) return {missing: [...e.options].map(o => o.text.trim())};
+  e.value = o.value;
+  e.dispatchEvent(new Event('input', {bubbles: true}));
+  e.dispatchEvent(new Event('change', {bubbles: true}));
+  return {picked: o.text.trim()};
+})"#;
+
 /// Replaces what the focused field holds with `text` (select all, type), then Enter if asked.
+/// On a dropdown (`<select>`), picks the option `text` names instead.
 pub fn replace_text(tab: &Session, text: &str, submit: bool) -> Result<(), Error> {
+    let picked = eval(tab, &format!("{PICK_JS}({})", Value::from(text)))?;
+    if let Some(options) = picked.get("missing") {
+        return Err(Error::InvalidInput(format!("the dropdown has no option {text:?} (its options: {options})")));
+    }
+    if !picked.is_null() {
+        // The dropdown's own popup (opened by the click that focused it) is closed.
+        press(tab, "Escape")?;
+        return Ok(());
+    }
     press(tab, "ctrl+a")?;
     cdp(tab, "Input.insertText", json!({"text": text}))?;
     if submit {
