@@ -3,6 +3,7 @@
 //! Starts a real `orchard serve` (release build) with its own state directory and drives it over
 //! HTTP like any client would. Run it with `cargo xtask bench`.
 
+mod browser;
 mod plugins;
 mod refs;
 mod service;
@@ -37,7 +38,16 @@ struct Args {
     /// The orchard binary [default: beside this one].
     #[arg(long)]
     orchard: Option<PathBuf>,
-    /// Which benchmarks: sandboxes, plugins, service, verifier, or all.
+    /// Browsers started (and timed) in the browser suite, each way.
+    #[arg(long, default_value_t = 10)]
+    browsers: usize,
+    /// Click + screenshot round trips per browser.
+    #[arg(long, default_value_t = 20)]
+    browser_actions: usize,
+    /// Browser rollouts at once.
+    #[arg(long, default_value_t = 16)]
+    browser_rollouts: usize,
+    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, or all.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Oracle rollouts in the end-to-end plugin run.
@@ -214,7 +224,18 @@ fn main() -> anyhow::Result<()> {
         let swe = swe.ok_or_else(|| anyhow::anyhow!("examples/swe-mini not found above {}", bin.display()))?;
         rows.extend(verifier::rows(&bin, &swe, 20)?);
     }
-    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service, verifier or all");
+    if matches!(args.suite.as_str(), "all" | "browser") {
+        let gui = bin.ancestors().nth(3).map(|root| root.join("examples/gui")).filter(|p| p.is_dir());
+        let gui = gui.ok_or_else(|| anyhow::anyhow!("examples/gui not found above {}", bin.display()))?;
+        rows.extend(runtime.block_on(browser::run(
+            &bin,
+            &gui,
+            args.browsers,
+            args.browser_actions,
+            args.browser_rollouts,
+        ))?);
+    }
+    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service, verifier, browser or all");
     print_table(&rows);
     Ok(())
 }

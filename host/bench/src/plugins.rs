@@ -151,13 +151,15 @@ pub fn oracle_eval(
     attempts: u32,
     concurrency: usize,
     out: &Path,
+    tools: &[&str],
 ) -> anyhow::Result<()> {
     let (shipped, _) = dirs(bin);
     let state = tempfile::tempdir()?;
     let status = std::process::Command::new(bin)
         .args(["eval"])
         .arg(tasks)
-        .args(["--harness", "oracle", "--tools", "shell", "--grader", grader, "--grant", "solution"])
+        .args(["--harness", "oracle", "--grader", grader, "--grant", "solution"])
+        .args(tools)
         .args(["--attempts", &attempts.to_string(), "--concurrency", &concurrency.to_string(), "--out"])
         .arg(out)
         .arg("--state-dir")
@@ -174,7 +176,7 @@ pub fn oracle_eval(
 pub fn rollouts(bin: &Path, examples: &Path, n: u32) -> anyhow::Result<Vec<Row>> {
     let out = tempfile::tempdir()?;
     let started = Instant::now();
-    oracle_eval(bin, &examples.join("hello-file"), "script", n, 16, out.path())?;
+    oracle_eval(bin, &examples.join("hello-file"), "script", n, 16, out.path(), &["--tools", "shell"])?;
     let elapsed = started.elapsed();
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.path().join("summary.json"))?)?;
     let passed = summary["passed"].as_u64().unwrap_or(0);

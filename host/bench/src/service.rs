@@ -25,7 +25,7 @@ mod postgres;
 fn cli(bin: &Path, tasks: &Path, rollouts: u32, attempts: u32, concurrency: usize) -> anyhow::Result<f64> {
     let out = tempfile::tempdir()?;
     let started = Instant::now();
-    crate::plugins::oracle_eval(bin, tasks, "script", attempts, concurrency, out.path())?;
+    crate::plugins::oracle_eval(bin, tasks, "script", attempts, concurrency, out.path(), &["--tools", "shell"])?;
     Ok(f64::from(rollouts) / started.elapsed().as_secs_f64())
 }
 

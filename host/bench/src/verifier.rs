@@ -38,7 +38,7 @@ struct Times {
 fn run(bin: &Path, examples: &Path, mode: &str, attempts: u32) -> anyhow::Result<Times> {
     let tasks = tasks(examples, mode)?;
     let out = tempfile::tempdir()?;
-    crate::plugins::oracle_eval(bin, tasks.path(), "swe", attempts, 2, out.path())
+    crate::plugins::oracle_eval(bin, tasks.path(), "swe", attempts, 2, out.path(), &["--tools", "shell"])
         .map_err(|e| anyhow::anyhow!("{mode}: {e}"))?;
     let mut t = Times {
         setup: Samples::default(),
