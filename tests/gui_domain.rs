@@ -291,3 +291,23 @@ fn miniwob_pages_are_served_in_the_sandbox_and_their_own_reward_grades_them() {
     let answer = wrong["outcome"]["answer"].as_str().unwrap();
     assert!(answer.contains("goto opens http(s) pages only"), "{answer}");
 }
+
+#[test]
+fn the_browser_can_run_inside_the_sandbox_behind_its_agent() {
+    // As on Kubernetes: the sandbox's agent starts Chromium inside the sandbox and relays its
+    // DevTools pipe over the agent's authenticated connection.
+    let gui = examples().display().to_string();
+    let args = [gui.as_str(), "--harness", "oracle", "--tools", "browser", "--grader", "rubric", "--grant", "solution"];
+    let mut args = args.to_vec();
+    args.extend(["--tool-config", r#"browser={"mode": "marks"}"#]);
+    let (summary, out, _) = orchard_tests::evals::eval_with_env(&args, &[("ORCHARD_BROWSER_IN_SANDBOX", "1")]);
+    assert_eq!(summary["passed"], 3, "{summary:#}");
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    for line in lines.lines() {
+        let t: Value = serde_json::from_str(line).unwrap();
+        let steps = t["trajectory"]["steps"].as_array().unwrap().clone();
+        let close = steps.iter().find(|s| s["op"] == "browser-close").unwrap_or_else(|| panic!("{t:#}"));
+        // No host process to measure: the browser was the sandbox's.
+        assert_eq!(close["detail"]["rss_bytes"], 0, "{close}");
+    }
+}

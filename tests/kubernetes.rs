@@ -535,3 +535,71 @@ async fn two_replicas_claim_from_one_warm_pool_and_never_the_same_pod() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollouts_browser_on_kubernetes_runs_in_the_pod_behind_its_agent() {
+    let cluster = Cluster::start().await;
+    let registry = start_registry();
+    let image = TestImage::new(vec![busybox_layer(&[])], &["PATH=/usr/bin:/bin"], "/");
+    image.push(&reqwest::Client::new(), &registry.addr, "test/tasks", "v2").await;
+    let reference = format!("{}/test/tasks:v2", registry.addr);
+    // The task serves its page from the pod (the double's pods share the host's loopback: a
+    // port of its own) and the fixture harness opens it through the shipped driver.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("page");
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::write(task.join("instruction.md"), "Browse.").unwrap();
+    std::fs::write(task.join("environment/index.html"), "<html><head><title>From the pod</title></head></html>")
+        .unwrap();
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        format!(
+            "FROM scratch\nWORKDIR /site\nCOPY index.html /site/index.html\n\
+             CMD [\"python3\", \"-m\", \"http.server\", \"{port}\", \"--bind\", \"127.0.0.1\"]\n\
+             HEALTHCHECK CMD python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        format!(
+            "[agent]\ntimeout_sec = 120\n[metadata]\nmode = \"tools\"\n\
+             calls = [{{tool = \"goto\", arguments = {{url = \"http://127.0.0.1:{port}/\"}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let mut args: Vec<String> = [
+        dir.path().to_str().unwrap(),
+        "--harness",
+        &harness,
+        "--tools",
+        "browser",
+        "--grader",
+        "script",
+        "--image",
+        &reference,
+        "--insecure-registry",
+        &registry.addr,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(cluster.api.backend_args(&cluster.key_dir.path().join("key"), "browser-host", cluster.port));
+    let kubeconfig = cluster.api.kubeconfig.display().to_string();
+    let (_, out, _) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        orchard_tests::evals::eval_with_env(&args, &[("KUBECONFIG", &kubeconfig)])
+    })
+    .await
+    .unwrap();
+    let rollout = std::fs::read_dir(out.path().join("rollouts")).unwrap().next().unwrap().unwrap().path();
+    let r = orchard_tests::evals::read_json(&rollout);
+    let answer = r["outcome"]["answer"].as_str().unwrap_or_else(|| panic!("{r:#}"));
+    assert!(answer.contains("Title: From the pod"), "{answer}");
+    // The Kubernetes backend has no namespace to start a host process in: the browser was the
+    // pod agent's, relayed over its authenticated connection.
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    assert!(lines.contains("\"browser-open\"") && lines.contains("\"browser-close\""), "{lines}");
+}

@@ -218,9 +218,72 @@ impl AgentClient {
 
     /// Opens the PTY WebSocket (`/pty`); frames are relayed as they are.
     pub async fn connect_pty(&self) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
+        self.connect_ws("pty").await
+    }
+
+    /// Starts a browser inside the sandbox (`/browser`) with `argv` (which asks for
+    /// `--remote-debugging-pipe`) and answers its DevTools pipe as a byte stream: what is
+    /// written reaches the browser's fd 3, what it writes to fd 4 is read. Closing the stream
+    /// kills the browser.
+    pub async fn open_browser(&self, argv: &[String]) -> Result<tokio::io::DuplexStream> {
+        use futures::{SinkExt, StreamExt};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let mut ws = self.connect_ws("browser").await?;
+        let start = serde_json::json!({"argv": argv}).to_string();
+        ws.send(Message::Text(start.into())).await.map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        let first = match ws.next().await {
+            Some(Ok(Message::Text(t))) => serde_json::from_str::<serde_json::Value>(&t).unwrap_or_default(),
+            other => return Err(AgentClientError::Protocol(format!("browser relay: no answer ({other:?})"))),
+        };
+        if first.get("ready").is_none() {
+            let said = first.get("error").and_then(|e| e.as_str()).unwrap_or("the agent refused").to_string();
+            return Err(AgentClientError::Agent {
+                status: 500,
+                kind: orchard_protocol::ErrorKind::Unavailable,
+                message: said,
+            });
+        }
+        let (ours, theirs) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            let (mut from_us, mut to_us) = tokio::io::split(ours);
+            let (mut sink, mut stream) = ws.split();
+            let up = async {
+                let mut chunk = vec![0u8; 64 * 1024];
+                loop {
+                    match from_us.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if sink.send(Message::Binary(chunk[..n].to_vec().into())).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = sink.send(Message::Close(None)).await;
+            };
+            let down = async {
+                while let Some(Ok(message)) = stream.next().await {
+                    match message {
+                        Message::Binary(b) if to_us.write_all(&b).await.is_err() => break,
+                        Message::Close(_) => break,
+                        _ => {}
+                    }
+                }
+                let _ = to_us.shutdown().await;
+            };
+            tokio::select! {
+                () = up => {}
+                () = down => {}
+            }
+        });
+        Ok(theirs)
+    }
+
+    async fn connect_ws(&self, path: &str) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
         let io = self.pool.connect().await?;
         let request = Request::builder()
-            .uri("ws://agent/pty")
+            .uri(format!("ws://agent/{path}"))
             .header(hyper::header::AUTHORIZATION, &self.bearer)
             .header(hyper::header::HOST, "agent")
             .header("Connection", "Upgrade")
@@ -237,7 +300,7 @@ impl AgentClient {
                     message: "agent refused the token".into(),
                 }
             }
-            other => AgentClientError::Protocol(format!("pty handshake: {other}")),
+            other => AgentClientError::Protocol(format!("{path} handshake: {other}")),
         })?;
         Ok(ws)
     }

@@ -85,6 +85,7 @@ pub fn router(state: AppState) -> Router {
         .route("/files/stat", get(file_stat))
         .route("/tar", get(tar_download).put(tar_upload))
         .route("/pty", get(pty_handler))
+        .route("/browser", get(browser_handler))
         .route("/http", post(http_forward))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
@@ -391,6 +392,11 @@ async fn http_forward(
     JsonBody(req): JsonBody<orchard_protocol::HttpRequest>,
 ) -> AgentResult<Json<orchard_protocol::HttpResponse>> {
     Ok(Json(crate::http_proxy::forward(req).await?))
+}
+
+async fn browser_handler(ws: WebSocketUpgrade) -> Response {
+    // DevTools messages (screenshots) are large.
+    ws.max_message_size(64 << 20).on_upgrade(crate::browser::run)
 }
 
 async fn pty_handler(State(state): State<AppState>, ws: WebSocketUpgrade) -> Response {

@@ -5,6 +5,7 @@
 //! and authenticates every request with the sandbox's token. It is meant to run as the
 //! sandbox's init (pid 1): then the commands it runs cannot kill it, and it reaps orphans.
 
+mod browser;
 mod config;
 mod error;
 mod exec;

@@ -19,8 +19,10 @@ pub const MAX_MESSAGE: usize = 64 << 20;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, BrowserError>>>>>;
 
+type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
 pub struct Cdp {
-    commands: tokio::sync::Mutex<pipe::Sender>,
+    commands: tokio::sync::Mutex<Writer>,
     pending: Pending,
     next_id: AtomicU64,
     events: broadcast::Sender<Value>,
@@ -33,16 +35,30 @@ impl Cdp {
     pub fn new(commands: OwnedFd, answers: OwnedFd) -> std::io::Result<Arc<Cdp>> {
         let commands = pipe::Sender::from_owned_fd(commands)?;
         let answers = pipe::Receiver::from_owned_fd(answers)?;
+        Ok(Cdp::over(answers, commands))
+    }
+
+    /// Talks to a browser over any byte stream carrying its DevTools pipe (a relay).
+    pub fn over(
+        answers: impl tokio::io::AsyncRead + Send + Unpin + 'static,
+        commands: impl tokio::io::AsyncWrite + Send + Unpin + 'static,
+    ) -> Arc<Cdp> {
         let (events, _) = broadcast::channel(1024);
         let cdp = Arc::new(Cdp {
-            commands: tokio::sync::Mutex::new(commands),
+            commands: tokio::sync::Mutex::new(Box::new(commands)),
             pending: Arc::default(),
             next_id: AtomicU64::new(1),
             events,
             gone: Arc::default(),
         });
-        tokio::spawn(read_loop(answers, cdp.pending.clone(), cdp.events.clone(), cdp.gone.clone()));
-        Ok(cdp)
+        tokio::spawn(read_loop(Box::new(answers), cdp.pending.clone(), cdp.events.clone(), cdp.gone.clone()));
+        cdp
+    }
+
+    /// Closes the command side: a relayed browser is ended by its relay.
+    pub async fn close(&self) {
+        use tokio::io::AsyncWriteExt;
+        let _ = self.commands.lock().await.shutdown().await;
     }
 
     /// Events from now on (`{"method", "params", "sessionId"}`).
@@ -90,7 +106,7 @@ impl Cdp {
 }
 
 async fn read_loop(
-    mut answers: pipe::Receiver,
+    mut answers: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
     pending: Pending,
     events: broadcast::Sender<Value>,
     gone: Arc<Mutex<Option<String>>>,

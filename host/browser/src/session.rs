@@ -27,6 +27,10 @@ pub struct BrowserOptions {
     /// Control groups the browser joins before it starts (the sandbox's memory group), so that
     /// its memory counts against the sandbox's limit and the limit's OOM killer reaches it.
     pub cgroups: Vec<PathBuf>,
+    /// Started inside the sandbox by its agent and relayed (`binary` is then the image's), for
+    /// backends that cannot place a host process in the sandbox's network (Kubernetes: the
+    /// browser runs in the task's pod).
+    pub in_sandbox: bool,
 }
 
 impl Default for BrowserOptions {
@@ -38,16 +42,18 @@ impl Default for BrowserOptions {
             call_timeout: Duration::from_secs(30),
             max_result: 8 << 20,
             cgroups: Vec::new(),
+            in_sandbox: false,
         }
     }
 }
 
 pub struct Browser {
     cdp: Arc<Cdp>,
-    child: Mutex<tokio::process::Child>,
+    /// The browser's process, when it runs here (not behind a relay).
+    child: Option<Mutex<tokio::process::Child>>,
     pid: Option<u32>,
     options: BrowserOptions,
-    _profile: tempfile::TempDir,
+    _profile: Option<tempfile::TempDir>,
 }
 
 /// One tab, attached with its own DevTools session.
@@ -181,6 +187,32 @@ async fn watch_tab(
     }
 }
 
+/// Chromium's switches: headless, no DevTools port (the pipe on fds 3/4), its own profile, the
+/// viewport, and nothing that phones home.
+pub fn command_line(options: &BrowserOptions, profile: &str) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--remote-debugging-pipe",
+        "--hide-scrollbars",
+        "--mute-audio",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(format!("--user-data-dir={profile}"));
+    args.push(format!("--window-size={},{}", options.viewport.0, options.viewport.1));
+    args.push("about:blank".into());
+    args
+}
+
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)
 }
@@ -202,24 +234,7 @@ impl Browser {
             None => tokio::process::Command::new(&options.binary),
         };
         command
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-extensions",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--remote-debugging-pipe",
-                "--hide-scrollbars",
-                "--mute-audio",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg(format!("--window-size={},{}", options.viewport.0, options.viewport.1))
-            .arg("about:blank")
+            .args(command_line(&options, &profile.path().display().to_string()))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -253,8 +268,24 @@ impl Browser {
         drop((cmd_read, ans_write, groups));
         let cdp = Cdp::new(cmd_write, ans_read).map_err(launch)?;
         let pid = child.id();
-        let browser = Browser { cdp, child: Mutex::new(child), pid, options, _profile: profile };
-        // The first answer proves it is up; downloads are refused for the whole browser.
+        let browser = Browser { cdp, child: Some(Mutex::new(child)), pid, options, _profile: Some(profile) };
+        browser.ready().await
+    }
+
+    /// A browser started elsewhere (inside the sandbox, by its agent) whose DevTools pipe is
+    /// relayed over `stream`. Dropping the browser closes the stream, which ends it there.
+    pub async fn over(
+        stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+        options: BrowserOptions,
+    ) -> Result<Browser, BrowserError> {
+        let (answers, commands) = tokio::io::split(stream);
+        let cdp = Cdp::over(answers, commands);
+        Browser { cdp, child: None, pid: None, options, _profile: None }.ready().await
+    }
+
+    /// The first answer proves it is up; downloads are refused for the whole browser.
+    async fn ready(self) -> Result<Browser, BrowserError> {
+        let browser = self;
         browser
             .cdp
             .call(
@@ -278,7 +309,7 @@ impl Browser {
     /// How the browser ended, once it has (`None` while it runs).
     pub fn exit_reason(&self) -> Option<String> {
         use std::os::unix::process::ExitStatusExt;
-        let status = self.child.lock().unwrap_or_else(|p| p.into_inner()).try_wait().ok()??;
+        let status = self.child.as_ref()?.lock().unwrap_or_else(|p| p.into_inner()).try_wait().ok()??;
         Some(match (status.code(), status.signal()) {
             (_, Some(9)) => "killed (SIGKILL: out of memory, or killed from outside)".to_string(),
             (_, Some(sig)) => format!("killed by signal {sig}"),
@@ -350,6 +381,13 @@ impl Browser {
     /// Kills the browser's whole process group: the browser and its renderers, zygote and
     /// utilities.
     pub fn kill(&self) {
+        if self.child.is_none() {
+            let cdp = self.cdp.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { cdp.close().await });
+            }
+            return;
+        }
         if let Some(pid) = self.pid {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
         }

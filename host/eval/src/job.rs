@@ -293,18 +293,30 @@ async fn run_in_sandbox(
     if let Some(m) = &job.grader_model {
         ctx.set_grader_model(m.clone());
     }
-    // A browser, if a plugin opens one, runs in the sandbox's network (where the backend can
-    // place it there).
-    if let Some(id) = &verifier.spec.id
-        && let Some(netns) = verifier.backend.network_namespace(id).await
-    {
-        ctx.set_browser(BrowserOptions {
-            netns: Some(netns),
-            cgroups: verifier.backend.memory_cgroups(id).await,
-            binary: std::env::var_os("ORCHARD_CHROMIUM").map(Into::into).unwrap_or_else(|| "chromium".into()),
-            call_timeout: browser_call_timeout(),
-            ..Default::default()
-        });
+    // A browser, if a plugin opens one, runs in the sandbox's network: started here inside its
+    // namespace where the backend can place it there, else inside the sandbox by its agent (on
+    // Kubernetes, in the task's pod; the image then carries `chromium`).
+    if let Some(id) = &verifier.spec.id {
+        let netns = match std::env::var_os("ORCHARD_BROWSER_IN_SANDBOX") {
+            Some(_) => None,
+            None => verifier.backend.network_namespace(id).await,
+        };
+        let options = match netns {
+            Some(netns) => BrowserOptions {
+                netns: Some(netns),
+                cgroups: verifier.backend.memory_cgroups(id).await,
+                binary: std::env::var_os("ORCHARD_CHROMIUM").map(Into::into).unwrap_or_else(|| "chromium".into()),
+                call_timeout: browser_call_timeout(),
+                ..Default::default()
+            },
+            None => BrowserOptions {
+                in_sandbox: true,
+                binary: "chromium".into(),
+                call_timeout: browser_call_timeout(),
+                ..Default::default()
+            },
+        };
+        ctx.set_browser(options);
     }
     prepare_environment(agent, task).await?;
     // The reference solution reaches the sandbox only for a harness granted it (the oracle).

@@ -222,12 +222,30 @@ impl RolloutContext {
         let browser = self
             .browser
             .get_or_init(|| async {
+                if options.in_sandbox {
+                    return self.browser_in_sandbox(options).await;
+                }
                 orchard_browser::Browser::launch(options.clone()).await.map(Arc::new).map_err(|e| e.to_string())
             })
             .await
             .as_ref()
             .map_err(|e| orchard_browser::BrowserError::Launch(e.clone()))?;
         browser.open().await.map(Arc::new)
+    }
+
+    /// A browser the sandbox's agent starts inside the sandbox, its DevTools pipe relayed over
+    /// the agent's connection.
+    async fn browser_in_sandbox(
+        &self,
+        options: &orchard_browser::BrowserOptions,
+    ) -> Result<Arc<orchard_browser::Browser>, String> {
+        let agent = self.sandbox.clone().ok_or("this run has no sandbox to start a browser in")?;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let profile = format!("/tmp/orchard-chromium-{nanos:x}");
+        let mut argv = vec![options.binary.display().to_string()];
+        argv.extend(orchard_browser::command_line(options, &profile));
+        let stream = agent.open_browser(&argv).await.map_err(|e| format!("starting chromium in the sandbox: {e}"))?;
+        orchard_browser::Browser::over(stream, options.clone()).await.map(Arc::new).map_err(|e| e.to_string())
     }
 
     /// How the rollout's browser ended, if it has one and it has.
