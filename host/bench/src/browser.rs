@@ -46,7 +46,7 @@ impl Drop for Netns {
     }
 }
 
-/// The resident memory of `pid` and every process under it, in bytes.
+/// The memory of `pid` and every process under it (summed PSS, as `Browser::rss_bytes`), in bytes.
 fn tree_rss(pid: u32) -> u64 {
     let mut parent_of = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -55,7 +55,9 @@ fn tree_rss(pid: u32) -> u64 {
         let Some(rest) = stat.rfind(')').map(|i| stat[i + 2..].to_string()) else { continue };
         let fields: Vec<&str> = rest.split_whitespace().collect();
         let ppid = fields.get(1).and_then(|f| f.parse::<u32>().ok()).unwrap_or(0);
-        let rss = fields.get(21).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0) * 4096;
+        let rss = orchard_browser::pss_kb(&entry.path())
+            .map(|kb| kb * 1024)
+            .unwrap_or_else(|| fields.get(21).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0) * 4096);
         parent_of.push((p, ppid, rss));
     }
     let mut inside = vec![pid];
@@ -227,7 +229,7 @@ pub async fn run(
             met: None,
         },
         Row {
-            what: "browser: RSS of one browser with a page".into(),
+            what: "browser: memory of one browser with a page (summed PSS)".into(),
             ours: mib(&ours.rss),
             reference: format!("{} chromiumoxide's", mib(&reference.rss)),
             target: "—".into(),

@@ -15,7 +15,7 @@ pub mod pipe;
 pub mod policy;
 mod session;
 
-pub use session::{Browser, BrowserOptions, PageEvent, Tab, command_line};
+pub use session::{Browser, BrowserOptions, PageEvent, Tab, command_line, pss_kb};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrowserError {

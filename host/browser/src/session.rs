@@ -318,7 +318,7 @@ impl Browser {
         })
     }
 
-    /// The resident memory of the browser's whole process group, in bytes.
+    /// The memory of the browser's whole process group (summed PSS), in bytes.
     pub fn rss_bytes(&self) -> u64 {
         self.pid.map(|pid| group_rss(pid as i32)).unwrap_or(0)
     }
@@ -360,7 +360,9 @@ impl Browser {
     }
 }
 
-/// The summed RSS of the processes in process group `pgid`, from `/proc/PID/stat`.
+/// The memory of the processes in process group `pgid`: their proportional set sizes summed
+/// (each shared page counted once across them; summed RSS would count Chromium's shared binary
+/// once per process), from `/proc/PID/smaps_rollup`, RSS where that is missing.
 fn group_rss(pgid: i32) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
@@ -370,11 +372,21 @@ fn group_rss(pgid: i32) -> u64 {
         // Fields after the command's closing parenthesis: state ppid pgrp ... rss is the 22nd.
         let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) {
-            total += fields.get(21).and_then(|r| r.parse::<u64>().ok()).unwrap_or(0) * page;
+        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) != Some(pgid) {
+            continue;
         }
+        total += pss_kb(&entry.path())
+            .map(|kb| kb * 1024)
+            .unwrap_or_else(|| fields.get(21).and_then(|r| r.parse::<u64>().ok()).unwrap_or(0) * page);
     }
     total
+}
+
+/// `Pss:` of `/proc/PID/smaps_rollup`, in KiB.
+pub fn pss_kb(proc_dir: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(proc_dir.join("smaps_rollup")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("Pss:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 impl Browser {
