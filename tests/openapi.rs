@@ -117,7 +117,11 @@ async fn schemathesis_finds_nothing_wrong_with_the_api() {
     let out = std::process::Command::new(st)
         .current_dir(dir.path())
         .args(["--config-file", config.to_str().unwrap(), "run", &format!("{}/v1/openapi.json", server.url)])
-        .args(["-H", "X-API-Key: alice-key-1234", "--max-examples", "10", "-w", "2", "--seed", "1"])
+        // One worker, so that the seeded run is the same every time: with two, Python 3.11's `ast`
+        // failed inside Hypothesis once ("SystemError: AST constructor recursion depth mismatch",
+        // CPython gh-106905, while Hypothesis described a lambda) and Schemathesis reported that
+        // as an error of the operation it was generating for.
+        .args(["-H", "X-API-Key: alice-key-1234", "--max-examples", "10", "-w", "1", "--seed", "1"])
         .args([
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",

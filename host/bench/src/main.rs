@@ -3,6 +3,7 @@
 //! Starts a real `orchard serve` (release build) with its own state directory and drives it over
 //! HTTP like any client would. Run it with `cargo xtask bench`.
 
+mod bar;
 mod browser;
 mod plugins;
 mod refs;
@@ -47,7 +48,7 @@ struct Args {
     /// Browser rollouts at once.
     #[arg(long, default_value_t = 16)]
     browser_rollouts: usize,
-    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, or all.
+    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, bar, or all.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Oracle rollouts in the end-to-end plugin run.
@@ -184,6 +185,11 @@ pub(crate) struct Row {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The BAR simulation needs no server, sandbox or plugin.
+    if args.suite == "bar" {
+        print_table(&bar::rows(&orchard_bar::sim::Setup::default()));
+        return Ok(());
+    }
     let bin = match &args.orchard {
         Some(b) => b.clone(),
         None => std::env::current_exe()?.with_file_name("orchard"),
@@ -235,7 +241,10 @@ fn main() -> anyhow::Result<()> {
             args.browser_rollouts,
         ))?);
     }
-    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service, verifier, browser or all");
+    if matches!(args.suite.as_str(), "all" | "bar") {
+        rows.extend(bar::rows(&bar::Setup::default()));
+    }
+    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service, verifier, browser, bar or all");
     print_table(&rows);
     Ok(())
 }

@@ -1,0 +1,78 @@
+//! Many tasks at once: each one's posterior, decayed as the policy moves on; admission by the
+//! probability of a mixed group; the prior refitted from the evidence (empirical Bayes).
+
+use serde::{Deserialize, Serialize};
+
+use crate::group::{GroupBuilder, GroupConfig};
+use crate::posterior::{Posterior, Prior};
+
+/// How sharply admission prefers tasks likely to give a mixed group: a task is admitted with
+/// probability `p_mixed ^ ADMIT_SHARPNESS`. Plain proportion (1) spends too much on tasks that
+/// are mixed only now and then; 3 found the most mixed groups per rollout in the simulation
+/// without starving anything (the floor keeps every task visited).
+pub const ADMIT_SHARPNESS: f64 = 3.0;
+
+/// Every task is admitted at least this often, so that its posterior keeps up with the policy.
+pub const ADMIT_FLOOR: f64 = 0.03;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Planner {
+    pub config: GroupConfig,
+    /// What survives of a task's counts per epoch of the policy.
+    pub keep_per_epoch: f64,
+    /// Refit the prior after this many finished groups (0: never).
+    pub refit_every: usize,
+    posts: Vec<Posterior>,
+    /// Raw (undecayed) successes and trials per task, for the refit.
+    counts: Vec<(u32, u32)>,
+    last_epoch: Vec<f64>,
+    finished: usize,
+}
+
+impl Planner {
+    pub fn new(tasks: usize, prior: Prior, config: GroupConfig) -> Planner {
+        Planner {
+            config,
+            keep_per_epoch: 0.6,
+            refit_every: tasks / 2,
+            posts: vec![Posterior::new(prior); tasks],
+            counts: vec![(0, 0); tasks],
+            last_epoch: vec![0.0; tasks],
+            finished: 0,
+        }
+    }
+
+    /// Task `task`'s posterior now.
+    pub fn posterior(&self, task: usize) -> &Posterior {
+        &self.posts[task]
+    }
+
+    /// The probability to admit `task` at policy epoch `epoch` (its evidence decayed to then).
+    pub fn admit_probability(&mut self, task: usize, epoch: f64) -> f64 {
+        let since = (epoch - self.last_epoch[task]).max(0.0);
+        self.posts[task].decay(self.keep_per_epoch.powf(since));
+        self.last_epoch[task] = epoch.max(self.last_epoch[task]);
+        self.posts[task].p_mixed(self.config.size).powf(ADMIT_SHARPNESS).max(ADMIT_FLOOR)
+    }
+
+    /// A group of `task` to grow.
+    pub fn start(&self, task: usize) -> GroupBuilder {
+        GroupBuilder::new(self.config, self.posts[task])
+    }
+
+    /// Takes a finished group's evidence (every rollout it generated, emitted or not).
+    pub fn finish(&mut self, task: usize, group: &GroupBuilder) {
+        self.posts[task] = group.posterior;
+        for r in group.rewards().iter().flatten() {
+            self.counts[task].0 += u32::from(*r >= 0.5);
+            self.counts[task].1 += 1;
+        }
+        self.finished += 1;
+        if self.refit_every > 0 && self.finished % self.refit_every == 0 {
+            let fitted = Prior::fit(&self.counts);
+            for p in &mut self.posts {
+                p.prior = fitted;
+            }
+        }
+    }
+}
