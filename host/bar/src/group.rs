@@ -140,7 +140,7 @@ impl GroupBuilder {
     }
 
     /// The next step. Call it after every recorded result (and once to start).
-    pub fn next(&mut self) -> Step {
+    pub fn next_step(&mut self) -> Step {
         if self.done {
             return Step::Wait;
         }
@@ -199,7 +199,11 @@ impl GroupBuilder {
         match &self.decisions.last()?.step {
             Step::Emit(selected) => {
                 let pos = selected.iter().filter(|i| self.rewards[**i].is_some_and(|r| r >= 0.5)).count() as u32;
-                Some(GroupOutcome::Emitted { selected: selected.clone(), positives: pos, negatives: selected.len() as u32 - pos })
+                Some(GroupOutcome::Emitted {
+                    selected: selected.clone(),
+                    positives: pos,
+                    negatives: selected.len() as u32 - pos,
+                })
             }
             Step::Abandon => Some(GroupOutcome::Abandoned { generated: self.launched }),
             _ => None,
@@ -217,7 +221,7 @@ mod tests {
         let mut b = GroupBuilder::new(config, Posterior::new(Prior::default()));
         let mut next = 0;
         loop {
-            match b.next() {
+            match b.next_step() {
                 Step::Launch(n) => {
                     for _ in 0..n {
                         b.record(next, outcomes[next]);
@@ -269,7 +273,7 @@ mod tests {
         let prior = Prior { pi0: 0.5, a: 0.7, b: 0.7 };
         let mut b = GroupBuilder::new(GroupConfig::new(8), Posterior::new(prior));
         let mut i = 0;
-        while let Step::Launch(n) = b.next() {
+        while let Step::Launch(n) = b.next_step() {
             for _ in 0..n {
                 b.record(i, 0.0);
                 i += 1;

@@ -68,7 +68,7 @@ impl Planner {
             self.counts[task].1 += 1;
         }
         self.finished += 1;
-        if self.refit_every > 0 && self.finished % self.refit_every == 0 {
+        if self.refit_every > 0 && self.finished.is_multiple_of(self.refit_every) {
             let fitted = Prior::fit(&self.counts);
             for p in &mut self.posts {
                 p.prior = fitted;

@@ -24,7 +24,8 @@ impl Prior {
     /// tasks never solved in `trials ≥ 4` attempts beyond what the Beta part explains goes to
     /// `pi0`, the rest's mean and variance to `a` and `b`.
     pub fn fit(counts: &[(u32, u32)]) -> Prior {
-        let seen: Vec<(f64, f64)> = counts.iter().filter(|(_, n)| *n > 0).map(|(s, n)| (*s as f64, *n as f64)).collect();
+        let seen: Vec<(f64, f64)> =
+            counts.iter().filter(|(_, n)| *n > 0).map(|(s, n)| (*s as f64, *n as f64)).collect();
         if seen.len() < 8 {
             return Prior::default();
         }

@@ -182,7 +182,8 @@ pub fn progressive(s: &Setup) -> Tally {
             let r: Vec<f64> = (0..2 * g).map(|_| w.roll(task)).collect();
             let pos = r.iter().filter(|x| **x >= 0.5).count();
             let take_pos = pos.min(g / 2).max(g.saturating_sub(2 * g - pos));
-            let chosen: Vec<f64> = std::iter::repeat_n(1.0, take_pos).chain(std::iter::repeat_n(0.0, g - take_pos)).collect();
+            let chosen: Vec<f64> =
+                std::iter::repeat_n(1.0, take_pos).chain(std::iter::repeat_n(0.0, g - take_pos)).collect();
             t.emit(&chosen, mean(&chosen), truth, s.group);
         }
     }
@@ -210,7 +211,7 @@ pub fn bar(s: &Setup, prior: Prior, balanced: bool) -> Tally {
             let truth = w.p(task);
             let mut b = planner.start(task);
             let mut i = 0;
-            while let Step::Launch(n) = b.next() {
+            while let Step::Launch(n) = b.next_step() {
                 for _ in 0..n {
                     let r = w.roll(task);
                     b.record(i, r);

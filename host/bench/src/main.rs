@@ -242,7 +242,7 @@ fn main() -> anyhow::Result<()> {
         ))?);
     }
     if matches!(args.suite.as_str(), "all" | "bar") {
-        rows.extend(bar::rows(&bar::Setup::default()));
+        rows.extend(bar::rows(&orchard_bar::sim::Setup::default()));
     }
     anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service, verifier, browser, bar or all");
     print_table(&rows);
