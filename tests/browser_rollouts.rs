@@ -311,7 +311,9 @@ fn a_browser_over_the_sandboxes_memory_fails_only_its_own_rollout_with_the_reaso
     let hog = rollout("hog");
     assert_eq!(hog["status"], "error", "{hog:#}");
     let error = hog["error"].as_str().unwrap();
-    assert!(error.contains("browser.session") && error.contains("crashed"), "{error}");
+    // The OOM killer takes the renderer first (Chromium ranks it so); on a tighter machine it may
+    // take the browser itself. Either way the reason is named.
+    assert!(error.contains("browser.session") && (error.contains("crashed") || error.contains("killed")), "{error}");
     eprintln!("hog: {error} after {} s", hog["agent_seconds"]);
     let quiet = rollout("quiet");
     assert_ne!(quiet["status"], "error", "{quiet:#}");
