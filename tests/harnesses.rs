@@ -710,3 +710,122 @@ async fn a_task_by_harness_matrix_exports_to_every_training_format() {
     assert_ne!(code, 0);
     assert!(stderr.contains("is this an `orchard eval --out` directory?"), "{stderr}");
 }
+
+/// A deterministic tokenizer and chat template for the token-faithful test: one id per byte,
+/// role markers and separators above 255. A tool call renders as `name(arguments)`.
+fn render_message(m: &Value) -> Vec<u32> {
+    let mut text = match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    };
+    for c in m["tool_calls"].as_array().into_iter().flatten() {
+        text.push_str(&format!(
+            "{}({})",
+            c["function"]["name"].as_str().unwrap(),
+            c["function"]["arguments"].as_str().unwrap()
+        ));
+    }
+    text.bytes().map(u32::from).chain([300]).collect()
+}
+
+fn role_id(role: &str) -> u32 {
+    match role {
+        "system" => 256,
+        "user" => 257,
+        "assistant" => 258,
+        _ => 259,
+    }
+}
+
+/// The endpoint's ids for a request: every message rendered, then the assistant's marker.
+fn render_prompt(request: &Value) -> Vec<u32> {
+    let mut ids = Vec::new();
+    for m in request["messages"].as_array().unwrap() {
+        ids.push(role_id(m["role"].as_str().unwrap()));
+        ids.extend(render_message(m));
+    }
+    ids.push(258);
+    ids
+}
+
+/// Two tool turns (one with two parallel calls), then the answer; every reply carries the prompt's
+/// and the completion's ids, as vLLM does with `return_token_ids`, and a logprob per token.
+fn reply_with_tokens(request: &Value) -> (u16, Value) {
+    assert_eq!(request["return_token_ids"], true, "{request}");
+    assert_eq!(request["top_logprobs"], 1, "{request}");
+    let tool_turns = request["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "assistant").count();
+    let message = match tool_turns {
+        0 => calls("", vec![call("a1", "bash", json!({"command": "echo hi > /workspace/a.txt"}))]),
+        1 => calls(
+            "two at once",
+            vec![
+                call("b1", "bash", json!({"command": "cat /workspace/a.txt"})),
+                call("b2", "bash", json!({"command": "ls /workspace"})),
+            ],
+        ),
+        _ => assistant("a.txt holds hi."),
+    };
+    let completion_ids = render_message(&message);
+    let finish = if message["tool_calls"].is_array() { "tool_calls" } else { "stop" };
+    let (status, mut body) = completion(message, finish, (10, completion_ids.len() as u32));
+    let logprobs: Vec<Value> =
+        completion_ids.iter().map(|i| json!({"token": "t", "logprob": -(*i as f64) / 1000.0})).collect();
+    body["choices"][0]["logprobs"] = json!({"content": logprobs});
+    body["choices"][0]["token_ids"] = json!(completion_ids);
+    body["prompt_token_ids"] = json!(render_prompt(request));
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollouts_segments_are_exactly_the_ids_the_endpoint_saw_and_sampled() {
+    let (url, seen) = orchard_tests::evals::mock_model_with(reply_with_tokens).await;
+    let (_, out, _) = eval_async(args(&[
+        &task("hello-file"),
+        "--harness",
+        "react",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--model-name",
+        "mock-1",
+        "--logprobs",
+    ]))
+    .await;
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    let t: Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    let segments = t["segments"].as_array().unwrap_or_else(|| panic!("no segments: {t:#}"));
+    assert_eq!(segments.len(), 1, "{segments:#?}");
+    let s = &segments[0];
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    // Prompt + response is exactly the last prompt the endpoint saw, then what it sampled last.
+    let ids = |v: &Value| -> Vec<u64> { v.as_array().unwrap().iter().map(|i| i.as_u64().unwrap()).collect() };
+    let mut whole = ids(&s["prompt_ids"]);
+    whole.extend(ids(&s["response_ids"]));
+    let last = requests.last().unwrap();
+    let mut expected: Vec<u64> = render_prompt(last).into_iter().map(u64::from).collect();
+    expected.extend(render_message(&json!({"content": "a.txt holds hi."})).into_iter().map(u64::from));
+    assert_eq!(whole, expected);
+    assert_eq!(ids(&s["prompt_ids"]), render_prompt(&requests[0]).into_iter().map(u64::from).collect::<Vec<_>>());
+    // Sampled tokens only under the mask, each with its logprob; observations at 0.
+    let mask = ids(&s["loss_mask"]);
+    let response = ids(&s["response_ids"]);
+    assert_eq!(mask.len(), response.len());
+    let turns = s["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 3);
+    let mut masked = 0;
+    for turn in turns {
+        let (a, b) = (turn["start"].as_u64().unwrap() as usize, turn["end"].as_u64().unwrap() as usize);
+        assert!(mask[a..b].iter().all(|m| *m == 1));
+        let logprobs = s["logprobs"].as_array().unwrap();
+        for i in a..b {
+            assert!((logprobs[i].as_f64().unwrap() + response[i] as f64 / 1000.0).abs() < 1e-6);
+        }
+        masked += b - a;
+    }
+    assert_eq!(mask.iter().filter(|m| **m == 1).count(), masked, "only sampled tokens are trained on");
+}

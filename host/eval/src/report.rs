@@ -151,7 +151,7 @@ pub fn write_outputs(dir: &Path, results: &[RolloutResult], summary: &Summary) -
 
 /// One line of `trajectories.jsonl`: the rollout's identity, grade and trajectory.
 pub fn trajectory_line(r: &RolloutResult) -> serde_json::Value {
-    serde_json::json!({
+    let mut line = serde_json::json!({
             "rollout_id": r.rollout_id,
             "task_id": r.task_id,
             "attempt": r.attempt,
@@ -166,5 +166,11 @@ pub fn trajectory_line(r: &RolloutResult) -> serde_json::Value {
             "verdict": r.verdict,
             "error": r.error,
             "trajectory": r.trajectory,
-    })
+    });
+    // What trainers learn from, when the endpoint gave token ids: never re-rendered text.
+    let segments = r.trajectory.segments();
+    if !segments.is_empty() {
+        line["segments"] = serde_json::to_value(segments).unwrap_or_default();
+    }
+    line
 }

@@ -121,6 +121,10 @@ pub struct Completion {
     /// Token ids of the completion, when the endpoint returns them (vLLM, SGLang).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
+    /// Token ids of the prompt as the endpoint rendered it, when it returns them (vLLM's
+    /// `prompt_token_ids`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
     /// How many attempts the request took (retries + 1).
     pub attempts: u32,
 }

@@ -87,6 +87,10 @@ pub fn request_body(config: &ModelConfig, messages: &[Message], tools: &[ToolSpe
     }
     if config.logprobs {
         body.insert("logprobs".into(), true.into());
+        // llama.cpp answers `logprobs: null` unless `top_logprobs` is set; vLLM and SGLang send
+        // the prompt's and the completion's token ids back with `return_token_ids`.
+        body.insert("top_logprobs".into(), 1.into());
+        body.insert("return_token_ids".into(), true.into());
     }
     if let Some(Value::Object(extra)) = &s.extra {
         for (k, v) in extra {
@@ -164,6 +168,11 @@ pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
         .or_else(|| v.get("token_ids"))
         .and_then(Value::as_array)
         .map(|ids| ids.iter().filter_map(|i| i.as_u64().map(|i| i as u32)).collect());
+    let prompt_token_ids = v
+        .get("prompt_token_ids")
+        .or_else(|| choice.get("prompt_token_ids"))
+        .and_then(Value::as_array)
+        .map(|ids| ids.iter().filter_map(|i| i.as_u64().map(|i| i as u32)).collect());
     Ok(Completion {
         message: Message { role: Role::Assistant, content, tool_calls, tool_call_id: None, reasoning },
         finish_reason,
@@ -171,6 +180,7 @@ pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
         model: v.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
         logprobs: choice.get("logprobs").filter(|l| !l.is_null()).cloned(),
         token_ids,
+        prompt_token_ids,
         attempts: 1,
     })
 }

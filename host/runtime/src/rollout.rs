@@ -335,6 +335,7 @@ impl RolloutContext {
             attempts: c.attempts,
             logprobs: c.logprobs.clone(),
             token_ids: c.token_ids.clone(),
+            prompt_token_ids: c.prompt_token_ids.clone(),
         });
         // A judge's calls are steps of the record, but the conversation, tools, sampling and
         // usage stay the run's: they are what exports train on.

@@ -25,6 +25,9 @@ pub enum Step {
         logprobs: Option<serde_json::Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         token_ids: Option<Vec<u32>>,
+        /// The prompt's token ids as the endpoint rendered them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt_token_ids: Option<Vec<u32>>,
     },
     ModelError {
         plugin: String,
@@ -88,4 +91,36 @@ pub struct Trajectory {
     pub usage: Usage,
     pub model_calls: u32,
     pub tool_calls: u32,
+}
+
+impl Trajectory {
+    /// Token-faithful training segments (`orchard-segments`) of the harness's model calls that
+    /// carried both their prompt's and their completion's token ids; empty when none did. The
+    /// harness's calls are those of the plugin that made the first one (a judge's come later).
+    pub fn segments(&self) -> Vec<orchard_segments::Segment> {
+        let mut harness = None;
+        let mut calls = Vec::new();
+        for step in &self.steps {
+            let Step::ModelCall { plugin, token_ids, prompt_token_ids, logprobs, finish_reason, .. } = step else {
+                continue;
+            };
+            if *harness.get_or_insert(plugin) != plugin {
+                continue;
+            }
+            let (Some(completion), Some(prompt)) = (token_ids, prompt_token_ids) else { continue };
+            let logprobs = logprobs
+                .as_ref()
+                .and_then(|l| l["content"].as_array())
+                .map(|c| c.iter().map(|t| t["logprob"].as_f64().unwrap_or(0.0) as f32).collect())
+                .unwrap_or_default();
+            calls.push(orchard_segments::TokenCall {
+                prompt_ids: prompt.clone(),
+                completion_ids: completion.clone(),
+                logprobs,
+                finish_reason: format!("{finish_reason:?}").to_lowercase(),
+                policy_version: None,
+            });
+        }
+        orchard_segments::segments(&calls)
+    }
 }
