@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use orchard_tests::evals::{completion, eval, mock_model_with, read_json};
+use orchard_tests::evals::{completion, eval, mock_model_with, rollouts};
 use serde_json::{Value, json};
 
 fn task(root: &Path, name: &str, instruction: &str, metadata: &str) {
@@ -11,13 +11,6 @@ fn task(root: &Path, name: &str, instruction: &str, metadata: &str) {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("instruction.md"), instruction).unwrap();
     std::fs::write(dir.join("task.toml"), format!("[agent]\ntimeout_sec = 60\n[metadata]\n{metadata}\n")).unwrap();
-}
-
-fn rollouts(out: &Path) -> Vec<Value> {
-    let mut all: Vec<Value> =
-        std::fs::read_dir(out.join("rollouts")).unwrap().map(|e| read_json(&e.unwrap().path())).collect();
-    all.sort_by(|a, b| a["task_id"].as_str().cmp(&b["task_id"].as_str()));
-    all
 }
 
 #[test]

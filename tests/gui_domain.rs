@@ -5,18 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use orchard_tests::evals::{completion, eval, mock_model_with, read_json};
+use orchard_tests::evals::{completion, eval, mock_model_with, rollouts};
 use serde_json::{Value, json};
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gui")
-}
-
-fn rollouts(out: &Path) -> Vec<Value> {
-    let mut all: Vec<Value> =
-        std::fs::read_dir(out.join("rollouts")).unwrap().map(|e| read_json(&e.unwrap().path())).collect();
-    all.sort_by(|a, b| a["task_id"].as_str().cmp(&b["task_id"].as_str()));
-    all
 }
 
 #[test]
@@ -156,18 +149,13 @@ async fn deepshop_rows_become_tasks_judged_on_their_own_key_points_with_the_shop
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("1 task folder(s)"), "{out}");
     // The fixture harness browses as a model would: the start page, the sorted results.
-    let toml_path = tasks.join("Amazon--7/task.toml");
-    let calls = json!([
-        {"tool": "goto", "arguments": {"url": "http://127.0.0.1:8080/search?category=running-shoes&min_rating=4&sort=price_asc"}},
-        {"tool": "answer", "arguments": {"text": "City Sprint at $48.50"}},
-    ]);
-    let calls: toml::Value = serde_json::from_value(calls).unwrap();
-    let text = std::fs::read_to_string(&toml_path).unwrap();
-    std::fs::write(
-        &toml_path,
-        text.replace("[metadata]\n", &format!("[metadata]\nmode = \"tools\"\ncalls = {calls}\n")),
-    )
-    .unwrap();
+    script_calls(
+        &tasks.join("Amazon--7"),
+        json!([
+            {"tool": "goto", "arguments": {"url": "http://127.0.0.1:8080/search?category=running-shoes&min_rating=4&sort=price_asc"}},
+            {"tool": "answer", "arguments": {"text": "City Sprint at $48.50"}},
+        ]),
+    );
 
     // A WebJudge judge: the key points are the row's, so it is never asked to list them.
     let (judge, seen) = mock_model_with(|request: &Value| {
@@ -250,23 +238,20 @@ fn miniwob_pages_are_served_in_the_sandbox_and_their_own_reward_grades_them() {
         json!([page("enter-text"), {"tool": "type", "arguments": {"id": 3, "text": text, "submit": false}},
                {"tool": "click", "arguments": {"id": 4}}])
     };
-    script_calls(&tasks.join("miniwob.enter-text"), enter("Keneth"));
-    // A wrong answer, after trying to end the episode from a javascript: URL (refused).
+    // A wrong answer, after trying to end the episode from a javascript: URL (refused): a copy of
+    // the enter-text task, made before either is given its calls.
     let wrong = tasks.join("miniwob.enter-text-wrong");
     std::fs::create_dir_all(wrong.join("tests")).unwrap();
     for f in ["instruction.md", "task.toml", "tests/test.sh"] {
         std::fs::copy(tasks.join("miniwob.enter-text").join(f), wrong.join(f)).unwrap();
     }
     std::os::unix::fs::symlink("../_miniwob/environment", wrong.join("environment")).unwrap();
+    script_calls(&tasks.join("miniwob.enter-text"), enter("Keneth"));
     let mut calls = enter("Nobody");
     calls
         .as_array_mut()
         .unwrap()
         .insert(1, json!({"tool": "goto", "arguments": {"url": "javascript:core.endEpisode(1.0)"}}));
-    let toml = std::fs::read_to_string(wrong.join("task.toml")).unwrap();
-    let toml = toml.split("mode = \"tools\"").next().unwrap().to_string()
-        + &toml.split_once("calls = ").map(|(_, rest)| rest.split_once('\n').unwrap().1.to_string()).unwrap();
-    std::fs::write(wrong.join("task.toml"), toml).unwrap();
     script_calls(&wrong, calls);
 
     let harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();

@@ -18,6 +18,14 @@ pub fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
 }
 
+/// Every rollout record of a run's output directory, by task id.
+pub fn rollouts(out: &Path) -> Vec<Value> {
+    let mut all: Vec<Value> =
+        std::fs::read_dir(out.join("rollouts")).unwrap().map(|e| read_json(&e.unwrap().path())).collect();
+    all.sort_by(|a, b| a["task_id"].as_str().cmp(&b["task_id"].as_str()));
+    all
+}
+
 /// Runs `orchard eval ARGS` into fresh output and state directories; returns the summary,
 /// the output directory and stdout.
 pub fn eval(args: &[&str]) -> (Value, tempfile::TempDir, String) {
