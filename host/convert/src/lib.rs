@@ -47,3 +47,19 @@ pub fn read_rows(path: &Path) -> Result<Vec<(String, Value)>, ConvertError> {
     }
     Ok(rows)
 }
+
+/// Copies a directory tree (links to files and directories are followed; anything else, such as
+/// a socket, is left out).
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        if source.is_dir() {
+            copy_dir(&source, &target)?;
+        } else if source.is_file() {
+            std::fs::copy(&source, &target)?;
+        }
+    }
+    Ok(())
+}

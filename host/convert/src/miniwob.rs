@@ -35,21 +35,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ConvertError + '_ {
     move |source| ConvertError::Io { path: path.display().to_string(), source }
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
-
 /// Converts the pages of the MiniWoB++ copy at `dir` into task folders under `out`.
 pub fn convert(dir: &Path, out: &Path, options: &Options) -> Result<Report, ConvertError> {
     let html = html_root(dir).ok_or_else(|| ConvertError::Input {
@@ -74,7 +59,7 @@ pub fn convert(dir: &Path, out: &Path, options: &Options) -> Result<Report, Conv
     // The shared environment: the pages and the server, with its Dockerfile.
     let shared = out.join("_miniwob/environment");
     let _ = std::fs::remove_dir_all(&shared);
-    copy_dir(&html, &shared.join("html")).map_err(io(&shared))?;
+    crate::copy_dir(&html, &shared.join("html")).map_err(io(&shared))?;
     std::fs::write(shared.join("serve.py"), SERVE).map_err(io(&shared))?;
     std::fs::write(
         shared.join("Dockerfile"),

@@ -153,7 +153,7 @@ impl Row {
         let toml = toml::to_string(&toml::Value::Table(doc)).map_err(|e| e.to_string())?;
         std::fs::write(dir.join("task.toml"), toml).map_err(|e| e.to_string())?;
         if let Some(env) = &options.environment {
-            copy_dir(env, &dir.join("environment")).map_err(|e| format!("copying {}: {e}", env.display()))?;
+            crate::copy_dir(env, &dir.join("environment")).map_err(|e| format!("copying {}: {e}", env.display()))?;
         }
         Ok(folder)
     }
@@ -165,20 +165,6 @@ fn dataset_name(d: Dataset) -> &'static str {
         Dataset::OnlineMind2Web => "online-mind2web",
         Dataset::DeepShop => "deepshop",
     }
-}
-
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
 }
 
 /// Converts every row of `rows` into a task folder under `out`.

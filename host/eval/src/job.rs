@@ -238,10 +238,12 @@ const HEALTHY_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 /// `/tmp/orchard-entrypoint.log`) and waits until its HEALTHCHECK passes.
 async fn start_service(agent: &AgentClient, task: &Task) -> Result<(), String> {
     let Some(argv) = &task.start else { return Ok(()) };
-    let quoted: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
-    let command = format!("exec {} > /tmp/orchard-entrypoint.log 2>&1 < /dev/null", quoted.join(" "));
+    // The command's own words reach it as `sh`'s arguments: nothing to quote.
+    let mut command: Vec<String> =
+        ["sh", "-c", "exec \"$@\" > /tmp/orchard-entrypoint.log 2>&1 < /dev/null", "sh"].map(String::from).to_vec();
+    command.extend(argv.iter().cloned());
     let start = orchard_protocol::ProcessStart {
-        command: orchard_protocol::Command::Shell(command),
+        command: orchard_protocol::Command::Argv(command),
         cwd: task.workdir.clone(),
         env: task.env.clone(),
     };
@@ -266,14 +268,6 @@ async fn start_service(agent: &AgentClient, task: &Task) -> Result<(), String> {
             ));
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c)) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
