@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use orchard_tests::evals::{completion, eval, examples, mock_model, read_json};
+use orchard_tests::tokens::{render_message, render_prompt};
 use serde_json::{Value, json};
 
 fn task(name: &str) -> String {
@@ -711,44 +712,6 @@ async fn a_task_by_harness_matrix_exports_to_every_training_format() {
     assert!(stderr.contains("is this an `orchard eval --out` directory?"), "{stderr}");
 }
 
-/// A deterministic tokenizer and chat template for the token-faithful test: one id per byte,
-/// role markers and separators above 255. A tool call renders as `name(arguments)`.
-fn render_message(m: &Value) -> Vec<u32> {
-    let mut text = match &m["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
-        _ => String::new(),
-    };
-    for c in m["tool_calls"].as_array().into_iter().flatten() {
-        text.push_str(&format!(
-            "{}({})",
-            c["function"]["name"].as_str().unwrap(),
-            c["function"]["arguments"].as_str().unwrap()
-        ));
-    }
-    text.bytes().map(u32::from).chain([300]).collect()
-}
-
-fn role_id(role: &str) -> u32 {
-    match role {
-        "system" => 256,
-        "user" => 257,
-        "assistant" => 258,
-        _ => 259,
-    }
-}
-
-/// The endpoint's ids for a request: every message rendered, then the assistant's marker.
-fn render_prompt(request: &Value) -> Vec<u32> {
-    let mut ids = Vec::new();
-    for m in request["messages"].as_array().unwrap() {
-        ids.push(role_id(m["role"].as_str().unwrap()));
-        ids.extend(render_message(m));
-    }
-    ids.push(258);
-    ids
-}
-
 /// Two tool turns (one with two parallel calls), then the answer; every reply carries the prompt's
 /// and the completion's ids, as vLLM does with `return_token_ids`, and a logprob per token.
 fn reply_with_tokens(request: &Value) -> (u16, Value) {
@@ -766,15 +729,7 @@ fn reply_with_tokens(request: &Value) -> (u16, Value) {
         ),
         _ => assistant("a.txt holds hi."),
     };
-    let completion_ids = render_message(&message);
-    let finish = if message["tool_calls"].is_array() { "tool_calls" } else { "stop" };
-    let (status, mut body) = completion(message, finish, (10, completion_ids.len() as u32));
-    let logprobs: Vec<Value> =
-        completion_ids.iter().map(|i| json!({"token": "t", "logprob": -(*i as f64) / 1000.0})).collect();
-    body["choices"][0]["logprobs"] = json!({"content": logprobs});
-    body["choices"][0]["token_ids"] = json!(completion_ids);
-    body["prompt_token_ids"] = json!(render_prompt(request));
-    (status, body)
+    orchard_tests::tokens::reply(request, message)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,6 +4,7 @@ pub mod evals;
 pub mod images;
 pub mod kube;
 pub mod postgres;
+pub mod tokens;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

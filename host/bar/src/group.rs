@@ -71,6 +71,9 @@ pub struct GroupBuilder {
     pub posterior: Posterior,
     launched: u32,
     rewards: Vec<Option<f64>>,
+    /// Slots given up without a reward (the environment failed them): they count for neither
+    /// outcome, but their launch stays spent.
+    discarded: Vec<bool>,
     pub decisions: Vec<Decision>,
     done: bool,
 }
@@ -101,14 +104,35 @@ fn p_reach(post: &Posterior, n: u32, need_pos: u32, need_neg: u32) -> f64 {
 
 impl GroupBuilder {
     pub fn new(config: GroupConfig, posterior: Posterior) -> GroupBuilder {
-        GroupBuilder { config, posterior, launched: 0, rewards: Vec::new(), decisions: Vec::new(), done: false }
+        GroupBuilder {
+            config,
+            posterior,
+            launched: 0,
+            rewards: Vec::new(),
+            discarded: Vec::new(),
+            decisions: Vec::new(),
+            done: false,
+        }
     }
 
     /// A rollout of index `i` (launch order) finished with `reward`.
     pub fn record(&mut self, i: usize, reward: f64) {
-        if let Some(slot) = self.rewards.get_mut(i) {
+        if self.discarded.get(i) == Some(&false)
+            && let Some(slot) = self.rewards.get_mut(i)
+            && slot.is_none()
+        {
             *slot = Some(reward);
             self.posterior.observe(reward);
+        }
+    }
+
+    /// Gives up slot `i` without a reward: an environment error is no evidence about the
+    /// policy, so it is neither a positive nor a negative.
+    pub fn discard(&mut self, i: usize) {
+        if let Some(d) = self.discarded.get_mut(i)
+            && self.rewards[i].is_none()
+        {
+            *d = true;
         }
     }
 
@@ -116,7 +140,7 @@ impl GroupBuilder {
         let mut pos = 0;
         let mut neg = 0;
         let mut running = 0;
-        for r in &self.rewards {
+        for (r, _) in self.rewards.iter().zip(&self.discarded).filter(|(_, d)| !**d) {
             match r {
                 Some(r) if *r >= 0.5 => pos += 1,
                 Some(_) => neg += 1,
@@ -135,6 +159,7 @@ impl GroupBuilder {
         if let Step::Launch(n) = step {
             self.launched += n;
             self.rewards.extend(std::iter::repeat_n(None, n as usize));
+            self.discarded.extend(std::iter::repeat_n(false, n as usize));
         }
         step
     }
@@ -254,6 +279,23 @@ mod tests {
         assert_eq!(positives, 1);
         assert!(selected.contains(&10), "the success is kept: {selected:?}");
         assert_eq!(b.decisions.iter().filter(|d| matches!(d.step, Step::Launch(_))).count(), 3);
+    }
+
+    #[test]
+    fn a_discarded_slot_is_neither_outcome_and_does_not_hold_the_group() {
+        let mut b = GroupBuilder::new(GroupConfig::new(4), Posterior::new(Prior::default()));
+        assert_eq!(b.next_step(), Step::Launch(4));
+        for (i, r) in [1.0, 0.0, 0.0].into_iter().enumerate() {
+            b.record(i, r);
+        }
+        assert_eq!(b.next_step(), Step::Wait, "slot 3 is still running");
+        b.discard(3);
+        // Three counted, four needed: one more is launched rather than waiting forever.
+        assert_eq!(b.next_step(), Step::Launch(1));
+        b.record(4, 0.0);
+        let Step::Emit(selected) = b.next_step() else { panic!("{:?}", b.decisions) };
+        assert!(!selected.contains(&3), "{selected:?}");
+        assert_eq!(selected.len(), 4);
     }
 
     #[test]

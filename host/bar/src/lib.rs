@@ -15,7 +15,7 @@ mod posterior;
 pub mod sim;
 
 pub use group::{Decision, GroupBuilder, GroupConfig, GroupOutcome, Step};
-pub use planner::{ADMIT_FLOOR, ADMIT_SHARPNESS, Planner};
+pub use planner::{ADMIT_FLOOR, ADMIT_SHARPNESS, Planner, admit_probability};
 pub use posterior::{Posterior, Prior};
 
 /// Advantages of `rewards` (0/1 or graded in [0, 1]) against `baseline` (the task's posterior

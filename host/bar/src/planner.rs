@@ -15,6 +15,11 @@ pub const ADMIT_SHARPNESS: f64 = 3.0;
 /// Every task is admitted at least this often, so that its posterior keeps up with the policy.
 pub const ADMIT_FLOOR: f64 = 0.03;
 
+/// The probability to admit a task whose group would be mixed with probability `p_mixed`.
+pub fn admit_probability(p_mixed: f64) -> f64 {
+    p_mixed.powf(ADMIT_SHARPNESS).clamp(ADMIT_FLOOR, 1.0)
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Planner {
     pub config: GroupConfig,
@@ -52,7 +57,7 @@ impl Planner {
         let since = (epoch - self.last_epoch[task]).max(0.0);
         self.posts[task].decay(self.keep_per_epoch.powf(since));
         self.last_epoch[task] = epoch.max(self.last_epoch[task]);
-        self.posts[task].p_mixed(self.config.size).powf(ADMIT_SHARPNESS).max(ADMIT_FLOOR)
+        admit_probability(self.posts[task].p_mixed(self.config.size))
     }
 
     /// A group of `task` to grow.

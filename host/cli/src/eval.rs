@@ -160,6 +160,8 @@ impl EvalArgs {
                 api_key_secret: api_key_secret.clone(),
                 logprobs,
                 concurrency: self.model_concurrency,
+                sampling: None,
+                policy_version: None,
             })
         };
         Ok(EvalSpec {

@@ -127,6 +127,9 @@ pub struct Completion {
     pub prompt_token_ids: Option<Vec<u32>>,
     /// How many attempts the request took (retries + 1).
     pub attempts: u32,
+    /// The policy version the trainer named for this endpoint when the call was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -156,6 +159,11 @@ pub struct ModelConfig {
     pub concurrency: usize,
     /// Ask for logprobs (kept in the trajectory).
     pub logprobs: bool,
+    /// Sampling the caller (a trainer) fixes for every request, whatever the harness asks: a
+    /// JSON object merged into the body last (`temperature`, `top_p`, `max_tokens`, ...).
+    pub sampling: Option<serde_json::Value>,
+    /// Recorded with every call (the weights that sampled it).
+    pub policy_version: Option<String>,
 }
 
 impl ModelConfig {
@@ -168,6 +176,8 @@ impl ModelConfig {
             max_retries: 6,
             concurrency: 64,
             logprobs: false,
+            sampling: None,
+            policy_version: None,
         }
     }
 }
@@ -234,6 +244,7 @@ impl ModelClient {
                         orchard_metrics::metrics().model_request("ok", sent.elapsed());
                         let mut completion = wire::parse_response(&text)?;
                         completion.attempts = attempt;
+                        completion.policy_version = self.config.policy_version.clone();
                         return Ok(completion);
                     }
                     let message = format!("HTTP {status}: {}", text.chars().take(500).collect::<String>());

@@ -97,6 +97,13 @@ pub fn request_body(config: &ModelConfig, messages: &[Message], tools: &[ToolSpe
             body.insert(k.clone(), v.clone());
         }
     }
+    // The trainer's sampling wins over the harness's: the policy being trained is sampled the
+    // way the trainer's algorithm assumes.
+    if let Some(Value::Object(fixed)) = &config.sampling {
+        for (k, v) in fixed {
+            body.insert(k.clone(), v.clone());
+        }
+    }
     Value::Object(body)
 }
 
@@ -182,6 +189,7 @@ pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
         token_ids,
         prompt_token_ids,
         attempts: 1,
+        policy_version: None,
     })
 }
 

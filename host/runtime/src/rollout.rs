@@ -336,6 +336,7 @@ impl RolloutContext {
             logprobs: c.logprobs.clone(),
             token_ids: c.token_ids.clone(),
             prompt_token_ids: c.prompt_token_ids.clone(),
+            policy_version: c.policy_version.clone(),
         });
         // A judge's calls are steps of the record, but the conversation, tools, sampling and
         // usage stay the run's: they are what exports train on.

@@ -28,6 +28,9 @@ pub enum Step {
         /// The prompt's token ids as the endpoint rendered them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt_token_ids: Option<Vec<u32>>,
+        /// The policy version the trainer named for the endpoint.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy_version: Option<String>,
     },
     ModelError {
         plugin: String,
@@ -101,7 +104,10 @@ impl Trajectory {
         let mut harness = None;
         let mut calls = Vec::new();
         for step in &self.steps {
-            let Step::ModelCall { plugin, token_ids, prompt_token_ids, logprobs, finish_reason, .. } = step else {
+            let Step::ModelCall {
+                plugin, token_ids, prompt_token_ids, logprobs, finish_reason, policy_version, ..
+            } = step
+            else {
                 continue;
             };
             if *harness.get_or_insert(plugin) != plugin {
@@ -118,7 +124,7 @@ impl Trajectory {
                 completion_ids: completion.clone(),
                 logprobs,
                 finish_reason: format!("{finish_reason:?}").to_lowercase(),
-                policy_version: None,
+                policy_version: policy_version.clone(),
             });
         }
         orchard_segments::segments(&calls)

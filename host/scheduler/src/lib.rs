@@ -66,6 +66,63 @@ pub async fn submit(env: &Env, eval_id: &str, tenant: &str, spec: EvalSpec) -> R
     Ok(env.store.create_eval(&new).await?)
 }
 
+/// Queues a job of one task's rollouts under one harness, attempts `attempts` (a rollout
+/// group: more are added with [`add_attempts`] as it grows). Returns the job and the harness's
+/// id (what rollout ids are made of).
+pub async fn submit_attempts(
+    env: &Env,
+    eval_id: &str,
+    tenant: &str,
+    spec: EvalSpec,
+    task_id: &str,
+    attempts: std::ops::RangeInclusive<u32>,
+) -> Result<(EvalRow, String), SchedulerError> {
+    spec.check().map_err(SchedulerError::Invalid)?;
+    let [harness] = spec.harnesses.as_slice() else {
+        return Err(SchedulerError::Invalid("harnesses: a rollout group runs exactly one harness".into()));
+    };
+    let prepared = Prepared::new(env, eval_id, tenant, spec.clone()).await.map_err(|e| SchedulerError::Invalid(e.0))?;
+    if !prepared.tasks.contains_key(task_id) {
+        return Err(SchedulerError::Invalid(format!("task {task_id:?} is not in the job's tasks")));
+    }
+    let harness = prepared
+        .plugin(harness, orchard_runtime::PluginKind::Harness)
+        .map(|p| p.id())
+        .map_err(|e| SchedulerError::Invalid(e.0))?;
+    let new = NewEval {
+        id: eval_id.to_string(),
+        tenant: tenant.to_string(),
+        spec: serde_json::to_string(&spec).map_err(|e| SchedulerError::Invalid(e.to_string()))?,
+        fingerprint: spec.fingerprint(),
+        k: spec.attempts,
+        rollouts: new_rollouts(task_id, &harness, attempts),
+    };
+    Ok((env.store.create_eval(&new).await?, harness))
+}
+
+/// Queues more attempts of a job's task (a group topping up, or replacing a rollout the
+/// environment failed).
+pub async fn add_attempts(
+    store: &Store,
+    eval_id: &str,
+    task_id: &str,
+    harness_id: &str,
+    attempts: std::ops::RangeInclusive<u32>,
+) -> Result<(), SchedulerError> {
+    Ok(store.add_rollouts(eval_id, &new_rollouts(task_id, harness_id, attempts)).await?)
+}
+
+fn new_rollouts(task_id: &str, harness_id: &str, attempts: std::ops::RangeInclusive<u32>) -> Vec<NewRollout> {
+    attempts
+        .map(|attempt| NewRollout {
+            rollout_id: RolloutResult::id_for(task_id, harness_id, attempt),
+            task_id: task_id.to_string(),
+            harness: harness_id.to_string(),
+            attempt,
+        })
+        .collect()
+}
+
 /// The trajectory document of a rollout (one line of `trajectories.jsonl`).
 pub fn trajectory_document(result: &RolloutResult) -> serde_json::Value {
     orchard_eval::trajectory_line(result)

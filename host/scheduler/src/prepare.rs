@@ -194,6 +194,8 @@ async fn model_client(
     let mut config = ModelConfig::new(&spec.url, &spec.name);
     config.concurrency = spec.concurrency.max(1);
     config.logprobs = spec.logprobs;
+    config.sampling = spec.sampling.clone();
+    config.policy_version = spec.policy_version.clone();
     if let Some(name) = &spec.api_key_secret {
         let key = match env.local_secrets.get(name) {
             Some(key) => Some(key.clone()),

@@ -32,6 +32,13 @@ pub struct ModelSpec {
     /// Most requests in flight.
     #[serde(default = "default_model_concurrency")]
     pub concurrency: usize,
+    /// Sampling fixed for every request whatever the harness asks (a JSON object merged into
+    /// the request body: `temperature`, `top_p`, `max_tokens`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<serde_json::Value>,
+    /// Recorded with every model call (the trainer's weights version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<String>,
 }
 
 fn default_model_concurrency() -> usize {
@@ -133,6 +140,9 @@ impl EvalSpec {
         for m in [&self.model, &self.grader_model].into_iter().flatten() {
             if !(m.url.starts_with("http://") || m.url.starts_with("https://")) {
                 return Err(format!("model.url: {:?} is not an http(s) URL", m.url));
+            }
+            if m.sampling.as_ref().is_some_and(|s| !s.is_object()) {
+                return Err("model.sampling: expected a JSON object".into());
             }
         }
         Ok(())

@@ -45,6 +45,8 @@ pub struct AppState {
     pub plugins: Option<Arc<orchard_runtime::Registry>>,
     /// The evaluation service (`/v1/evals`), when the server runs one.
     pub evals: Option<Arc<orchard_evals_api::EvalService>>,
+    /// Rollout groups for trainers (`/v1/groups`), on the evaluation service's engine.
+    pub groups: Option<Arc<orchard_groups::GroupService>>,
 }
 
 impl AppState {
@@ -54,12 +56,21 @@ impl AppState {
         admission: Arc<orchard_admission::Admission>,
         plugins: Option<Arc<orchard_runtime::Registry>>,
     ) -> Arc<Self> {
-        Arc::new(AppState { backend, keys, admission, jobs: jobs::JobStore::default(), plugins, evals: None })
+        Arc::new(AppState {
+            backend,
+            keys,
+            admission,
+            jobs: jobs::JobStore::default(),
+            plugins,
+            evals: None,
+            groups: None,
+        })
     }
 
     /// The same state, serving evaluations too.
     pub fn with_evals(self: Arc<Self>, evals: Arc<orchard_evals_api::EvalService>) -> Arc<Self> {
         let mut state = Arc::try_unwrap(self).unwrap_or_else(|_| panic!("with_evals before the state is shared"));
+        state.groups = Some(orchard_groups::GroupService::new(evals.clone()));
         state.evals = Some(evals);
         Arc::new(state)
     }
@@ -88,6 +99,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut ui = Router::new();
     if let Some(evals) = &state.evals {
         v1 = v1.merge(orchard_evals_api::routes(evals.clone()));
+        if let Some(groups) = &state.groups {
+            v1 = v1.merge(orchard_groups::routes(groups.clone()));
+        }
         let ui_state =
             Arc::new(orchard_web_ui::UiState { service: evals.clone(), sessions: Arc::new(web_sessions(&state.keys)) });
         ui = ui

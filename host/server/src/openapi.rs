@@ -67,6 +67,7 @@ pub fn document_value() -> utoipa::openapi::OpenApi {
     let mut doc = ServerDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     doc.merge(orchard_evals_api::openapi::EvalsDoc::openapi());
+    doc.merge(orchard_groups::openapi_paths());
     doc
 }
 

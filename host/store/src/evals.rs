@@ -156,6 +156,53 @@ pub(crate) fn rollout_row(row: &AnyRow) -> Result<RolloutRow> {
 /// Rows per multi-row INSERT (well under both engines' bound-parameter limits).
 const INSERT_CHUNK: usize = 400;
 
+/// Queues `rollouts` of a job with work-order numbers from `first_seq`, a chunk per INSERT.
+async fn insert_rollouts(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    eval_id: &str,
+    tenant: &str,
+    first_seq: i64,
+    rollouts: &[NewRollout],
+    now: f64,
+) -> Result<()> {
+    for (chunk_index, chunk) in rollouts.chunks(INSERT_CHUNK).enumerate() {
+        let mut sql = String::from(
+            "INSERT INTO rollouts (eval_id, rollout_id, seq, tenant, task_id, harness, attempt, state, queued_at) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            let b = i * 7;
+            if i > 0 {
+                sql.push(',');
+            }
+            sql.push_str(&format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, 'queued', ${})",
+                b + 1,
+                b + 2,
+                b + 3,
+                b + 4,
+                b + 5,
+                b + 6,
+                b + 7,
+                chunk.len() * 7 + 1
+            ));
+        }
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (i, r) in chunk.iter().enumerate() {
+            let seq = first_seq + (chunk_index * INSERT_CHUNK + i) as i64;
+            query = query
+                .bind(eval_id)
+                .bind(&r.rollout_id)
+                .bind(seq)
+                .bind(tenant)
+                .bind(&r.task_id)
+                .bind(&r.harness)
+                .bind(i64::from(r.attempt));
+        }
+        query.bind(now).execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Creates the job with every rollout queued, in one transaction.
     pub async fn create_eval(&self, eval: &NewEval) -> Result<EvalRow> {
@@ -178,43 +225,39 @@ impl Store {
         .bind(total)
         .execute(&mut *tx)
         .await?;
-        for (chunk_index, chunk) in eval.rollouts.chunks(INSERT_CHUNK).enumerate() {
-            let mut sql = String::from(
-                "INSERT INTO rollouts (eval_id, rollout_id, seq, tenant, task_id, harness, attempt, state, queued_at) VALUES ",
-            );
-            for i in 0..chunk.len() {
-                let b = i * 7;
-                if i > 0 {
-                    sql.push(',');
-                }
-                sql.push_str(&format!(
-                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, 'queued', ${})",
-                    b + 1,
-                    b + 2,
-                    b + 3,
-                    b + 4,
-                    b + 5,
-                    b + 6,
-                    b + 7,
-                    chunk.len() * 7 + 1
-                ));
-            }
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for (i, r) in chunk.iter().enumerate() {
-                let seq = (chunk_index * INSERT_CHUNK + i) as i64;
-                query = query
-                    .bind(&eval.id)
-                    .bind(&r.rollout_id)
-                    .bind(seq)
-                    .bind(&eval.tenant)
-                    .bind(&r.task_id)
-                    .bind(&r.harness)
-                    .bind(i64::from(r.attempt));
-            }
-            query.bind(now).execute(&mut *tx).await?;
-        }
+        insert_rollouts(&mut tx, &eval.id, &eval.tenant, 0, &eval.rollouts, now).await?;
         tx.commit().await?;
         self.eval(&eval.id).await?.ok_or_else(|| StoreError::Corrupt("the evaluation just created is gone".into()))
+    }
+
+    /// Queues more rollouts of a job that is not cancelled (a rollout group topping up); a
+    /// finished job runs again. Rollout ids must be new.
+    pub async fn add_rollouts(&self, eval_id: &str, rollouts: &[NewRollout]) -> Result<()> {
+        if rollouts.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write.begin().await?;
+        let row = sqlx::query("SELECT tenant, status, (SELECT COALESCE(MAX(seq), -1) FROM rollouts WHERE eval_id = $1) AS last FROM evals WHERE id = $1")
+            .bind(eval_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::Invalid(format!("no evaluation {eval_id}")))?;
+        let (tenant, status, last) = (get_str(&row, "tenant")?, get_str(&row, "status")?, get_i64(&row, "last")?);
+        if status == "cancelled" {
+            return Err(StoreError::Invalid(format!("evaluation {eval_id} is cancelled")));
+        }
+        let now = now();
+        insert_rollouts(&mut tx, eval_id, &tenant, last + 1, rollouts, now).await?;
+        sqlx::query(
+            "UPDATE evals SET total = total + $2, queued = queued + $2, \
+             status = CASE WHEN status = 'done' THEN 'running' ELSE status END, finished_at = NULL WHERE id = $1",
+        )
+        .bind(eval_id)
+        .bind(rollouts.len() as i64)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     pub async fn eval(&self, id: &str) -> Result<Option<EvalRow>> {

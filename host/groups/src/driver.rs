@@ -1,0 +1,304 @@
+//! One group, start to end: its job is queued with G rollouts of the task; as rollouts finish
+//! (on any replica: read from the store) each is streamed, BAR takes its reward, and decides to
+//! wait, top up, emit or abandon. An environment's failure is run again in the same slot, never
+//! counted; what is still queued or running when the group ends is cancelled.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use orchard_bar::{GroupBuilder, Posterior, Step};
+use orchard_eval::RolloutResult;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::GroupService;
+use crate::record::{GroupRecord, Record, RolloutKind, rollout_record};
+use crate::request::GroupRequest;
+
+/// How a group ended, for the stream's last record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Emitted,
+    Abandoned,
+    Failed,
+    /// The client went away: the group's job was cancelled.
+    Dropped,
+}
+
+#[derive(Debug, Clone)]
+enum Slot {
+    Running { attempt: u32, retries: u32 },
+    Done { rollout_id: String, reward: f64 },
+    Discarded,
+}
+
+pub struct GroupRun {
+    pub service: Arc<GroupService>,
+    pub tenant: String,
+    pub request: Arc<GroupRequest>,
+    pub task_id: String,
+    pub posterior: Posterior,
+    pub memory_key: String,
+    pub tx: mpsc::Sender<Record>,
+}
+
+struct State {
+    group_id: String,
+    harness_id: Option<String>,
+    builder: GroupBuilder,
+    slots: Vec<Slot>,
+    by_attempt: HashMap<u32, usize>,
+    next_attempt: u32,
+    cursor: i64,
+    env_errors: u32,
+    model_errors: u32,
+}
+
+impl GroupRun {
+    pub async fn run(self) -> (Ended, usize) {
+        let group_id = orchard_scheduler::new_eval_id();
+        let bar = self.request.bar.is_some();
+        let mut config = self.request.group_config();
+        if !bar {
+            config.cap = config.size;
+        }
+        let mut st = State {
+            group_id,
+            harness_id: None,
+            builder: GroupBuilder::new(config, self.posterior),
+            slots: Vec::new(),
+            by_attempt: HashMap::new(),
+            next_attempt: 1,
+            cursor: 0,
+            env_errors: 0,
+            model_errors: 0,
+        };
+        let mut events = self.service.evals.runner.subscribe();
+        let mut streamed = 0usize;
+        let ended = loop {
+            // Decide.
+            let step = if bar || st.slots.is_empty() {
+                st.builder.next_step()
+            } else if st.slots.iter().any(|s| matches!(s, Slot::Running { .. })) {
+                Step::Wait
+            } else {
+                // A fixed group: every slot has ended; emit what was counted.
+                Step::Emit((0..st.slots.len()).filter(|i| matches!(st.slots[*i], Slot::Done { .. })).collect())
+            };
+            match step {
+                Step::Launch(n) => {
+                    let first = st.slots.len();
+                    let attempts: Vec<u32> = (0..n).map(|k| self.new_attempt(&mut st, first + k as usize, 0)).collect();
+                    if let Err(message) = self.launch(&mut st, &attempts).await {
+                        let _ = self
+                            .tx
+                            .send(Record::Error {
+                                task_id: self.task_id.clone(),
+                                group_id: Some(st.group_id.clone()),
+                                message,
+                            })
+                            .await;
+                        self.cancel(&st).await;
+                        break Ended::Failed;
+                    }
+                    continue;
+                }
+                Step::Emit(selected) => {
+                    self.finish(&mut st, Some(selected)).await;
+                    break Ended::Emitted;
+                }
+                Step::Abandon => {
+                    self.finish(&mut st, None).await;
+                    break Ended::Abandoned;
+                }
+                Step::Wait => {}
+            }
+            // Wait for rollouts to finish (here or on another replica), or the client to leave.
+            tokio::select! {
+                _ = events.recv() => {}
+                _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+                _ = self.tx.closed() => {
+                    self.cancel(&st).await;
+                    break Ended::Dropped;
+                }
+            }
+            match self.take_finished(&mut st).await {
+                Ok(n) => streamed += n,
+                Err(e) => tracing::warn!(group = %st.group_id, "reading finished rollouts: {e}"),
+            }
+        };
+        self.service.memory.store(&self.memory_key, st.builder.posterior, self.request.policy_version().as_deref());
+        (ended, streamed)
+    }
+
+    fn new_attempt(&self, st: &mut State, slot: usize, retries: u32) -> u32 {
+        let attempt = st.next_attempt;
+        st.next_attempt += 1;
+        st.by_attempt.insert(attempt, slot);
+        let running = Slot::Running { attempt, retries };
+        if slot < st.slots.len() {
+            st.slots[slot] = running;
+        } else {
+            st.slots.push(running);
+        }
+        attempt
+    }
+
+    /// Queues `attempts`: the group's job the first time, more of its rollouts after.
+    async fn launch(&self, st: &mut State, attempts: &[u32]) -> Result<(), String> {
+        let (Some(&lo), Some(&hi)) = (attempts.iter().min(), attempts.iter().max()) else { return Ok(()) };
+        let env = &self.service.evals.env;
+        match &st.harness_id {
+            None => {
+                let (_, harness) = orchard_scheduler::submit_attempts(
+                    env,
+                    &st.group_id,
+                    &self.tenant,
+                    self.request.spec(),
+                    &self.task_id,
+                    lo..=hi,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                tracing::info!(group = %st.group_id, task = %self.task_id, rollouts = hi - lo + 1, "group started");
+                st.harness_id = Some(harness);
+            }
+            Some(harness) => {
+                orchard_scheduler::add_attempts(&env.store, &st.group_id, &self.task_id, harness, lo..=hi)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        self.service.evals.runner.wake();
+        Ok(())
+    }
+
+    /// Streams what finished since last time and hands BAR the rewards; returns how many.
+    async fn take_finished(&self, st: &mut State) -> Result<usize, String> {
+        let store = &self.service.evals.env.store;
+        let rows = store.finished_since(&st.group_id, st.cursor, 100).await.map_err(|e| e.to_string())?;
+        let mut n = 0;
+        for row in rows {
+            st.cursor = row.finish_seq.unwrap_or(st.cursor);
+            let Some(&slot) = st.by_attempt.get(&(row.attempt as u32)) else { continue };
+            let Some(result) = row.result.as_deref().and_then(|r| serde_json::from_str::<RolloutResult>(r).ok()) else {
+                continue;
+            };
+            let doc = store
+                .rollout(&st.group_id, &row.rollout_id)
+                .await
+                .map_err(|e| e.to_string())?
+                .and_then(|(_, doc)| doc)
+                .and_then(|d| serde_json::from_str::<Value>(&d).ok())
+                .unwrap_or(Value::Null);
+            let record = rollout_record(&result, &doc, &st.group_id, slot, self.request.policy_version());
+            let kind = record.status;
+            n += 1;
+            let _ = self.tx.send(Record::Rollout(Box::new(record))).await;
+            let Slot::Running { attempt, retries } = st.slots[slot] else { continue };
+            if attempt != row.attempt as u32 {
+                continue;
+            }
+            if kind.counted() {
+                let reward = result.reward.unwrap_or(0.0);
+                st.builder.record(slot, reward);
+                st.slots[slot] = Slot::Done { rollout_id: result.rollout_id.clone(), reward };
+                continue;
+            }
+            if kind == RolloutKind::ModelError {
+                st.model_errors += 1;
+            } else {
+                st.env_errors += 1;
+            }
+            // The environment failed, not the policy: run the slot again (a model error is the
+            // trainer's endpoint, already retried by the client: given up).
+            if kind == RolloutKind::EnvError && retries < self.request.env_retries {
+                let attempt = self.new_attempt(st, slot, retries + 1);
+                if let Err(e) = self.launch(st, &[attempt]).await {
+                    tracing::warn!(group = %st.group_id, "retrying a rollout: {e}");
+                    st.slots[slot] = Slot::Discarded;
+                    st.builder.discard(slot);
+                }
+            } else {
+                st.slots[slot] = Slot::Discarded;
+                st.builder.discard(slot);
+            }
+        }
+        Ok(n)
+    }
+
+    /// Emits the group's record (`selected`: slots, or `None` when abandoned) and cancels
+    /// what still runs.
+    async fn finish(&self, st: &mut State, selected: Option<Vec<usize>>) {
+        if st.slots.iter().any(|s| matches!(s, Slot::Running { .. })) {
+            self.cancel(st).await;
+        }
+        let bar = self.request.bar.is_some();
+        let done = |i: &usize| match &st.slots[*i] {
+            Slot::Done { rollout_id, reward } => Some((rollout_id.clone(), *reward)),
+            _ => None,
+        };
+        let chosen: Vec<(String, f64)> = selected.as_deref().unwrap_or(&[]).iter().filter_map(done).collect();
+        let rewards: Vec<f64> = chosen.iter().map(|c| c.1).collect();
+        let all: Vec<f64> = (0..st.slots.len()).filter_map(|i| done(&i)).map(|c| c.1).collect();
+        let positives = rewards.iter().filter(|r| **r >= 0.5).count() as u32;
+        let (baseline, baseline_kind) = if bar {
+            (st.builder.posterior.mean(), "posterior_mean")
+        } else {
+            (rewards.iter().sum::<f64>() / rewards.len().max(1) as f64, "group_mean")
+        };
+        let generated = st.slots.len() as u32 + st.env_errors + st.model_errors;
+        let reason = match (&selected, st.builder.decisions.last()) {
+            (Some(_), _) if !bar => format!("every slot ended: {} counted of {}", rewards.len(), self.request.size),
+            (Some(_), _) => format!(
+                "mixed: {positives} positive and {} negative selected from {} graded",
+                rewards.len() as u32 - positives,
+                all.len()
+            ),
+            (None, Some(d)) => match d.p_usable {
+                Some(p) if (st.slots.len() as u32) < st.builder.config.cap => format!(
+                    "abandoned: a usable group within {} rollouts had probability {p:.3} (< {})",
+                    st.builder.config.cap, st.builder.config.abandon_below
+                ),
+                _ => format!(
+                    "abandoned: the cap of {} rollouts was reached without a usable group",
+                    st.builder.config.cap
+                ),
+            },
+            (None, None) => "abandoned".into(),
+        };
+        let record = GroupRecord {
+            group_id: st.group_id.clone(),
+            task_id: self.task_id.clone(),
+            outcome: if selected.is_some() { "emitted" } else { "abandoned" }.into(),
+            reason,
+            selected: chosen.iter().map(|c| c.0.clone()).collect(),
+            advantages: orchard_bar::advantages(&rewards, baseline),
+            rewards,
+            baseline,
+            baseline_kind,
+            generated,
+            positives,
+            negatives: chosen.len() as u32 - positives,
+            env_errors: st.env_errors,
+            model_errors: st.model_errors,
+            estimated_pass_rate: st.builder.posterior.mean(),
+            policy_version: self.request.policy_version(),
+            decisions: st.builder.decisions.clone(),
+        };
+        let _ = self.tx.send(Record::Group(Box::new(record))).await;
+    }
+
+    /// Cancels the group's job: queued rollouts at once, running ones on this replica now (on
+    /// another at its runner's next pass).
+    async fn cancel(&self, st: &State) {
+        let evals = &self.service.evals;
+        if st.harness_id.is_some() {
+            if let Err(e) = evals.env.store.cancel(&st.group_id).await {
+                tracing::warn!(group = %st.group_id, "cancelling the group's leftovers: {e}");
+            }
+            evals.runner.stop_eval(&st.group_id).await;
+        }
+    }
+}

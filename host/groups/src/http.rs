@@ -1,0 +1,81 @@
+//! `POST /v1/groups`: the stream. NDJSON (one record per line) unless the client asks for
+//! `text/event-stream`, then server-sent events named by the record's type.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router};
+use orchard_evals_api::{ApiError, TenantId};
+use orchard_scheduler::TaskSource;
+
+use crate::GroupService;
+use crate::record::Record;
+use crate::request::GroupRequest;
+
+pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<GroupService>) -> Router<S> {
+    Router::new().route("/groups", axum::routing::post(submit)).with_state(service)
+}
+
+/// The routes' OpenAPI paths (merged into the server's document).
+pub fn openapi_paths() -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi;
+    #[derive(utoipa::OpenApi)]
+    #[openapi(paths(submit), components(schemas(GroupRequest, crate::request::BarOptions)))]
+    struct Doc;
+    Doc::openapi()
+}
+
+#[utoipa::path(post, path = "/v1/groups", tag = "training",
+    summary = "Run rollout groups for a trainer; streams a record per rollout as it finishes, per group, and at the end",
+    request_body = GroupRequest,
+    responses(
+        (status = 200, description = "NDJSON records (`type`: rollout, group, skipped, error, end), or server-sent events with `Accept: text/event-stream`", content_type = "application/x-ndjson", body = String),
+        (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem),
+        (status = 503, description = "The database is unavailable", body = orchard_evals_api::openapi::Problem)))]
+pub async fn submit(
+    State(service): State<Arc<GroupService>>,
+    Extension(tenant): Extension<TenantId>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: GroupRequest = orchard_evals_api::parse(&body)?;
+    match &request.tasks {
+        TaskSource::Dir(_) => {
+            return Err(ApiError::invalid(
+                "tasks.dir: a path on the server is not for API clients; upload the tasks (POST /v1/datasets) \
+                 or name a dataset the operator registered",
+            ));
+        }
+        TaskSource::Archive(id) if !id.starts_with("sha256:") => {
+            return Err(ApiError::invalid(format!("tasks.archive: {id:?} is not a dataset id from POST /v1/datasets")));
+        }
+        _ => {}
+    }
+    let groups = request.task_ids.len();
+    let rx = service.start(&tenant.0, request).await?;
+    tracing::info!(tenant = %tenant.0, groups, "rollout groups started");
+    let records = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
+    let wants_sse =
+        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
+    if wants_sse {
+        use futures::StreamExt;
+        let events = records.map(|r: Record| {
+            let json = serde_json::to_value(&r).unwrap_or_default();
+            let kind = json["type"].as_str().unwrap_or("record").to_string();
+            Ok::<_, Infallible>(Event::default().event(kind).data(json.to_string()))
+        });
+        return Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response());
+    }
+    use futures::StreamExt;
+    let lines = records.map(|r: Record| {
+        let mut line = serde_json::to_vec(&r).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<_, Infallible>(Bytes::from(line))
+    });
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
+}

@@ -1,0 +1,179 @@
+//! The records a group stream carries: one per rollout as it finishes, one per group when it is
+//! emitted or abandoned, one per task BAR did not admit, and one at the end.
+
+use std::collections::BTreeMap;
+
+use orchard_eval::{RolloutResult, RolloutStatus};
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    Rollout(Box<RolloutRecord>),
+    Group(Box<GroupRecord>),
+    /// BAR did not admit the task this time: a group of it was unlikely to be mixed.
+    Skipped {
+        task_id: String,
+        p_mixed: f64,
+        p_admit: f64,
+        estimated_pass_rate: f64,
+    },
+    /// A group could not run at all (its job was refused).
+    Error {
+        task_id: String,
+        group_id: Option<String>,
+        message: String,
+    },
+    End {
+        groups: usize,
+        emitted: usize,
+        abandoned: usize,
+        skipped: usize,
+        failed: usize,
+        rollouts: usize,
+    },
+}
+
+/// How a rollout ended, for a trainer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutKind {
+    /// Graded.
+    Completed,
+    /// Graded, but the harness stopped at its step or token limit.
+    Truncated,
+    /// The policy's endpoint failed: no reward, not counted.
+    ModelError,
+    /// The sandbox, a plugin, or the grader failed (or could not decide): no reward, not
+    /// counted, retried.
+    EnvError,
+}
+
+impl RolloutKind {
+    /// Whether its reward is evidence about the policy.
+    pub fn counted(self) -> bool {
+        matches!(self, RolloutKind::Completed | RolloutKind::Truncated)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Timings {
+    pub agent_seconds: f64,
+    pub grade_seconds: f64,
+    pub total_seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RolloutRecord {
+    pub rollout_id: String,
+    pub group_id: String,
+    pub task_id: String,
+    /// The slot in the group (launch order); a retried slot keeps its index.
+    pub index: usize,
+    pub attempt: u32,
+    pub status: RolloutKind,
+    /// Whether BAR counted it (an environment or model error never is).
+    pub counted: bool,
+    pub reward: Option<f64>,
+    pub passed: bool,
+    /// The grader's sub-scores by name.
+    pub reward_parts: BTreeMap<String, f64>,
+    pub error: Option<String>,
+    pub policy_version: Option<String>,
+    /// Token-faithful training segments (see `orchard-segments`), when the endpoint gave ids.
+    pub segments: Value,
+    /// The conversation as OpenAI chat messages.
+    pub messages: Value,
+    pub tools: Value,
+    pub timings: Timings,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupRecord {
+    pub group_id: String,
+    pub task_id: String,
+    /// emitted | abandoned
+    pub outcome: String,
+    /// Why it stopped, in words.
+    pub reason: String,
+    /// The emitted rollouts (ids), in launch order.
+    pub selected: Vec<String>,
+    pub rewards: Vec<f64>,
+    /// `reward − baseline` for each selected rollout.
+    pub advantages: Vec<f64>,
+    pub baseline: f64,
+    /// `posterior_mean` (BAR) or `group_mean`.
+    pub baseline_kind: &'static str,
+    pub generated: u32,
+    pub positives: u32,
+    pub negatives: u32,
+    pub env_errors: u32,
+    pub model_errors: u32,
+    /// The task's posterior mean pass rate after this group.
+    pub estimated_pass_rate: f64,
+    pub policy_version: Option<String>,
+    /// Every BAR decision, in order.
+    pub decisions: Vec<orchard_bar::Decision>,
+}
+
+/// What kind of ending a finished rollout had; `doc` is its trajectory document.
+pub fn classify(result: &RolloutResult, doc: &Value) -> RolloutKind {
+    match result.status {
+        RolloutStatus::Graded => {
+            if result.outcome.as_ref().is_some_and(|o| o.status == orchard_runtime::Status::LimitReached) {
+                RolloutKind::Truncated
+            } else {
+                RolloutKind::Completed
+            }
+        }
+        RolloutStatus::Unknown => RolloutKind::EnvError,
+        RolloutStatus::Error => {
+            let model_failed = doc["trajectory"]["steps"]
+                .as_array()
+                .is_some_and(|steps| steps.iter().any(|s| s["type"] == "model_error"));
+            if model_failed { RolloutKind::ModelError } else { RolloutKind::EnvError }
+        }
+    }
+}
+
+/// The record of a finished rollout.
+pub fn rollout_record(
+    result: &RolloutResult,
+    doc: &Value,
+    group_id: &str,
+    index: usize,
+    policy_version: Option<String>,
+) -> RolloutRecord {
+    let status = classify(result, doc);
+    let reward_parts = match &result.verdict {
+        Some(orchard_runtime::Verdict::Graded { sub_scores, .. }) => sub_scores.iter().cloned().collect(),
+        _ => BTreeMap::new(),
+    };
+    let openai = orchard_eval::export::openai(doc);
+    RolloutRecord {
+        rollout_id: result.rollout_id.clone(),
+        group_id: group_id.to_string(),
+        task_id: result.task_id.clone(),
+        index,
+        attempt: result.attempt,
+        status,
+        counted: status.counted(),
+        reward: if status.counted() { result.reward } else { None },
+        passed: status.counted() && result.passed,
+        reward_parts,
+        error: result.error.clone().or_else(|| {
+            (status == RolloutKind::EnvError && result.status == RolloutStatus::Unknown)
+                .then(|| "the grader could not decide".to_string())
+        }),
+        policy_version,
+        segments: doc.get("segments").cloned().unwrap_or(Value::Array(vec![])),
+        messages: openai["messages"].clone(),
+        tools: openai.get("tools").cloned().unwrap_or(Value::Array(vec![])),
+        timings: Timings {
+            agent_seconds: result.agent_seconds,
+            grade_seconds: result.grade_seconds,
+            total_seconds: result.total_seconds,
+        },
+    }
+}

@@ -1,0 +1,212 @@
+//! Rollout groups for trainers over the real server: `POST /v1/groups` streams each rollout as it
+//! finishes with its token-faithful segments, BAR tops a uniform group up until it is mixed, an
+//! environment's failure is retried and never counted, and the trainer's sampling and policy
+//! version reach every model call.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::StreamExt;
+use orchard_tests::Server;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// A task whose reward is the model's choice: `yes` passes, `no` fails, and `crash` leaves no
+/// reward at all (the grader cannot decide: an environment error, not a negative).
+fn coin_tasks() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    orchard_tests::evals::write_task(
+        dir.path(),
+        "coin",
+        "",
+        "#!/bin/bash\ncase \"$(cat /workspace/answer.txt 2>/dev/null)\" in\n  yes) echo 1 > /logs/verifier/reward.txt ;;\n  crash) ;;\n  *) echo 0 > /logs/verifier/reward.txt ;;\nesac\n",
+    );
+    dir
+}
+
+fn archive(dir: &std::path::Path) -> Vec<u8> {
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    tar.append_dir_all(".", dir).unwrap();
+    tar.into_inner().unwrap().finish().unwrap()
+}
+
+async fn upload(server: &Server, dir: &std::path::Path) -> String {
+    let resp = server.request(Method::POST, "/v1/datasets").body(archive(dir)).send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string()
+}
+
+/// A policy that answers the n-th episode's first turn with `choices[n]` (then `no`), and ends
+/// the episode on the next turn; every reply carries token ids and logprobs.
+async fn scripted_policy(choices: Vec<&'static str>) -> (String, Arc<std::sync::Mutex<Vec<Value>>>) {
+    let episodes = AtomicUsize::new(0);
+    orchard_tests::evals::mock_model_with(move |request| {
+        let turns = request["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "assistant").count();
+        let message = if turns == 0 {
+            let n = episodes.fetch_add(1, Ordering::SeqCst);
+            let choice = choices.get(n).copied().unwrap_or("no");
+            let command = format!("echo {choice} > /workspace/answer.txt");
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "bash", "arguments": json!({"command": command}).to_string()}}]})
+        } else {
+            json!({"role": "assistant", "content": "done"})
+        };
+        orchard_tests::tokens::reply(request, message)
+    })
+    .await
+}
+
+/// Reads an NDJSON stream to its end.
+async fn records(resp: reqwest::Response) -> Vec<Value> {
+    let mut body = resp.bytes_stream();
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    while let Some(chunk) = body.next().await {
+        buf.extend_from_slice(&chunk.unwrap());
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            out.push(serde_json::from_slice::<Value>(&line).unwrap());
+        }
+    }
+    out
+}
+
+fn request(dataset: &str, url: &str, size: u32, bar: Value) -> Value {
+    json!({
+        "tasks": {"archive": dataset}, "task_ids": ["coin"], "harness": "react", "tools": ["shell"],
+        "grader": "script", "size": size, "bar": bar, "policy_version": "step-7",
+        "model": {"url": url, "name": "policy", "sampling": {"temperature": 0.9, "max_tokens": 64}},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bar_group_is_topped_up_until_mixed_and_environment_errors_never_count() {
+    let server = Server::start().await;
+    let tasks = coin_tasks();
+    let dataset = upload(&server, tasks.path()).await;
+    // Four episodes: three failures and one the grader cannot decide; its retry fails too; the
+    // first top-up passes.
+    let (url, seen) = scripted_policy(vec!["no", "no", "crash", "no", "no", "yes"]).await;
+    let body = request(&dataset, &url, 4, json!({"abandon_below": 0.0, "admit": false}));
+    let resp = server.request(Method::POST, "/v1/groups").json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
+    let records = records(resp).await;
+    let rollouts: Vec<&Value> = records.iter().filter(|r| r["type"] == "rollout").collect();
+    let group = records.iter().find(|r| r["type"] == "group").unwrap_or_else(|| panic!("{records:#?}"));
+    assert_eq!(records.last().unwrap()["type"], "end", "{records:#?}");
+    assert_eq!(rollouts.len(), 6, "{rollouts:#?}");
+
+    // The undecided rollout: reported, not a reward, its slot run again.
+    let errors: Vec<&&Value> = rollouts.iter().filter(|r| r["status"] == "env_error").collect();
+    assert_eq!(errors.len(), 1);
+    assert_eq!((errors[0]["counted"].clone(), errors[0]["reward"].clone()), (json!(false), Value::Null));
+    let retried = rollouts.iter().filter(|r| r["index"] == errors[0]["index"]).count();
+    assert_eq!(retried, 2, "the slot ran twice");
+
+    assert_eq!(group["outcome"], "emitted", "{group:#}");
+    assert_eq!((group["positives"].as_u64(), group["negatives"].as_u64()), (Some(1), Some(3)), "{group:#}");
+    assert_eq!(group["env_errors"], 1);
+    assert_eq!(group["generated"], 6);
+    let selected: Vec<&str> = group["selected"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    assert_eq!(selected.len(), 4);
+    let passing = rollouts.iter().find(|r| r["reward"] == 1.0).unwrap();
+    assert!(selected.contains(&passing["rollout_id"].as_str().unwrap()), "the minority is kept");
+    assert!(!selected.contains(&errors[0]["rollout_id"].as_str().unwrap()));
+    // Advantages against the task's posterior mean, not the selected group's mean (0.25).
+    let baseline = group["baseline"].as_f64().unwrap();
+    assert_eq!(group["baseline_kind"], "posterior_mean");
+    assert!((baseline - 0.25).abs() > 1e-3, "{baseline}");
+    for (r, a) in group["rewards"].as_array().unwrap().iter().zip(group["advantages"].as_array().unwrap()) {
+        assert!((r.as_f64().unwrap() - baseline - a.as_f64().unwrap()).abs() < 1e-9);
+    }
+    // Every decision is on record: the first launch, the retry's wait, the top-up, the emit.
+    let steps: Vec<String> = group["decisions"].as_array().unwrap().iter().map(|d| d["step"].to_string()).collect();
+    assert!(steps.first().unwrap().contains("Launch"), "{steps:?}");
+    assert!(steps.last().unwrap().contains("Emit"), "{steps:?}");
+    assert!(steps.len() >= 3, "a top-up happened: {steps:?}");
+
+    // Token-faithful: each counted rollout's segment is exactly what the endpoint saw and sampled.
+    let requests = seen.lock().unwrap().clone();
+    for r in rollouts.iter().filter(|r| r["counted"] == true) {
+        let segments = r["segments"].as_array().unwrap();
+        assert_eq!(segments.len(), 1, "{r:#}");
+        let s = &segments[0];
+        let ids =
+            |v: &Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect() };
+        let prompt = ids(&s["prompt_ids"]);
+        assert!(requests.iter().any(|q| orchard_tests::tokens::render_prompt(q) == prompt));
+        let mut whole = prompt.clone();
+        whole.extend(ids(&s["response_ids"]));
+        let last_seen = requests
+            .iter()
+            .map(orchard_tests::tokens::render_prompt)
+            .filter(|p| whole.starts_with(p))
+            .max_by_key(Vec::len)
+            .unwrap();
+        let tail = orchard_tests::tokens::render_message(&json!({"content": "done"}));
+        assert_eq!(whole, [last_seen, tail].concat());
+        assert_eq!(s["policy_versions"], json!(["step-7"]));
+        assert_eq!(r["policy_version"], "step-7");
+        assert_eq!(r["messages"][0]["role"], "system");
+    }
+    // The trainer's sampling reached every call, whatever the harness asked.
+    assert!(requests.iter().all(|q| q["temperature"] == 0.9 && q["max_tokens"] == 64), "{:#}", requests[0]);
+    // The group is a job of the engine: its rollouts are readable there too.
+    let (status, job) =
+        server.call(Method::GET, &format!("/v1/evals/{}", group["group_id"].as_str().unwrap()), None).await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["counts"]["done"], 6, "{job:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fixed_groups_stream_as_server_sent_events_and_bad_requests_name_the_field() {
+    let server = Server::start().await;
+    let tasks = coin_tasks();
+    let dataset = upload(&server, tasks.path()).await;
+    let (url, _) = scripted_policy(vec!["yes", "yes", "yes", "no"]).await;
+    let mut body = request(&dataset, &url, 2, Value::Null);
+    body["task_ids"] = json!(["coin", "coin"]);
+    let resp = server
+        .request(Method::POST, "/v1/groups")
+        .header("accept", "text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    let events: Vec<(&str, Value)> = text
+        .split("\n\n")
+        .filter_map(|block| {
+            let event = block.lines().find_map(|l| l.strip_prefix("event: "))?;
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((event, serde_json::from_str(data).unwrap()))
+        })
+        .collect();
+    let groups: Vec<&Value> = events.iter().filter(|(e, _)| *e == "group").map(|(_, v)| v).collect();
+    assert_eq!(groups.len(), 2, "{text}");
+    assert_eq!(events.iter().filter(|(e, _)| *e == "rollout").count(), 4);
+    // Without BAR a group is exactly G, emitted whole even when uniform, against its own mean.
+    let all_pass = groups.iter().filter(|g| g["positives"] == 2).count();
+    assert_eq!(all_pass, 1, "{groups:#?}");
+    assert!(groups.iter().all(|g| g["outcome"] == "emitted" && g["baseline_kind"] == "group_mean"));
+    let end = &events.last().unwrap().1;
+    assert_eq!((end["groups"].as_u64(), end["emitted"].as_u64()), (Some(2), Some(2)), "{end}");
+
+    for (change, field) in [
+        (json!({"task_ids": ["nope"]}), "task_ids: \"nope\" is not in the tasks"),
+        (json!({"size": 1}), "size: between 2"),
+        (json!({"tasks": {"dir": "/etc"}}), "tasks.dir"),
+        (json!({"bar": {"cap": 100}}), "bar.cap"),
+        (json!({"harness": "shell"}), "harness"),
+    ] {
+        let mut bad = request(&dataset, &url, 2, Value::Null);
+        for (k, v) in change.as_object().unwrap() {
+            bad[k] = v.clone();
+        }
+        let (status, v) = server.call(Method::POST, "/v1/groups", Some(bad)).await;
+        assert_eq!(status, 422, "{change}: {v}");
+        assert!(v["detail"].as_str().unwrap().contains(field), "{change}: {v}");
+    }
+}
