@@ -210,3 +210,81 @@ async fn fixed_groups_stream_as_server_sent_events_and_bad_requests_name_the_fie
         assert!(v["detail"].as_str().unwrap().contains(field), "{change}: {v}");
     }
 }
+
+/// What a harness outside Orchard runs: the real OpenAI Python SDK, a tool turn, then a streamed
+/// answer, against the base URL it was given.
+const OUTSIDE_HARNESS: &str = r#"
+import json, os, openai
+client = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key=os.environ["API_KEY"])
+tools = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]
+messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Make a.txt"}]
+first = client.chat.completions.create(model="whatever-the-harness-says", messages=messages, tools=tools, temperature=0.1)
+call = first.choices[0].message.tool_calls[0]
+messages.append(first.choices[0].message.model_dump(exclude_none=True))
+messages.append({"role": "tool", "tool_call_id": call.id, "content": "ok"})
+stream = client.chat.completions.create(model="whatever-the-harness-says", messages=messages, tools=tools, stream=True)
+text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+print(json.dumps({"tool": call.function.name, "text": text}))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_harness_outside_orchard_is_recorded_token_faithfully_through_the_proxy() {
+    let server = Server::start_with(orchard_tests::ServerOptions {
+        api_keys: Some("alice:alice-key-1234,bob:bob-key-5678".into()),
+        ..Default::default()
+    })
+    .await
+    .with_key("alice-key-1234");
+    let (url, seen) = scripted_policy(vec!["yes"]).await;
+    let (status, session) = server
+        .call(
+            Method::POST,
+            "/v1/proxy",
+            Some(json!({"model": {"url": url, "name": "policy", "policy_version": "step-3",
+                "sampling": {"temperature": 1.0}}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let base_url = format!("{}{}", server.url, session["base_url"].as_str().unwrap());
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", OUTSIDE_HARNESS])
+        .env("BASE_URL", &base_url)
+        .env("API_KEY", "alice-key-1234")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer, json!({"tool": "bash", "text": "done"}), "the streamed answer reached the client");
+
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    for q in &requests {
+        assert_eq!(q["model"], "policy", "the session's model, whatever the harness named");
+        assert_eq!(q["temperature"], 1.0, "the trainer's sampling wins");
+        assert_eq!(q["return_token_ids"], true);
+        assert!(q.get("stream").is_none(), "the endpoint is asked for whole answers");
+    }
+    let id = session["id"].as_str().unwrap();
+    // Another tenant cannot read it.
+    let bob = Server::attach(&server.url, &server.state_dir).with_key("bob-key-5678");
+    let (status, _) = bob.call(Method::GET, &format!("/v1/proxy/{id}"), None).await;
+    assert_eq!(status, 404);
+    let (status, record) = server.call(Method::DELETE, &format!("/v1/proxy/{id}"), None).await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["calls"].as_array().unwrap().len(), 2);
+    let segments = record["segments"].as_array().unwrap();
+    assert_eq!(segments.len(), 1, "{record:#}");
+    let ids = |v: &Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect() };
+    let mut whole = ids(&segments[0]["prompt_ids"]);
+    whole.extend(ids(&segments[0]["response_ids"]));
+    let expected = [
+        orchard_tests::tokens::render_prompt(&requests[1]),
+        orchard_tests::tokens::render_message(&json!({"content": "done"})),
+    ]
+    .concat();
+    assert_eq!(whole, expected, "exactly what the endpoint saw and sampled");
+    assert_eq!(segments[0]["policy_versions"], json!(["step-3"]));
+    let (status, _) = server.call(Method::GET, &format!("/v1/proxy/{id}"), None).await;
+    assert_eq!(status, 404, "closed");
+}

@@ -50,6 +50,8 @@ const PYTHON_TEST_TOOLS: &[(&str, &str)] = &[
     ("kmock", "kmock==0.8"),
     ("kubernetes_validate", "kubernetes-validate==1.37.0"),
     ("schemathesis", "schemathesis==4.32.5"),
+    // The recording proxy is tested with the real OpenAI SDK.
+    ("openai", "openai==2.8.1"),
 ];
 
 /// MiniWoB++'s pages, from PyPI (the package's own dependencies are not needed: the tests

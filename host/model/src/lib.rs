@@ -219,13 +219,28 @@ impl ModelClient {
         sampling: &Sampling,
     ) -> Result<Completion, ModelError> {
         let body = wire::request_body(&self.config, messages, tools, sampling);
+        self.send(&body).await.map(|(completion, _)| completion)
+    }
+
+    /// A chat-completion body as a client wrote it (a harness outside Orchard, through the
+    /// recording proxy): this endpoint's model name, token-id and sampling settings are applied,
+    /// and the answer comes back parsed and as the endpoint sent it.
+    pub async fn complete_raw(&self, body: serde_json::Value) -> Result<(Completion, serde_json::Value), ModelError> {
+        let serde_json::Value::Object(mut body) = body else {
+            return Err(ModelError::Rejected("the request body is not a JSON object".into()));
+        };
+        wire::apply_config(&self.config, &mut body);
+        self.send(&serde_json::Value::Object(body)).await
+    }
+
+    async fn send(&self, body: &serde_json::Value) -> Result<(Completion, serde_json::Value), ModelError> {
         let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
         let _slot = self.slots.acquire().await.map_err(|_| ModelError::Unavailable("client closed".into()))?;
         let mut pause = self.backoff;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut request = self.http.post(&url).json(&body);
+            let mut request = self.http.post(&url).json(body);
             if let Some(key) = &self.config.api_key {
                 request = request.bearer_auth(key);
             }
@@ -245,7 +260,8 @@ impl ModelClient {
                         let mut completion = wire::parse_response(&text)?;
                         completion.attempts = attempt;
                         completion.policy_version = self.config.policy_version.clone();
-                        return Ok(completion);
+                        let raw = serde_json::from_str(&text).unwrap_or_default();
+                        return Ok((completion, raw));
                     }
                     let message = format!("HTTP {status}: {}", text.chars().take(500).collect::<String>());
                     if status.as_u16() == 429 || status.is_server_error() {

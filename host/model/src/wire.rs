@@ -56,9 +56,28 @@ fn message_json(m: &Message) -> Value {
     Value::Object(obj)
 }
 
+/// What this endpoint's configuration fixes in any request body (ours, or a proxied client's):
+/// the model name, the token ids and logprobs a trainer needs, the trainer's sampling.
+pub fn apply_config(config: &ModelConfig, body: &mut Map<String, Value>) {
+    body.insert("model".into(), config.model.clone().into());
+    if config.logprobs {
+        body.insert("logprobs".into(), true.into());
+        // llama.cpp answers `logprobs: null` unless `top_logprobs` is set; vLLM and SGLang send
+        // the prompt's and the completion's token ids back with `return_token_ids`.
+        body.insert("top_logprobs".into(), 1.into());
+        body.insert("return_token_ids".into(), true.into());
+    }
+    // The trainer's sampling wins over the harness's: the policy being trained is sampled the
+    // way the trainer's algorithm assumes.
+    if let Some(Value::Object(fixed)) = &config.sampling {
+        for (k, v) in fixed {
+            body.insert(k.clone(), v.clone());
+        }
+    }
+}
+
 pub fn request_body(config: &ModelConfig, messages: &[Message], tools: &[ToolSpec], s: &Sampling) -> Value {
     let mut body = Map::new();
-    body.insert("model".into(), config.model.clone().into());
     body.insert("messages".into(), messages.iter().map(message_json).collect());
     if !tools.is_empty() {
         let tools: Vec<Value> = tools
@@ -85,25 +104,12 @@ pub fn request_body(config: &ModelConfig, messages: &[Message], tools: &[ToolSpe
     if let Some(seed) = s.seed {
         body.insert("seed".into(), seed.into());
     }
-    if config.logprobs {
-        body.insert("logprobs".into(), true.into());
-        // llama.cpp answers `logprobs: null` unless `top_logprobs` is set; vLLM and SGLang send
-        // the prompt's and the completion's token ids back with `return_token_ids`.
-        body.insert("top_logprobs".into(), 1.into());
-        body.insert("return_token_ids".into(), true.into());
-    }
     if let Some(Value::Object(extra)) = &s.extra {
         for (k, v) in extra {
             body.insert(k.clone(), v.clone());
         }
     }
-    // The trainer's sampling wins over the harness's: the policy being trained is sampled the
-    // way the trainer's algorithm assumes.
-    if let Some(Value::Object(fixed)) = &config.sampling {
-        for (k, v) in fixed {
-            body.insert(k.clone(), v.clone());
-        }
-    }
+    apply_config(config, &mut body);
     Value::Object(body)
 }
 

@@ -107,7 +107,14 @@ pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Reque
     let tenant = if state.keys.is_empty() {
         DEFAULT_TENANT.to_string()
     } else {
-        let header = request.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+        // OpenAI clients (a harness through `/v1/proxy`) send their key as a bearer token.
+        let bearer = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|v| v.trim().to_string());
+        let header = request.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::to_string).or(bearer);
         // Browsers cannot set headers on a WebSocket: the PTY endpoint also takes ?api_key=.
         let query =
             path.ends_with("/pty").then(|| query_param(request.uri().query().unwrap_or(""), "api_key")).flatten();
@@ -115,7 +122,7 @@ pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Reque
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "denied",
-                "missing API key: send it in the X-API-Key header",
+                "missing API key: send it in the X-API-Key header (or as Authorization: Bearer)",
             )
             .into_response();
         };

@@ -47,6 +47,8 @@ pub struct AppState {
     pub evals: Option<Arc<orchard_evals_api::EvalService>>,
     /// Rollout groups for trainers (`/v1/groups`), on the evaluation service's engine.
     pub groups: Option<Arc<orchard_groups::GroupService>>,
+    /// The recording OpenAI-compatible proxy (`/v1/proxy`).
+    pub proxy: Option<Arc<orchard_model_proxy::ProxyService>>,
 }
 
 impl AppState {
@@ -64,6 +66,7 @@ impl AppState {
             plugins,
             evals: None,
             groups: None,
+            proxy: None,
         })
     }
 
@@ -71,6 +74,7 @@ impl AppState {
     pub fn with_evals(self: Arc<Self>, evals: Arc<orchard_evals_api::EvalService>) -> Arc<Self> {
         let mut state = Arc::try_unwrap(self).unwrap_or_else(|_| panic!("with_evals before the state is shared"));
         state.groups = Some(orchard_groups::GroupService::new(evals.clone()));
+        state.proxy = Some(orchard_model_proxy::ProxyService::new(evals.env.clone()));
         state.evals = Some(evals);
         Arc::new(state)
     }
@@ -101,6 +105,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         v1 = v1.merge(orchard_evals_api::routes(evals.clone()));
         if let Some(groups) = &state.groups {
             v1 = v1.merge(orchard_groups::routes(groups.clone()));
+        }
+        if let Some(proxy) = &state.proxy {
+            v1 = v1.merge(orchard_model_proxy::routes(proxy.clone()));
         }
         let ui_state =
             Arc::new(orchard_web_ui::UiState { service: evals.clone(), sessions: Arc::new(web_sessions(&state.keys)) });

@@ -68,6 +68,7 @@ pub fn document_value() -> utoipa::openapi::OpenApi {
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     doc.merge(orchard_evals_api::openapi::EvalsDoc::openapi());
     doc.merge(orchard_groups::openapi_paths());
+    doc.merge(orchard_model_proxy::openapi_paths());
     doc
 }
 
