@@ -4,7 +4,6 @@
 //! version reach every model call.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use orchard_tests::Server;
@@ -13,14 +12,18 @@ use serde_json::{Value, json};
 
 /// A task whose reward is the model's choice: `yes` passes, `no` fails, and `crash` leaves no
 /// reward at all (the grader cannot decide: an environment error, not a negative).
+/// `coin2` is the same task under another instruction (the policy keeps a script per instruction).
 fn coin_tasks() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    orchard_tests::evals::write_task(
-        dir.path(),
-        "coin",
-        "",
-        "#!/bin/bash\ncase \"$(cat /workspace/answer.txt 2>/dev/null)\" in\n  yes) echo 1 > /logs/verifier/reward.txt ;;\n  crash) ;;\n  *) echo 0 > /logs/verifier/reward.txt ;;\nesac\n",
-    );
+    for name in ["coin", "coin2"] {
+        orchard_tests::evals::write_task(
+            dir.path(),
+            name,
+            "",
+            "#!/bin/bash\ncase \"$(cat /workspace/answer.txt 2>/dev/null)\" in\n  yes) echo 1 > /logs/verifier/reward.txt ;;\n  crash) ;;\n  *) echo 0 > /logs/verifier/reward.txt ;;\nesac\n",
+        );
+        std::fs::write(dir.path().join(name).join("instruction.md"), format!("Flip the {name}.")).unwrap();
+    }
     dir
 }
 
@@ -36,14 +39,19 @@ async fn upload(server: &Server, dir: &std::path::Path) -> String {
     resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string()
 }
 
-/// A policy that answers the n-th episode's first turn with `choices[n]` (then `no`), and ends
-/// the episode on the next turn; every reply carries token ids and logprobs.
+/// A policy that answers the n-th episode of each instruction with `choices[n]` (then `no`) on
+/// its first turn, and ends the episode on the next; every reply carries token ids and logprobs.
 async fn scripted_policy(choices: Vec<&'static str>) -> (String, Arc<std::sync::Mutex<Vec<Value>>>) {
-    let episodes = AtomicUsize::new(0);
+    let episodes = std::sync::Mutex::new(std::collections::HashMap::<String, usize>::new());
     orchard_tests::evals::mock_model_with(move |request| {
-        let turns = request["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "assistant").count();
+        let messages = request["messages"].as_array().unwrap();
+        let turns = messages.iter().filter(|m| m["role"] == "assistant").count();
         let message = if turns == 0 {
-            let n = episodes.fetch_add(1, Ordering::SeqCst);
+            let instruction = messages.iter().find(|m| m["role"] == "user").map(|m| m["content"].to_string());
+            let mut episodes = episodes.lock().unwrap();
+            let count = episodes.entry(instruction.unwrap_or_default()).or_default();
+            let n = *count;
+            *count += 1;
             let choice = choices.get(n).copied().unwrap_or("no");
             let command = format!("echo {choice} > /workspace/answer.txt");
             json!({"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
@@ -54,6 +62,34 @@ async fn scripted_policy(choices: Vec<&'static str>) -> (String, Arc<std::sync::
         orchard_tests::tokens::reply(request, message)
     })
     .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_client_turns_live_groups_into_slime_verl_and_skyrl_batches() {
+    let server = Server::start_with(orchard_tests::ServerOptions {
+        api_keys: Some("alice:alice-key-1234".into()),
+        ..Default::default()
+    })
+    .await;
+    let tasks = coin_tasks();
+    let (url, _) = scripted_policy(vec!["yes", "no", "no", "no"]).await;
+    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("host/sdk-python");
+    let out = tokio::process::Command::new("python3")
+        .args(["-m", "unittest", "-v", "tests/test_live.py"])
+        .current_dir(&sdk)
+        .env("PYTHONPATH", sdk.join("src"))
+        .env("ORCHARD_URL", &server.url)
+        .env("ORCHARD_API_KEY", "alice-key-1234")
+        .env("TASKS_DIR", tasks.path())
+        .env("MODEL_URL", &url)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
+    assert!(stderr.contains("Ran 2 tests"), "{stderr}");
+    let summary: Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap();
+    assert_eq!(summary["sequences"], 8);
 }
 
 /// Reads an NDJSON stream to its end.
