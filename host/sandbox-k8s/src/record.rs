@@ -36,6 +36,8 @@ pub struct PodRecord {
     pub resource_version: String,
     /// The warm pool the pod waits in (unclaimed).
     pub pool: Option<String>,
+    /// The spec it was created from (absent on pods made before specs were recorded).
+    pub spec: Option<orchard_sandbox::SandboxSpec>,
 }
 
 impl PodRecord {
@@ -76,6 +78,7 @@ impl PodRecord {
             deleting: meta.deletion_timestamp.is_some(),
             resource_version: meta.resource_version.clone().unwrap_or_default(),
             pool: note(crate::spec::ANNOTATION_POOL),
+            spec: note(crate::spec::ANNOTATION_SPEC).and_then(|json| serde_json::from_str(&json).ok()),
             id,
         })
     }

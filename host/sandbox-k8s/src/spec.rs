@@ -42,6 +42,8 @@ pub const ANNOTATION_NONCE: &str = "orchard.dev/token-nonce";
 pub const ANNOTATION_LAST_ACTIVE: &str = "orchard.dev/last-active";
 /// `blocked` or `open`.
 pub const ANNOTATION_NETWORK: &str = "orchard.dev/network";
+/// The sandbox's spec as it was asked for (JSON): what a fork makes its children from.
+pub const ANNOTATION_SPEC: &str = "orchard.dev/spec";
 /// On a pod waiting in a warm pool: the shape it serves (see `PoolShape::key`). Removed by the
 /// claim.
 pub const ANNOTATION_POOL: &str = "orchard.dev/pool";
@@ -224,6 +226,7 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
                 ])
                 .into_iter()
                 .chain(plan.pool.map(|key| (ANNOTATION_POOL.to_string(), key.to_string())))
+                .chain(serde_json::to_string(plan.spec).ok().map(|json| (ANNOTATION_SPEC.to_string(), json)))
                 .collect(),
             ),
             ..Default::default()

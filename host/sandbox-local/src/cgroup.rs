@@ -22,7 +22,7 @@ pub enum Layout {
     /// Unified hierarchy: one directory per sandbox.
     V2 { parent: PathBuf },
     /// Legacy hierarchies: one directory per controller per sandbox.
-    V1 { memory: Option<PathBuf>, cpu: Option<PathBuf>, pids: Option<PathBuf> },
+    V1 { memory: Option<PathBuf>, cpu: Option<PathBuf>, pids: Option<PathBuf>, freezer: Option<PathBuf> },
     /// Neither usable (not root, nothing delegated): no limits can be applied.
     None,
 }
@@ -54,14 +54,16 @@ impl Layout {
         if memory.is_none() && cpu.is_none() && pids.is_none() {
             return Layout::None;
         }
-        Layout::V1 { memory, cpu, pids }
+        Layout::V1 { memory, cpu, pids, freezer: v1("freezer") }
     }
 
     /// The parent directories that hold sandbox cgroups (for reconciling leftovers).
     pub fn parents(&self) -> Vec<PathBuf> {
         match self {
             Layout::V2 { parent } => vec![parent.clone()],
-            Layout::V1 { memory, cpu, pids } => [memory, cpu, pids].into_iter().flatten().cloned().collect(),
+            Layout::V1 { memory, cpu, pids, freezer } => {
+                [memory, cpu, pids, freezer].into_iter().flatten().cloned().collect()
+            }
             Layout::None => vec![],
         }
     }
@@ -71,7 +73,7 @@ impl Layout {
     pub fn view(&self, dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
         match self {
             Layout::V2 { .. } => dirs.iter().map(|d| (String::new(), d.clone())).take(1).collect(),
-            Layout::V1 { memory, cpu, pids } => dirs
+            Layout::V1 { memory, cpu, pids, .. } => dirs
                 .iter()
                 .filter_map(|dir| {
                     let parent = dir.parent()?;
@@ -118,7 +120,12 @@ impl Layout {
                     write(&dir, "pids.max", &pids.to_string())?;
                 }
             }
-            Layout::V1 { memory, cpu, pids } => {
+            Layout::V1 { memory, cpu, pids, freezer } => {
+                // No limit: it is how a fork stops the sandbox's processes while its files are
+                // copied.
+                if let Some(parent) = freezer {
+                    mkdir(parent, made)?;
+                }
                 match (memory, limits.memory_bytes) {
                     (Some(parent), bytes) => {
                         let dir = mkdir(parent, made)?;
@@ -168,6 +175,41 @@ impl Layout {
             }
         }
         Ok(())
+    }
+}
+
+impl Layout {
+    /// Freezes (or thaws) the sandbox's processes and waits until the kernel says they are:
+    /// frozen, none runs, and none can fork past it. Nothing inside sees it happen.
+    pub fn freeze(&self, dirs: &[PathBuf], frozen: bool) -> Result<(), String> {
+        // (the cgroup, the file to write, the value, the file that says when it is done, the
+        // line it then holds)
+        let (dir, file, value, status, want) = match self {
+            Layout::V2 { .. } => {
+                let dir = dirs.first().ok_or("the sandbox has no cgroup")?;
+                let (value, want) = if frozen { ("1", "frozen 1") } else { ("0", "frozen 0") };
+                (dir, "cgroup.freeze", value, "cgroup.events", want)
+            }
+            Layout::V1 { freezer: Some(parent), .. } => {
+                let dir = dirs
+                    .iter()
+                    .find(|d| d.parent() == Some(parent.as_path()))
+                    .ok_or("the sandbox has no freezer cgroup (it was made before forks were possible)")?;
+                let state = if frozen { "FROZEN" } else { "THAWED" };
+                (dir, "freezer.state", state, "freezer.state", state)
+            }
+            _ => return Err("no freezer cgroup on this host".into()),
+        };
+        let done =
+            |d: &Path| std::fs::read_to_string(d.join(status)).unwrap_or_default().lines().any(|l| l.trim() == want);
+        write(dir, file, value)?;
+        for _ in 0..2000 {
+            if done(dir) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        Err(format!("{}/{file}: not {value} after 1 s", dir.display()))
     }
 }
 

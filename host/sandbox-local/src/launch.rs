@@ -75,6 +75,8 @@ pub struct LaunchSpec<'a> {
     pub disk_image: Option<&'a Path>,
     /// The loop device for it (`None`: any free one).
     pub loop_index: Option<u32>,
+    /// A forked child's layer to start from, when its upper lives inside the disk image.
+    pub seed: Option<PathBuf>,
 }
 
 /// /proc paths Docker makes read-only: global kernel settings and hardware.
@@ -194,6 +196,7 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
             ro_binds: spec.image.ro_binds.clone(),
             cgroups: spec.cgroup_view.clone(),
             agent: spec.agent_binary.to_path_buf(),
+            seed: spec.seed.clone(),
         },
         etc_files: spec.etc_files.clone(),
         cgroup_procs: spec.cgroups.iter().map(|c| c.join("cgroup.procs")).collect(),

@@ -7,6 +7,7 @@
 
 mod cgroup;
 mod disk;
+mod fork;
 mod ids;
 mod launch;
 mod launcher;
@@ -95,6 +96,8 @@ pub struct LocalBackend {
     me: std::sync::OnceLock<std::sync::Weak<LocalBackend>>,
     /// Cleanups still running behind deletes, and their end (waited for at shutdown).
     cleanups: (std::sync::atomic::AtomicUsize, tokio::sync::Notify),
+    /// Forked children's copied layers, by child id, until their launch takes them.
+    seeds: Mutex<HashMap<String, fork::Seed>>,
 }
 
 #[derive(Default)]
@@ -212,6 +215,7 @@ impl LocalBackend {
             refill: tokio::sync::Notify::new(),
             me: std::sync::OnceLock::new(),
             cleanups: Default::default(),
+            seeds: Mutex::new(HashMap::new()),
             config,
         });
         let _ = backend.me.set(Arc::downgrade(&backend));
@@ -422,6 +426,74 @@ impl LocalBackend {
     }
 
     /// Creates the sandbox whose id `reserve` took, and registers it.
+    /// Forks `id` into `count` new sandboxes (see [`fork`]); also answers how long the source
+    /// was frozen (`None` when it forked by tar).
+    pub async fn fork_sandbox(&self, id: &str, count: usize) -> Result<(Vec<SandboxInfo>, Option<Duration>)> {
+        let source = self.find(id)?;
+        let record = source.record.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut spec = record.spec.clone().ok_or_else(|| {
+            SandboxError::InvalidSpec(format!("sandbox {id} was created before this host could fork sandboxes"))
+        })?;
+        spec.id = None;
+        spec.tenant = record.tenant.clone();
+        if count == 0 {
+            return Ok((Vec::new(), None));
+        }
+        // Without a freezer (no cgroups here): by tar.
+        if matches!(self.cgroups, cgroup::Layout::None) {
+            let children = orchard_sandbox::fork_by_tar(self, &spec, id, count, orchard_sandbox::FORK_PATHS).await?;
+            return Ok((children, None));
+        }
+        let upper = match record.disk_bytes {
+            None => self.layers_dir().join(id).join("upper"),
+            Some(_) => fork::upper_in_disk(&record, &source.dir).map_err(SandboxError::Backend)?,
+        };
+        let staging = self.layers_dir().join(format!(".fork-{id}-{}", random_hex(6)));
+        let (cgroups, dirs) = (self.cgroups.clone(), record.cgroups.clone());
+        let copies: Vec<PathBuf> = (0..count).map(|i| staging.with_extension(i.to_string())).collect();
+        let first = copies[0].clone();
+        let frozen = tokio::task::spawn_blocking(move || fork::snapshot(&cgroups, &dirs, &upper, &first))
+            .await
+            .map_err(|e| SandboxError::backend("forking", e))?
+            .map_err(|e| SandboxError::Backend(format!("forking {id}: {e}")))?;
+        let more = copies.clone();
+        let copied =
+            tokio::task::spawn_blocking(move || more[1..].iter().try_for_each(|dst| fork::copy_tree(&more[0], dst)))
+                .await
+                .map_err(|e| SandboxError::backend("forking", e))
+                .and_then(|r| r.map_err(|e| SandboxError::Backend(format!("forking {id}: {e}"))));
+        let from_base = record.slot.map(ids::host_id_base);
+        let mut children = Vec::new();
+        let mut failure = copied.err();
+        for copy in &copies {
+            if failure.is_some() {
+                break;
+            }
+            let child = format!("sb-{}", random_hex(6));
+            self.seeds
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(child.clone(), fork::Seed { upper: copy.clone(), from_base });
+            let made = self.create(SandboxSpec { id: Some(child.clone()), ..spec.clone() }).await;
+            self.seeds.lock().unwrap_or_else(|p| p.into_inner()).remove(&child);
+            match made {
+                Ok(info) => children.push(info),
+                Err(e) => failure = Some(e),
+            }
+        }
+        for copy in &copies {
+            let _ = remove_tree(copy);
+        }
+        if let Some(e) = failure {
+            for child in &children {
+                let _ = self.delete(&child.id).await;
+            }
+            return Err(e);
+        }
+        tracing::debug!(sandbox = id, children = count, ?frozen, "forked");
+        Ok((children, Some(frozen)))
+    }
+
     async fn create_reserved(&self, id: &str, spec: &SandboxSpec) -> Result<SandboxInfo> {
         let created = self.create_inner(id, spec).await;
         let outcome = created.map(|sandbox| {
@@ -470,6 +542,7 @@ impl LocalBackend {
             init_start: 0,
             cgroups: Vec::new(),
             network: None,
+            spec: Some(SandboxSpec { id: Some(id.to_string()), ..spec.clone() }),
         };
         // Saved before anything is made, so that a crash mid-create is cleaned up at next start.
         record.save(&dir).map_err(SandboxError::Backend)?;
@@ -609,10 +682,37 @@ impl LocalBackend {
             }
             _ => None,
         };
+        // A forked child's layer: owners moved to its id range, then its upper directory (or,
+        // inside a disk image, copied in once the image is mounted).
+        let seed = self.seeds.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.id);
+        let mut disk_seed = None;
+        if let Some(seed) = seed {
+            let to = record.slot.map(ids::host_id_base);
+            let upper = layer_dir.join("upper");
+            let into_disk = disk_image.is_some();
+            let placed = seed.upper.clone();
+            tokio::task::spawn_blocking(move || -> std::result::Result<(), String> {
+                if let (Some(from), Some(to)) = (seed.from_base, to) {
+                    fork::shift_owners(&seed.upper, from, to)?;
+                }
+                if into_disk {
+                    return Ok(());
+                }
+                std::fs::create_dir_all(upper.parent().unwrap_or(&upper)).map_err(|e| e.to_string())?;
+                std::fs::rename(&seed.upper, &upper).map_err(|e| format!("{}: {e}", upper.display()))
+            })
+            .await
+            .map_err(|e| SandboxError::backend("placing the forked layer", e))?
+            .map_err(|e| SandboxError::Backend(format!("placing the forked layer: {e}")))?;
+            if into_disk {
+                disk_seed = Some(placed);
+            }
+        }
         let launched = launch::launch(
             launch::LaunchSpec {
                 disk_image: disk_image.as_deref(),
                 loop_index: record.slot.map(ids::loop_index),
+                seed: disk_seed,
                 layer_dir: &layer_dir,
                 launcher: self.config.launcher.clone(),
                 bwrap: &self.config.bwrap,
@@ -713,7 +813,9 @@ impl Backend for LocalBackend {
 
     async fn create(&self, spec: SandboxSpec) -> Result<SandboxInfo> {
         self.validate(&spec)?;
-        if let Some(info) = self.claim_pooled(&spec) {
+        let forked =
+            spec.id.as_ref().is_some_and(|id| self.seeds.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id));
+        if !forked && let Some(info) = self.claim_pooled(&spec) {
             return Ok(info);
         }
         let id = self.reserve(&spec)?;
@@ -736,6 +838,10 @@ impl Backend for LocalBackend {
 
     async fn get(&self, id: &str) -> Result<SandboxInfo> {
         Ok(self.find(id)?.info())
+    }
+
+    async fn fork(&self, id: &str, count: usize) -> Result<Vec<SandboxInfo>> {
+        self.fork_sandbox(id, count).await.map(|(children, _)| children)
     }
 
     async fn list(&self) -> Vec<SandboxInfo> {

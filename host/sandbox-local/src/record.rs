@@ -39,6 +39,9 @@ pub struct Record {
     pub cgroups: Vec<PathBuf>,
     #[serde(default)]
     pub network: Option<crate::network::Attachment>,
+    /// What it was created from (a fork makes its children from it).
+    #[serde(default)]
+    pub spec: Option<orchard_sandbox::SandboxSpec>,
 }
 
 impl Record {

@@ -52,6 +52,10 @@ pub struct RootSpec {
     pub agent: PathBuf,
     /// The sandbox's cgroup directories, by controller (`""` for a unified hierarchy).
     pub cgroups: Vec<(String, PathBuf)>,
+    /// A forked child's starting layer (already owned by its ids), copied into `upper` once
+    /// the disk is mounted.
+    #[serde(default)]
+    pub seed: Option<PathBuf>,
 }
 
 fn cstr(path: &Path) -> std::io::Result<CString> {
@@ -229,6 +233,9 @@ pub fn mount_root(spec: &RootSpec, userns: Option<&OwnedFd>) -> std::io::Result<
         std::os::unix::fs::chown(&spec.upper, Some(owner), Some(owner))?;
     }
     std::fs::set_permissions(&spec.upper, std::os::unix::fs::PermissionsExt::from_mode(spec.upper_mode))?;
+    if let Some(seed) = &spec.seed {
+        crate::fork::copy_tree(&seed.join("."), &spec.upper).map_err(std::io::Error::other)?;
+    }
     let stage_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount(Some("tmpfs"), STAGE, Some("tmpfs"), stage_flags, Some("mode=755,size=64k"))
         .map_err(std::io::Error::from)

@@ -71,6 +71,72 @@ pub trait Backend: Send + Sync + 'static {
     async fn memory_cgroups(&self, _id: &str) -> Vec<std::path::PathBuf> {
         Vec::new()
     }
+
+    /// `count` new sandboxes of the same tenant whose filesystem is this one's at this moment
+    /// (processes are not carried: each starts as a fresh sandbox of the source's spec, with the
+    /// source's files). All or none: on a failure the ones made are deleted.
+    async fn fork(&self, id: &str, _count: usize) -> Result<Vec<SandboxInfo>> {
+        self.get(id).await?;
+        Err(SandboxError::InvalidSpec(format!("the {} backend cannot fork sandboxes", self.name())))
+    }
+}
+
+/// Most children of one fork.
+pub const MAX_FORK: usize = 64;
+
+/// Where a fork by tar carries files from: every directory a task writes to in practice (the
+/// image's system directories come from the image itself).
+pub const FORK_PATHS: &[&str] = &["/workspace", "/root", "/home", "/tmp", "/opt", "/srv", "/usr/local", "/etc", "/var"];
+
+/// A fork where the backend cannot copy the writable layer itself (a sandbox on another machine,
+/// a layer inside a disk image): `count` sandboxes from `spec`, then each of `paths` that exists
+/// in the source streamed across as a tar through the agents. The source keeps running (the
+/// copy is of a moving target, unlike a frozen local fork), and it is slower: every byte passes
+/// through this host.
+pub async fn fork_by_tar(
+    backend: &dyn Backend,
+    spec: &SandboxSpec,
+    source: &str,
+    count: usize,
+    paths: &[&str],
+) -> Result<Vec<SandboxInfo>> {
+    let from = backend.agent(source).await?;
+    let mut made: Vec<SandboxInfo> = Vec::new();
+    let result: Result<()> = async {
+        for _ in 0..count {
+            let info = backend.create(SandboxSpec { id: None, ..spec.clone() }).await?;
+            made.push(backend.wait_ready(&info.id, Duration::from_secs(120)).await?);
+        }
+        for path in paths {
+            if from.stat(path).await.is_err() {
+                continue;
+            }
+            let response = from.tar_download(path).await?;
+            let bytes = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .map_err(|e| SandboxError::backend(&format!("reading {path} from {source}"), e))?
+                .to_bytes();
+            for child in &made {
+                let to = backend.agent(&child.id).await?;
+                match to.tar_upload(path, orchard_agent_client::full(bytes.clone())).await {
+                    // Read-only in the image (a bind): the source could not have changed it.
+                    Err(e) if e.to_string().contains("Read-only file system") => break,
+                    other => {
+                        other?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        for child in &made {
+            let _ = backend.delete(&child.id).await;
+        }
+        return Err(e);
+    }
+    Ok(made)
 }
 
 /// How long `create` waits for readiness inline before answering `pending`.

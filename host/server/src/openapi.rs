@@ -23,6 +23,7 @@ const ID: &str = "The sandbox id";
         crate::routes_v1::get_one,
         crate::routes_v1::delete,
         crate::routes_v1::create_batch,
+        crate::routes_v1::fork,
         crate::routes_v1::exec,
         crate::routes_v1::exec_batch,
         crate::routes_v1::session_start,

@@ -34,6 +34,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/sandboxes", post(create).get(list))
         .route("/sandboxes/batch", post(create_batch))
         .route("/sandboxes/{id}", get(get_one).delete(delete))
+        .route("/sandboxes/{id}/fork", post(fork))
         .route("/sandboxes/{id}/exec", post(exec))
         .route("/exec/batch", post(exec_batch))
         .route("/sandboxes/{id}/sessions", post(session_start).get(session_list))
@@ -101,6 +102,46 @@ async fn create_batch(
     let made = state.create_sandboxes(body.spec.to_spec(&tenant)?, body.count).await?;
     let views: Vec<Value> = made.iter().map(sandbox_view).collect();
     Ok(Json(json!({ "sandboxes": views })))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+struct ForkBody {
+    /// How many children (1 to 64).
+    #[serde(default = "one")]
+    count: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// New sandboxes whose filesystem is the source's at this moment; processes are not carried.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/fork", tag = "sandboxes",
+    summary = "Fork a sandbox: N new sandboxes with its files as they are now (processes are not carried; each starts as a fresh sandbox of the same spec)",
+    params(("id" = String, Path, description = "The sandbox id")), request_body = ForkBody,
+    responses((status = 201, description = "The children", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+async fn fork(
+    State(state): S,
+    Extension(tenant): T,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<ForkBody>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    if body.count == 0 || body.count > orchard_sandbox::MAX_FORK {
+        return Err(ApiError::unprocessable(format!("count: must be between 1 and {}", orchard_sandbox::MAX_FORK)));
+    }
+    let source = state.sandbox(&tenant, &id).await?;
+    // The children count against the tenant's quota like any create.
+    let mut shape = orchard_sandbox::SandboxSpec::new(tenant.0.clone(), source.image.clone());
+    (shape.memory_bytes, shape.cpu) = (source.memory_bytes, source.cpu);
+    let mut reservation = state.admission.quotas.reserve(&shape, body.count)?;
+    let started = std::time::Instant::now();
+    let children = state.backend.fork(&id, body.count).await?;
+    for child in &children {
+        reservation.commit(&child.id);
+    }
+    let views: Vec<Value> = children.iter().map(sandbox_view).collect();
+    let seconds = started.elapsed().as_secs_f64();
+    Ok((StatusCode::CREATED, Json(json!({ "source": id, "sandboxes": views, "seconds": seconds }))))
 }
 
 /// `/v1` exec: the Orchard Env fields plus output limits, answered with the full result.

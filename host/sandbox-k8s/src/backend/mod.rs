@@ -502,6 +502,22 @@ impl Backend for Kubernetes {
         Ok(self.0.info(&self.0.record(id)?))
     }
 
+    /// New pods of the source's spec, its writable paths streamed across by the agents' tar:
+    /// slower than a local fork (every byte passes through this host) and of a running source.
+    async fn fork(&self, id: &str, count: usize) -> Result<Vec<SandboxInfo>> {
+        let record = self.0.record(id)?;
+        let mut spec = record.spec.clone().unwrap_or_else(|| {
+            let mut spec = SandboxSpec::new(record.tenant.clone(), record.image.clone());
+            spec.block_network = record.block_network;
+            (spec.cpu, spec.memory_bytes, spec.disk_bytes) = (record.cpu, record.memory_bytes, record.disk_bytes);
+            spec
+        });
+        spec.id = None;
+        spec.tenant = record.tenant.clone();
+        spec.ttl_seconds = Some(record.ttl_seconds);
+        orchard_sandbox::fork_by_tar(self, &spec, id, count, orchard_sandbox::FORK_PATHS).await
+    }
+
     async fn list(&self) -> Vec<SandboxInfo> {
         let mut infos: Vec<SandboxInfo> = self
             .0
