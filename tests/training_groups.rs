@@ -324,3 +324,52 @@ async fn a_harness_outside_orchard_is_recorded_token_faithfully_through_the_prox
     let (status, _) = server.call(Method::GET, &format!("/v1/proxy/{id}"), None).await;
     assert_eq!(status, 404, "closed");
 }
+
+/// `examples/training/run.py` end to end, as CI runs it: its own server and mock policy, a
+/// warm-up evaluation fitting BAR's prior, two rounds of groups, a trainer-ready batch.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_training_example_writes_a_trainer_ready_batch() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let run = tokio::process::Command::new("python3")
+        .arg(root.join("examples/training/run.py"))
+        .arg("--orchard")
+        .arg(orchard_tests::orchard_bin())
+        .arg("--out")
+        .arg(out.path())
+        .env("ORCHARD_AGENT_BIN", orchard_tests::agent_bin())
+        .env("ORCHARD_PLUGIN_DIR", orchard_tests::plugin_dir())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let records: Vec<Value> = std::fs::read_to_string(out.path().join("groups.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ends: Vec<&Value> = records.iter().filter(|r| r["type"] == "end").collect();
+    assert_eq!(ends.len(), 2, "one stream per round");
+    let decided: u64 = ends.iter().map(|e| e["groups"].as_u64().unwrap() + e["skipped"].as_u64().unwrap()).sum();
+    assert_eq!(decided, 12, "every task of both rounds was admitted or skipped");
+    assert!(records.iter().any(|r| r["type"] == "skipped"), "BAR skipped tasks unlikely to give a mixed group");
+    let emitted = records.iter().filter(|r| r["type"] == "group" && r["outcome"] == "emitted").count();
+    assert!(emitted >= 1, "{stdout}");
+    let samples: Vec<Value> = std::fs::read_to_string(out.path().join("batch.slime.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(samples.len(), emitted * 8);
+    for s in &samples {
+        let n = s["response_length"].as_u64().unwrap() as usize;
+        assert_eq!(s["loss_mask"].as_array().unwrap().len(), n);
+        assert!(s["tokens"].as_array().unwrap().len() > n, "prompt and response ids");
+        assert!(s["metadata"]["policy_version"].as_str().unwrap().starts_with("step-"));
+    }
+    let skyrl: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("batch.skyrl.json")).unwrap()).unwrap();
+    assert_eq!(skyrl["response_ids"].as_array().unwrap().len(), samples.len());
+    assert!(stdout.contains("est. pass"), "the table: {stdout}");
+}

@@ -5,6 +5,7 @@
 
 mod bar;
 mod browser;
+mod fork;
 mod plugins;
 mod refs;
 mod service;
@@ -48,7 +49,10 @@ struct Args {
     /// Browser rollouts at once.
     #[arg(long, default_value_t = 16)]
     browser_rollouts: usize,
-    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, bar, or all.
+    /// Forks of a 50 MB writable layer timed in the fork suite (each way).
+    #[arg(long, default_value_t = 20)]
+    forks: usize,
+    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, fork, bar, or all.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Oracle rollouts in the end-to-end plugin run.
@@ -241,10 +245,13 @@ fn main() -> anyhow::Result<()> {
             args.browser_rollouts,
         ))?);
     }
+    if matches!(args.suite.as_str(), "all" | "fork") {
+        rows.extend(runtime.block_on(fork::run(&bin, args.forks))?);
+    }
     if matches!(args.suite.as_str(), "all" | "bar") {
         rows.extend(bar::rows(&orchard_bar::sim::Setup::default()));
     }
-    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service, verifier, browser, bar or all");
+    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service, verifier, browser, fork, bar or all");
     print_table(&rows);
     Ok(())
 }

@@ -31,7 +31,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn keeps(&self, line: &Value) -> bool {
+    pub fn keeps(&self, line: &Value) -> bool {
         if self.only_passed && line["passed"] != true {
             return false;
         }

@@ -840,8 +840,9 @@ impl Backend for LocalBackend {
         Ok(self.find(id)?.info())
     }
 
-    async fn fork(&self, id: &str, count: usize) -> Result<Vec<SandboxInfo>> {
-        self.fork_sandbox(id, count).await.map(|(children, _)| children)
+    async fn fork(&self, id: &str, count: usize) -> Result<orchard_sandbox::Forked> {
+        let (sandboxes, source_paused) = self.fork_sandbox(id, count).await?;
+        Ok(orchard_sandbox::Forked { sandboxes, source_paused })
     }
 
     async fn list(&self) -> Vec<SandboxInfo> {

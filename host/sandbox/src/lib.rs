@@ -75,10 +75,19 @@ pub trait Backend: Send + Sync + 'static {
     /// `count` new sandboxes of the same tenant whose filesystem is this one's at this moment
     /// (processes are not carried: each starts as a fresh sandbox of the source's spec, with the
     /// source's files). All or none: on a failure the ones made are deleted.
-    async fn fork(&self, id: &str, _count: usize) -> Result<Vec<SandboxInfo>> {
+    async fn fork(&self, id: &str, _count: usize) -> Result<Forked> {
         self.get(id).await?;
         Err(SandboxError::InvalidSpec(format!("the {} backend cannot fork sandboxes", self.name())))
     }
+}
+
+/// What a fork made.
+#[derive(Debug, Clone)]
+pub struct Forked {
+    pub sandboxes: Vec<SandboxInfo>,
+    /// How long the source was paused for its copy (`None`: it was not; the copy went by tar
+    /// from a running source).
+    pub source_paused: Option<Duration>,
 }
 
 /// Most children of one fork.

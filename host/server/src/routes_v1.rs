@@ -135,13 +135,17 @@ async fn fork(
     (shape.memory_bytes, shape.cpu) = (source.memory_bytes, source.cpu);
     let mut reservation = state.admission.quotas.reserve(&shape, body.count)?;
     let started = std::time::Instant::now();
-    let children = state.backend.fork(&id, body.count).await?;
-    for child in &children {
+    let forked = state.backend.fork(&id, body.count).await?;
+    for child in &forked.sandboxes {
         reservation.commit(&child.id);
     }
-    let views: Vec<Value> = children.iter().map(sandbox_view).collect();
+    let views: Vec<Value> = forked.sandboxes.iter().map(sandbox_view).collect();
     let seconds = started.elapsed().as_secs_f64();
-    Ok((StatusCode::CREATED, Json(json!({ "source": id, "sandboxes": views, "seconds": seconds }))))
+    let paused = forked.source_paused.map(|d| d.as_secs_f64());
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "source": id, "sandboxes": views, "seconds": seconds, "source_paused_seconds": paused })),
+    ))
 }
 
 /// `/v1` exec: the Orchard Env fields plus output limits, answered with the full result.

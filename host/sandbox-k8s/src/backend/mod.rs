@@ -504,7 +504,7 @@ impl Backend for Kubernetes {
 
     /// New pods of the source's spec, its writable paths streamed across by the agents' tar:
     /// slower than a local fork (every byte passes through this host) and of a running source.
-    async fn fork(&self, id: &str, count: usize) -> Result<Vec<SandboxInfo>> {
+    async fn fork(&self, id: &str, count: usize) -> Result<orchard_sandbox::Forked> {
         let record = self.0.record(id)?;
         let mut spec = record.spec.clone().unwrap_or_else(|| {
             let mut spec = SandboxSpec::new(record.tenant.clone(), record.image.clone());
@@ -515,7 +515,8 @@ impl Backend for Kubernetes {
         spec.id = None;
         spec.tenant = record.tenant.clone();
         spec.ttl_seconds = Some(record.ttl_seconds);
-        orchard_sandbox::fork_by_tar(self, &spec, id, count, orchard_sandbox::FORK_PATHS).await
+        let sandboxes = orchard_sandbox::fork_by_tar(self, &spec, id, count, orchard_sandbox::FORK_PATHS).await?;
+        Ok(orchard_sandbox::Forked { sandboxes, source_paused: None })
     }
 
     async fn list(&self) -> Vec<SandboxInfo> {

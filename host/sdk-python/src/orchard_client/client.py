@@ -69,8 +69,25 @@ class Orchard:
                 if line:
                     yield json.loads(line)
 
+    def submit_eval(self, spec):
+        """Submits an evaluation (`POST /v1/evals`); returns its view (with `id`)."""
+        return self._json("POST", "/v1/evals", spec)
+
     def evaluation(self, eval_id):
         return self._json("GET", f"/v1/evals/{eval_id}")
+
+    def wait(self, eval_id, poll=0.5, timeout=3600):
+        """Polls an evaluation until nothing is left to run; returns its view."""
+        import time
+
+        deadline = time.time() + timeout
+        while True:
+            view = self.evaluation(eval_id)
+            if view["status"] in ("done", "cancelled"):
+                return view
+            if time.time() > deadline:
+                raise TimeoutError(f"evaluation {eval_id} still {view['status']} after {timeout} s")
+            time.sleep(poll)
 
     def open_proxy(self, model):
         """A recording proxy session: point an OpenAI client at `url + session["base_url"]`."""
