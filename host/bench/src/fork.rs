@@ -40,7 +40,7 @@ pub async fn run(bin: &std::path::PathBuf, forks: usize) -> anyhow::Result<Vec<R
         let src = server.state.path().join("bench-copy-src");
         std::fs::create_dir_all(&src)?;
         for i in 0..5 {
-            let bytes: Vec<u8> = (0..LAYER_MB * 1024 * 1024 / 5).map(|b| (b * 2_654_435_761 >> 13) as u8).collect();
+            let bytes: Vec<u8> = (0..LAYER_MB * 1024 * 1024 / 5).map(|b| ((b * 2_654_435_761) >> 13) as u8).collect();
             std::fs::write(src.join(format!("f{i}")), bytes)?;
         }
         let mut copies = Samples::default();
