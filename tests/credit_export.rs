@@ -143,5 +143,102 @@ async fn a_failed_trajectory_is_credited_on_its_rising_turns_up_to_the_peak() {
     let (code, _, stderr) =
         orchard_tests::orchard(&["export", run.path().to_str().unwrap(), "--format", "openai", "--credit", "mc"]);
     assert_ne!(code, 0);
-    assert!(stderr.contains("--credit mc"), "{stderr}");
+    assert!(stderr.contains("--credit mc needs --tasks"), "{stderr}");
+}
+
+/// The recorded episode writes a draft (turn 1), wanders (2), deletes the draft (3), answers
+/// wrong (4) and stops (5). A continuation — the policy under another name — copies the draft
+/// into the answer when there is one. So continuations succeed from the states after turns 1 and
+/// 2 only: the value rises at turn 1 and falls at turn 3.
+fn drafting_policy(request: &Value) -> (u16, Value) {
+    let messages = request["messages"].as_array().unwrap();
+    let assistant = messages.iter().filter(|m| m["role"] == "assistant").count();
+    let message = if request["model"] == "continuation" {
+        let copied =
+            messages.iter().any(|m| m["tool_calls"][0]["function"]["arguments"].as_str().unwrap_or("").contains("cp "));
+        if copied {
+            json!({"role": "assistant", "content": "done"})
+        } else {
+            bash("cp /workspace/draft /workspace/answer.txt; true")
+        }
+    } else {
+        let script = [
+            bash("echo yes > /workspace/draft"),
+            bash("echo x > /tmp/x"),
+            bash("rm /workspace/draft"),
+            bash("echo no > /workspace/answer.txt"),
+        ];
+        script.get(assistant).cloned().unwrap_or(json!({"role": "assistant", "content": "done"}))
+    };
+    let finish = if message["tool_calls"].is_array() { "tool_calls" } else { "stop" };
+    orchard_tests::evals::completion(message, finish, (10, 10))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn monte_carlo_continuations_find_where_the_value_rose_and_fell() {
+    let tasks = tempfile::tempdir().unwrap();
+    write_task(
+        tasks.path(),
+        "draft",
+        "",
+        "#!/bin/bash\n[ \"$(cat /workspace/answer.txt 2>/dev/null)\" = yes ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+    );
+    let (url, seen) = mock_model_with(drafting_policy).await;
+    let dir = tasks.path().display().to_string();
+    let policy_url = url.clone();
+    let (_, run, _) = tokio::task::spawn_blocking(move || {
+        eval(&[
+            &dir,
+            "--harness",
+            "react",
+            "--tools",
+            "shell",
+            "--grader",
+            "script",
+            "--model",
+            &policy_url,
+            "--model-name",
+            "policy",
+        ])
+    })
+    .await
+    .unwrap();
+    let run_dir = run.path().to_path_buf();
+    let tasks_dir = tasks.path().to_path_buf();
+    let records = tokio::task::spawn_blocking(move || {
+        export(
+            &run_dir,
+            &[
+                "--format",
+                "openai",
+                "--credit",
+                "mc",
+                "--tasks",
+                tasks_dir.to_str().unwrap(),
+                "--model",
+                &url,
+                "--model-name",
+                "continuation",
+                "--mc-k",
+                "2",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(records.len(), 1);
+    let r = &records[0];
+    assert_eq!(r["metadata"]["credit"]["method"], "mc");
+    let curve = r["metadata"]["credit"]["curve"].as_array().unwrap();
+    assert_eq!(curve.len(), 6, "{curve:?}");
+    assert_eq!((&curve[0], &curve[1], &curve[3]), (&json!(0.0), &json!(1.0), &json!(0.0)), "{curve:?}");
+    assert_eq!(r["step_loss_mask"], json!([1]), "only the draft was progress; cut after it: {r:#}");
+    let assistant: Vec<&Value> =
+        r["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "assistant").collect();
+    assert!(assistant[0]["tool_calls"][0]["function"]["arguments"].as_str().unwrap().contains("draft"));
+    // The continuations really replayed the recorded turns before asking the policy: from turn 3
+    // on, the draft was written and then deleted before the policy's first continuation call.
+    let continued = seen.lock().unwrap().iter().filter(|q| q["model"] == "continuation").count();
+    let evaluated = curve.iter().filter(|v| !v.is_null()).count();
+    assert!(continued >= 2 * evaluated, "{continued} continuation calls for {evaluated} evaluated turns");
 }

@@ -18,9 +18,11 @@ pub struct ExportArgs {
     #[arg(long)]
     format: String,
     /// Credit assignment for unresolved trajectories (openai and tokens): `judge` (a hindsight
-    /// judge scores progress after every turn; the rising turns up to the peak are credited,
-    /// the rest weighted 0 and cut after the last), or `none` (every turn weighted 1).
-    /// Resolved trajectories are credited throughout.
+    /// judge scores progress after every turn), `mc` (Monte Carlo: K continuations by the policy
+    /// from the state after turn t, replayed into a fresh sandbox; searched, not every turn), or
+    /// `none` (every turn weighted 1). The turns where the value rose, up to its peak, are
+    /// credited, the rest weighted 0 and cut after the last. Resolved trajectories are credited
+    /// throughout.
     #[arg(long)]
     credit: Option<String>,
     /// The judge's OpenAI-compatible base URL (with `--credit judge`).
@@ -37,6 +39,24 @@ pub struct ExportArgs {
     /// Trajectories judged at once.
     #[arg(long, default_value_t = 8)]
     judge_concurrency: usize,
+    /// `--credit mc`: the policy's OpenAI-compatible base URL and model name.
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long, default_value = "default")]
+    model_name: String,
+    /// `--credit mc`: the harness that continues (it must take `resume`: react does), the tools
+    /// and the grader of the run.
+    #[arg(long, default_value = "react")]
+    harness: String,
+    #[arg(long = "tools", default_values_t = ["shell".to_string()])]
+    tools: Vec<String>,
+    #[arg(long, default_value = "script")]
+    grader: String,
+    /// `--credit mc`: continuations per evaluated turn, and turns on the first grid.
+    #[arg(long, default_value_t = 4)]
+    mc_k: u32,
+    #[arg(long, default_value_t = 5)]
+    mc_points: usize,
     /// Only rollouts that passed.
     #[arg(long)]
     only_passed: bool,
@@ -51,6 +71,7 @@ pub struct ExportArgs {
 #[derive(Clone, Copy, PartialEq)]
 enum Method {
     Judge,
+    Mc,
     None,
 }
 
@@ -59,11 +80,8 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<i32> {
         None => None,
         Some("judge") => Some(Method::Judge),
         Some("none") => Some(Method::None),
-        Some("mc") => anyhow::bail!(
-            "--credit mc: Monte Carlo continuations from mid-trajectory states are not built yet (harnesses cannot \
-             resume from a recorded prefix); use --credit judge"
-        ),
-        Some(other) => anyhow::bail!("--credit: unknown method {other:?} (judge, none)"),
+        Some("mc") => Some(Method::Mc),
+        Some(other) => anyhow::bail!("--credit: unknown method {other:?} (judge, mc, none)"),
     };
     let path = args.run_dir.join("trajectories.jsonl");
     let text = std::fs::read_to_string(&path)
@@ -113,8 +131,12 @@ async fn credited(args: &ExportArgs, text: &str, filter: &Filter, method: Method
             }
             Some(Arc::new(orchard_model::ModelClient::new(config)?))
         }
-        Method::None => None,
+        Method::None | Method::Mc => None,
     };
+    if method == Method::Mc {
+        anyhow::ensure!(args.tasks.is_some(), "--credit mc needs --tasks DIR (the run's task folders)");
+        anyhow::ensure!(args.model.is_some(), "--credit mc needs --model URL (the policy)");
+    }
     let credits = {
         let bar = crate::eval::progress_bar(rollouts.len() as u64);
         bar.set_message("crediting");
@@ -125,10 +147,17 @@ async fn credited(args: &ExportArgs, text: &str, filter: &Filter, method: Method
                 let turns = orchard_credit::assistant_turns(rollout);
                 let credit = if rollout["passed"] == true {
                     Ok(Credit::all("resolved", turns))
+                } else if method == Method::Mc {
+                    let value = |t: usize| monte_carlo(args, rollout, t);
+                    orchard_credit::mc_curve(turns, args.mc_points, value)
+                        .await
+                        .map(|curve| Credit::from_sparse_curve("mc", curve))
+                        .map_err(|e| e.to_string())
                 } else if let Some(judge) = judge {
                     orchard_credit::judge_curve(&judge, rollout, reference.as_deref())
                         .await
                         .map(|curve| Credit::from_curve("judge", curve))
+                        .map_err(|e| e.to_string())
                 } else {
                     Ok(Credit::all("none", turns))
                 };
@@ -165,6 +194,42 @@ async fn credited(args: &ExportArgs, text: &str, filter: &Filter, method: Method
     }
     anyhow::ensure!(failed == 0 || !lines.is_empty(), "every trajectory failed to be credited");
     Ok(lines)
+}
+
+/// `V(t)`: the mean reward of `--mc-k` continuations of the rollout's task by the policy, from
+/// the state after its first `t` turns (an `orchard eval` of that task whose harness replays
+/// them first). Rollouts that could not be graded do not count.
+async fn monte_carlo(args: &ExportArgs, rollout: &Value, t: usize) -> Result<f64, String> {
+    let task = rollout["task_id"].as_str().ok_or("a rollout without a task id")?;
+    let tasks = args.tasks.as_ref().ok_or("--tasks")?;
+    let out = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let config = serde_json::json!({"resume": orchard_credit::resume_turns(rollout, t)});
+    let mut cmd = tokio::process::Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+    cmd.arg("eval").arg(tasks.join(task)).args(["--harness", &args.harness, "--grader", &args.grader]);
+    for tool in &args.tools {
+        cmd.args(["--tools", tool]);
+    }
+    cmd.args(["--model", args.model.as_deref().unwrap_or_default(), "--model-name", &args.model_name])
+        .args(["--attempts", &args.mc_k.to_string(), "--concurrency", &args.mc_k.to_string()])
+        .args(["--config", &config.to_string()])
+        .arg("--out")
+        .arg(out.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let run = cmd.output().await.map_err(|e| format!("running orchard eval: {e}"))?;
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).map_err(|e| {
+        format!("continuations from turn {t} of {task}: {e}: {}", String::from_utf8_lossy(&run.stderr).trim())
+    })?;
+    let rewards: Vec<f64> = lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["status"] == "graded")
+        .filter_map(|r| r["reward"].as_f64())
+        .collect();
+    if rewards.is_empty() {
+        return Err(format!("no continuation from turn {t} of {task} could be graded"));
+    }
+    Ok(rewards.iter().sum::<f64>() / rewards.len() as f64)
 }
 
 /// A task's reference solution and tests as text, for the judge.

@@ -10,12 +10,14 @@
 //! of uncredited turns in the recorded token-faithful segments.
 
 mod judge;
+mod mc;
 mod tokens;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 pub use judge::{JudgeError, judge_curve, judge_prompt, parse_progress};
+pub use mc::{mc_curve, resume_turns};
 pub use tokens::token_records;
 
 /// How a trajectory's turns were credited.
@@ -23,8 +25,9 @@ pub use tokens::token_records;
 pub struct Credit {
     /// `resolved` (everything), `judge`, `none` (no credit assignment: everything).
     pub method: String,
-    /// `V(0), V(1), …, V(T)` (empty when no curve was made).
-    pub curve: Vec<f64>,
+    /// `V(0), V(1), …, V(T)` (empty when no curve was made; `null` where a search did not
+    /// evaluate the turn).
+    pub curve: Vec<Option<f64>>,
     /// One per assistant turn.
     pub credited: Vec<bool>,
 }
@@ -37,9 +40,29 @@ impl Credit {
 
     /// Credits from a value curve `V(0..=T)`: the turns whose value rose, up to the (first) peak.
     pub fn from_curve(method: &str, curve: Vec<f64>) -> Credit {
+        Credit::from_sparse_curve(method, curve.into_iter().map(Some).collect())
+    }
+
+    /// The same from a curve known only at some turns (always at 0): between two evaluated
+    /// turns `a < b` with `V(b) > V(a)`, up to the peak, the turns `a+1..=b` are credited.
+    pub fn from_sparse_curve(method: &str, curve: Vec<Option<f64>>) -> Credit {
         let turns = curve.len().saturating_sub(1);
-        let peak = (0..curve.len()).fold(0, |best, t| if curve[t] > curve[best] { t } else { best });
-        let credited = (1..=turns).map(|t| t <= peak && curve[t] > curve[t - 1]).collect();
+        let known: Vec<(usize, f64)> = curve.iter().enumerate().filter_map(|(t, v)| v.map(|v| (t, v))).collect();
+        let peak = known.iter().fold(None::<(usize, f64)>, |best, &(t, v)| match best {
+            Some((_, b)) if b >= v => best,
+            _ => Some((t, v)),
+        });
+        let mut credited = vec![false; turns];
+        if let Some((peak, _)) = peak {
+            for pair in known.windows(2) {
+                let ((a, va), (b, vb)) = (pair[0], pair[1]);
+                if b <= peak && vb > va {
+                    for c in &mut credited[a..b] {
+                        *c = true;
+                    }
+                }
+            }
+        }
         Credit { method: method.into(), curve, credited }
     }
 

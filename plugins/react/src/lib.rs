@@ -5,6 +5,13 @@
 //! Config keys: `max_steps` (default 30), `system_prompt`, `temperature`, `top_p`, `max_tokens`,
 //! `seed`, `extra_body`, and the context policy's (see `orchard_harness_kit::context`; e.g.
 //! `max_images`, the screenshots kept in context, default 3).
+//!
+//! `resume`: `[{"content": "...", "tool_calls": [{"id", "name", "arguments"}]}, ...]`, the
+//! assistant turns of a recorded rollout to start from. Their tool calls are run again, in order
+//! (the sandbox reaches the state the recorded rollout had after them; the observations are the
+//! fresh ones), without asking the model; then the loop goes on with the model (Monte Carlo
+//! continuations from a mid-trajectory state: `orchard export --credit mc`). Replayed turns count
+//! toward `max_steps`.
 
 use orchard_harness_kit::context::Policy;
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
@@ -27,8 +34,9 @@ impl Guest for React {
         let policy = Policy::from_config(&config);
         let specs = tools::list();
         let mut messages = vec![message(Role::System, system), message(Role::User, task.instruction.clone())];
+        let replayed = replay(&config, &mut messages, &policy)?;
         let mut last_prompt = 0;
-        for step in 1..=max_steps {
+        for step in replayed + 1..=max_steps {
             policy.fit(&mut messages, last_prompt);
             policy.keep_recent_images(&mut messages);
             let completion = model::complete(&messages, &specs, &sampling)?;
@@ -71,6 +79,45 @@ impl Guest for React {
             message: Some(format!("stopped after {max_steps} steps")),
         })
     }
+}
+
+/// Runs the recorded turns of `config.resume` again; returns how many.
+fn replay(config: &Value, messages: &mut Vec<orchard_harness_kit::Message>, policy: &Policy) -> Result<u32, Error> {
+    let Some(turns) = config.get("resume").and_then(Value::as_array) else { return Ok(0) };
+    for (i, turn) in turns.iter().enumerate() {
+        let mut reply = message(Role::Assistant, turn.get("content").and_then(Value::as_str).unwrap_or_default());
+        for (j, call) in turn.get("tool_calls").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let arguments = match call.get("arguments") {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => "{}".into(),
+            };
+            reply.tool_calls.push(orchard_harness_kit::ToolCall {
+                id: call
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("replay-{i}-{j}")),
+                name: call
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| Error::InvalidInput(format!("resume[{i}]: a tool call without a name")))?
+                    .to_string(),
+                arguments,
+            });
+        }
+        let calls = reply.tool_calls.clone();
+        messages.push(reply);
+        for call in calls {
+            let observation = match tools::call(&call) {
+                Ok(out) => policy.cap(&text_of(&out.content)),
+                Err(e) => format!("error: {e:?}"),
+            };
+            messages.push(orchard_harness_kit::tool_message(&call.id, observation));
+        }
+    }
+    log::event(log::Level::Info, "resumed", &json!({"turns": turns.len()}).to_string());
+    Ok(turns.len() as u32)
 }
 
 orchard_harness_kit::export_harness!(React);
