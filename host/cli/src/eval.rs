@@ -63,6 +63,10 @@ pub struct EvalArgs {
     /// Ask the endpoint for token logprobs (kept in the trajectory and in ATIF exports).
     #[arg(long)]
     pub(crate) logprobs: bool,
+    /// With --logprobs against an endpoint that returns no token ids (llama.cpp): its tokenize
+    /// URL (`http://HOST:PORT/extras/tokenize`); the ids are recovered through it where exact.
+    #[arg(long, value_name = "URL", requires = "logprobs")]
+    pub(crate) tokenize_url: Option<String>,
     /// Most model requests in flight at once.
     #[arg(long, default_value_t = 32)]
     pub(crate) model_concurrency: usize,
@@ -162,6 +166,7 @@ impl EvalArgs {
                 concurrency: self.model_concurrency,
                 sampling: None,
                 policy_version: None,
+                tokenize_url: self.tokenize_url.clone().filter(|_| logprobs),
             })
         };
         Ok(EvalSpec {

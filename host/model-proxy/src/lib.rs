@@ -85,6 +85,7 @@ impl ProxyService {
         config.logprobs = true;
         config.sampling = spec.sampling.clone();
         config.policy_version = spec.policy_version.clone();
+        config.tokenizer = spec.tokenize_url.clone();
         config.concurrency = spec.concurrency.max(1);
         if let Some(name) = &spec.api_key_secret {
             let key = self.env.store.secret(tenant, name).await.map_err(|e| ProxyError::Upstream(e.to_string()))?;

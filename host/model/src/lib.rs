@@ -5,6 +5,7 @@
 //! `Retry-After`), a timeout per request, a cap on concurrent requests per client (per job),
 //! token usage, and the endpoint's token ids and logprobs when it returns them.
 
+pub mod tokenizer;
 mod wire;
 
 use std::sync::Arc;
@@ -164,6 +165,10 @@ pub struct ModelConfig {
     pub sampling: Option<serde_json::Value>,
     /// Recorded with every call (the weights that sampled it).
     pub policy_version: Option<String>,
+    /// A llama.cpp-style tokenize endpoint (`…/extras/tokenize`), for an endpoint that returns
+    /// logprobs but no token ids: the ids are then recovered where they can be exactly (see
+    /// [`tokenizer`]).
+    pub tokenizer: Option<String>,
 }
 
 impl ModelConfig {
@@ -178,6 +183,7 @@ impl ModelConfig {
             logprobs: false,
             sampling: None,
             policy_version: None,
+            tokenizer: None,
         }
     }
 }
@@ -260,6 +266,12 @@ impl ModelClient {
                         let mut completion = wire::parse_response(&text)?;
                         completion.attempts = attempt;
                         completion.policy_version = self.config.policy_version.clone();
+                        if let (true, None, Some(url)) =
+                            (self.config.logprobs, &completion.token_ids, &self.config.tokenizer)
+                            && let Err(why) = tokenizer::fill(&self.http, url, body, &mut completion).await
+                        {
+                            tracing::warn!("no token ids for this call: {why}");
+                        }
                         let raw = serde_json::from_str(&text).unwrap_or_default();
                         return Ok((completion, raw));
                     }

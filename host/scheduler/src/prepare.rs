@@ -196,6 +196,7 @@ async fn model_client(
     config.logprobs = spec.logprobs;
     config.sampling = spec.sampling.clone();
     config.policy_version = spec.policy_version.clone();
+    config.tokenizer = spec.tokenize_url.clone();
     if let Some(name) = &spec.api_key_secret {
         let key = match env.local_secrets.get(name) {
             Some(key) => Some(key.clone()),

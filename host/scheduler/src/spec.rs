@@ -39,6 +39,10 @@ pub struct ModelSpec {
     /// Recorded with every model call (the trainer's weights version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_version: Option<String>,
+    /// For an endpoint that answers logprobs but no token ids (llama.cpp): its tokenize URL
+    /// (`http://HOST:PORT/extras/tokenize`); ids are recovered through it where they can be exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenize_url: Option<String>,
 }
 
 fn default_model_concurrency() -> usize {
