@@ -784,3 +784,63 @@ async fn a_rollouts_segments_are_exactly_the_ids_the_endpoint_saw_and_sampled() 
     }
     assert_eq!(mask.iter().filter(|m| **m == 1).count(), masked, "only sampled tokens are trained on");
 }
+
+/// A compaction rewrites the history: the call after it extends no earlier prompt, so it starts
+/// a new segment that says so; each segment is still exactly what the endpoint saw and sampled.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_compaction_starts_a_new_segment_and_every_segment_is_what_the_endpoint_saw() {
+    let calls_made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = calls_made.clone();
+    let (url, seen) = orchard_tests::evals::mock_model_with(move |request| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let message = match n {
+            0 => calls("", vec![call("k1", "bash", json!({"command": "echo 1 > /workspace/a"}))]),
+            1 => calls("", vec![call("k2", "bash", json!({"command": "echo 2 >> /workspace/a"}))]),
+            _ => assistant("done"),
+        };
+        let (status, mut body) = orchard_tests::tokens::reply(request, message);
+        // The second call reports a prompt over the context budget: the harness compacts next.
+        if n == 1 {
+            body["usage"]["prompt_tokens"] = json!(5000);
+        }
+        (status, body)
+    })
+    .await;
+    let (_, out, _) = eval_async(args(&[
+        &task("hello-file"),
+        "--harness",
+        "react",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--logprobs",
+        "--config",
+        r#"{"context_tokens": 1000, "keep_recent_messages": 2, "compaction": "truncate"}"#,
+    ]))
+    .await;
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    let t: Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    let segments = t["segments"].as_array().unwrap_or_else(|| panic!("no segments: {t:#}"));
+    assert_eq!(segments.len(), 2, "{segments:#?}");
+    assert_eq!(segments[0]["start"]["kind"], "first");
+    assert_eq!(segments[1]["start"]["kind"], "history_rewritten", "{:#}", segments[1]["start"]);
+    assert_eq!(segments[0]["calls"], json!([0, 1]));
+    assert_eq!(segments[1]["calls"], json!([2]));
+    let ids = |v: &Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect() };
+    let whole = |s: &Value| [ids(&s["prompt_ids"]), ids(&s["response_ids"])].concat();
+    let sampled = |m: Value| render_message(&m);
+    let first = [
+        render_prompt(&requests[1]),
+        sampled(calls("", vec![call("k2", "bash", json!({"command": "echo 2 >> /workspace/a"}))])),
+    ]
+    .concat();
+    assert_eq!(whole(&segments[0]), first, "the first segment ends with the second call's sample");
+    let second = [render_prompt(&requests[2]), sampled(assistant("done"))].concat();
+    assert_eq!(whole(&segments[1]), second, "the new segment is the compacted prompt and its sample");
+    assert!(requests[2]["messages"].as_array().unwrap().len() < requests[1]["messages"].as_array().unwrap().len() + 2);
+}

@@ -86,3 +86,74 @@ async fn fork_and_check(extra_args: Vec<String>, disk_limited: bool) {
     assert_eq!(status, 422, "{v}");
     assert!(v.to_string().contains("count"), "{v}");
 }
+
+/// Without root there is no freezer (no cgroups to write): the fork goes by tar through the
+/// agents, from the running source. Needs the `orchard-test` account `cargo xtask setup` makes.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_host_forks_by_tar() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let user = "orchard-test";
+    let found = std::process::Command::new("id").args(["-u", user]).output().unwrap();
+    assert!(found.status.success(), "user {user} missing: run `cargo xtask setup`");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::copy(orchard_tests::orchard_bin(), bin.join("orchard")).unwrap();
+    std::fs::copy(orchard_tests::agent_bin(), bin.join("agent")).unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::process::Command::new("chown").args(["-R", user]).arg(dir.path()).status().unwrap();
+    std::process::Command::new("chmod").args(["755"]).arg(dir.path()).status().unwrap();
+    let mut child = std::process::Command::new("runuser")
+        .args(["-u", user, "--"])
+        .arg(bin.join("orchard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(&state)
+        // No cgroups and no loop devices without root: no limits either.
+        .args(["--default-memory", "none", "--default-cpu", "none", "--default-pids", "none", "--default-disk", "none"])
+        .env("ORCHARD_AGENT_BIN", bin.join("agent"))
+        .env("ORCHARD_PLUGIN_DIR", orchard_tests::plugin_dir())
+        .env_remove("ORCHARD_API_KEYS")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    // The whole group goes whatever happens (runuser and the server under it, which deletes its
+    // sandboxes on TERM).
+    struct Group(u32);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill").args(["-TERM", "--", &format!("-{}", self.0)]).status();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+    let _group = Group(child.id());
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("serving on http://").nth(1) {
+                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+            }
+        }
+    });
+    let addr = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the unprivileged server started");
+    let server = Server::attach(&format!("http://{addr}"), &state);
+    let source = server.create_host().await;
+    let setup = server
+        .sh(&source, "mkdir -p /workspace/repo && echo v1 > /workspace/repo/file && echo root > /root/note")
+        .await;
+    assert_eq!(setup.exit_code, 0, "{}", setup.stderr.text);
+    let (status, forked) =
+        server.call(Method::POST, &format!("/v1/sandboxes/{source}/fork"), Some(json!({"count": 1}))).await;
+    assert_eq!(status, 201, "{forked}");
+    assert!(forked["source_paused_seconds"].is_null(), "by tar, not frozen: {forked}");
+    let copy = forked["sandboxes"][0]["sandbox_id"].as_str().unwrap().to_string();
+    let seen = server.sh(&copy, "cat /workspace/repo/file /root/note").await;
+    server.sh(&copy, "echo v2 > /workspace/repo/file").await;
+    let original = server.sh(&source, "cat /workspace/repo/file").await;
+    assert_eq!(seen.stdout.text, "v1\nroot\n", "{}", seen.stderr.text);
+    assert_eq!(original.stdout.text, "v1\n");
+}

@@ -462,6 +462,11 @@ impl LocalBackend {
                 .await
                 .map_err(|e| SandboxError::backend("forking", e))
                 .and_then(|r| r.map_err(|e| SandboxError::Backend(format!("forking {id}: {e}"))));
+        // The source agent's scratch (spilled output, session files) is its own, not the task's.
+        let scratch = launch::SCRATCH_DIR.trim_start_matches('/');
+        for copy in &copies {
+            let _ = remove_tree(&copy.join(scratch));
+        }
         let from_base = record.slot.map(ids::host_id_base);
         let mut children = Vec::new();
         let mut failure = copied.err();

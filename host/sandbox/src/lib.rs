@@ -93,9 +93,12 @@ pub struct Forked {
 /// Most children of one fork.
 pub const MAX_FORK: usize = 64;
 
-/// Where a fork by tar carries files from: every directory a task writes to in practice (the
-/// image's system directories come from the image itself).
-pub const FORK_PATHS: &[&str] = &["/workspace", "/root", "/home", "/tmp", "/opt", "/srv", "/usr/local", "/etc", "/var"];
+/// Where a fork by tar carries files from: the directories an agent's work lands in. The image's
+/// system directories (`/etc`, `/var`, `/usr`) come from the image itself: a change there (a
+/// package installed) is not carried by tar — only a local fork, which copies the whole writable
+/// layer, carries everything.
+/// (`/tmp` is left out: the agent keeps its own scratch there.)
+pub const FORK_PATHS: &[&str] = &["/workspace", "/root", "/home", "/opt", "/srv", "/usr/local"];
 
 /// A fork where the backend cannot copy the writable layer itself (a sandbox on another machine,
 /// a layer inside a disk image): `count` sandboxes from `spec`, then each of `paths` that exists
