@@ -122,15 +122,15 @@ async fn an_unprivileged_host_forks_by_tar() {
         .unwrap();
     // The whole group goes whatever happens (runuser and the server under it, which deletes its
     // sandboxes on TERM).
-    struct Group(u32);
+    struct Group(std::process::Child);
     impl Drop for Group {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("kill").args(["-TERM", "--", &format!("-{}", self.0)]).status();
-            std::thread::sleep(std::time::Duration::from_millis(500));
+            let _ = std::process::Command::new("kill").args(["-TERM", "--", &format!("-{}", self.0.id())]).status();
+            let _ = self.0.wait();
         }
     }
-    let _group = Group(child.id());
     let stderr = child.stderr.take().unwrap();
+    let _group = Group(child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {

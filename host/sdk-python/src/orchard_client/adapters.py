@@ -55,6 +55,9 @@ def to_slime_samples(group, group_index=0):
                 "group_index": group_index,
                 "index": i,
                 "prompt": rollout["messages"][: 2] if rollout.get("messages") else "",
+                "response": "\n".join(
+                    m.get("content") or "" for m in rollout.get("messages") or [] if m.get("role") == "assistant"
+                ),
                 "tokens": seg["prompt_ids"] + seg["response_ids"],
                 "response_length": len(seg["response_ids"]),
                 "reward": rollout["reward"],
