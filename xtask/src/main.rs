@@ -29,6 +29,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("runc", "runc"),
     ("docker-registry", "docker-registry"),
     ("patch", "patch"),
+    // The mock services' test calls them from inside a sandbox.
+    ("curl", "curl"),
     // Sandboxes' disk limits: each writable layer is its own ext4 filesystem.
     ("mkfs.ext4", "e2fsprogs"),
     // For the SWE-style example tasks and the swe grader's tests: run inside the `host` image.
@@ -376,8 +378,21 @@ fn agent_path() -> PathBuf {
     workspace_root().join("target").join(MUSL).join("agent").join("orchard-agent")
 }
 
+/// The static binaries that run inside sandboxes: the agent, and the assistant domain's mock
+/// services.
 fn agent() -> anyhow::Result<()> {
-    run(cargo().args(["build", "--quiet", "-p", "orchard-agent", "--profile", "agent", "--target", MUSL]))
+    run(cargo().args([
+        "build",
+        "--quiet",
+        "-p",
+        "orchard-agent",
+        "-p",
+        "orchard-mock-services",
+        "--profile",
+        "agent",
+        "--target",
+        MUSL,
+    ]))
 }
 
 fn build() -> anyhow::Result<()> {

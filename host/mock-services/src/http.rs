@@ -1,0 +1,160 @@
+//! The routes: `GET /` lists the services; per service `GET /<svc>/<collection>` (search with
+//! `q=` and `field=value`), `GET|PATCH|DELETE /<svc>/<collection>/<id>`, `POST /<svc>/<collection>`,
+//! the actions (`POST /mail/send`, `POST /mail/drafts/<id>/send`, `POST /mail/messages/<id>/labels`,
+//! `GET /calendar/freebusy`, `POST /calendar/events/<id>/invite`, `POST /helpdesk/tickets/<id>/reply`),
+//! `GET /<svc>/audit` and `POST /<svc>/reset`. Every answer is JSON; errors are
+//! `{"error": ...}` with 400 or 404. Every call but the audit's own is recorded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::faults::{Fault, Faults};
+use crate::store::{AuditEntry, CallError, SERVICES, Store};
+
+pub struct App {
+    pub store: Mutex<Store>,
+    pub faults: Option<Faults>,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl App {
+    pub fn new(store: Store, faults: Option<Faults>) -> Arc<App> {
+        Arc::new(App { store: Mutex::new(store), faults, calls: Default::default() })
+    }
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", axum::routing::get(index))
+        .route("/{svc}/{a}", axum::routing::any(call))
+        .route("/{svc}/{a}/{b}", axum::routing::any(call))
+        .route("/{svc}/{a}/{b}/{c}", axum::routing::any(call))
+        .with_state(app)
+}
+
+async fn index() -> axum::Json<Value> {
+    let services: Value =
+        SERVICES.iter().map(|(s, c)| (s.to_string(), json!(c))).collect::<serde_json::Map<_, _>>().into();
+    axum::Json(json!({ "services": services }))
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> (StatusCode, Value) {
+    (status, json!({ "error": message.into() }))
+}
+
+impl From<CallError> for (StatusCode, Value) {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::NotFound(m) => error(StatusCode::NOT_FOUND, m),
+            CallError::Invalid(m) => error(StatusCode::BAD_REQUEST, m),
+        }
+    }
+}
+
+async fn call(
+    State(app): State<Arc<App>>,
+    method: Method,
+    Path(parts): Path<Vec<String>>,
+    Query(query): Query<BTreeMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let Some(service) = parts.first().filter(|s| SERVICES.iter().any(|(n, _)| n == *s)).cloned() else {
+        return (StatusCode::NOT_FOUND, axum::Json(json!({"error": format!("no service {:?}", parts[0])})))
+            .into_response();
+    };
+    let rest: Vec<&str> = parts[1..].iter().map(String::as_str).collect();
+    let body: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": format!("body: {e}")}))).into_response();
+            }
+        }
+    };
+    let mut store = app.store.lock().await;
+    // The grader's own calls: not recorded, never faulted.
+    match (&method, rest.as_slice()) {
+        (&Method::GET, ["audit"]) => return axum::Json(json!({ "calls": store.audit(&service) })).into_response(),
+        (&Method::POST, ["reset"]) => {
+            return match store.reset(&service) {
+                Ok(()) => axum::Json(json!({"reset": service})).into_response(),
+                Err(e) => (StatusCode::BAD_REQUEST, axum::Json(json!({"error": e}))).into_response(),
+            };
+        }
+        _ => {}
+    }
+    let n = app.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let fault = app.faults.as_ref().and_then(|f| f.draw(n));
+    let (status, result) = match fault {
+        Some(Fault::ServerError) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal error (injected)"),
+        Some(Fault::RateLimited) => error(StatusCode::TOO_MANY_REQUESTS, "rate limited (injected): retry after 1 s"),
+        Some(Fault::Timeout) => error(StatusCode::GATEWAY_TIMEOUT, "timed out (injected)"),
+        None => dispatch(&mut store, &service, &method, &rest, &query, body.clone()),
+    };
+    let entry = AuditEntry {
+        seq: 0,
+        method: method.to_string(),
+        path: format!("/{}", parts.join("/")),
+        query,
+        body,
+        status: status.as_u16(),
+        result: result.clone(),
+        injected: fault.map(|f| format!("{f:?}")),
+    };
+    store.record(&service, entry);
+    drop(store);
+    if let (Some(Fault::Timeout), Some(f)) = (fault, &app.faults) {
+        tokio::time::sleep(std::time::Duration::from_millis(f.timeout_ms)).await;
+    }
+    let mut response = (status, axum::Json(result)).into_response();
+    if fault == Some(Fault::RateLimited) {
+        response.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("1"));
+    }
+    response
+}
+
+fn dispatch(
+    store: &mut Store,
+    service: &str,
+    method: &Method,
+    rest: &[&str],
+    query: &BTreeMap<String, String>,
+    body: Value,
+) -> (StatusCode, Value) {
+    use crate::actions;
+    let result = match (service, method, rest) {
+        ("mail", &Method::POST, ["send"]) => actions::send_mail(store, body).map(|v| (StatusCode::CREATED, v)),
+        ("mail", &Method::POST, ["drafts", id, "send"]) => {
+            actions::send_draft(store, id).map(|v| (StatusCode::CREATED, v))
+        }
+        ("mail", &Method::POST, ["messages", id, "labels"]) => {
+            actions::label(store, id, body).map(|v| (StatusCode::OK, v))
+        }
+        ("calendar", &Method::GET, ["freebusy"]) => actions::free_busy(store, query).map(|v| (StatusCode::OK, v)),
+        ("calendar", &Method::POST, ["events", id, "invite"]) => {
+            actions::invite(store, id, body).map(|v| (StatusCode::OK, v))
+        }
+        ("helpdesk", &Method::POST, ["tickets", id, "reply"]) => {
+            actions::reply_ticket(store, id, body).map(|v| (StatusCode::OK, v))
+        }
+        (_, &Method::GET, [collection]) => store.list(service, collection, query).map(|v| (StatusCode::OK, v)),
+        (_, &Method::POST, [collection]) => store.create(service, collection, body).map(|v| (StatusCode::CREATED, v)),
+        (_, &Method::GET, [collection, id]) => store.get(service, collection, id).map(|v| (StatusCode::OK, v)),
+        (_, &Method::PATCH | &Method::PUT, [collection, id]) => {
+            store.update(service, collection, id, body).map(|v| (StatusCode::OK, v))
+        }
+        (_, &Method::DELETE, [collection, id]) => store.delete(service, collection, id).map(|v| (StatusCode::OK, v)),
+        _ => Err(CallError::NotFound(format!("no route {method} /{service}/{}", rest.join("/")))),
+    };
+    result.unwrap_or_else(Into::into)
+}
