@@ -129,3 +129,97 @@ async fn the_services_run_in_the_sandbox_and_keep_an_audit_of_every_call() {
     let (_, audit) = call(&server, &id, 8901, "GET", "/mail/audit", None).await;
     assert!(audit["calls"].as_array().unwrap().iter().all(|c| c["injected"].is_string()), "{audit:#}");
 }
+
+const ASSISTANT_TOOLS: &str = r#"
+[metadata.tool_config.assistant]
+tools = [
+  { name = "search_mail", description = "Search the inbox", method = "GET", port = 8900, route = "/mail/messages",
+    parameters = { type = "object", properties = { q = { type = "string" } } } },
+  { name = "read_mail", description = "Read one message", method = "GET", port = 8900, route = "/mail/messages/{id}",
+    parameters = { type = "object", properties = { id = { type = "string" } }, required = ["id"] } },
+  { name = "send_mail", description = "Send a message", method = "POST", port = 8900, route = "/mail/send",
+    parameters = { type = "object", properties = { to = { type = "array", items = { type = "string" } }, subject = { type = "string" }, body = { type = "string" }, in_reply_to = { type = "string" } } } },
+]
+
+[[metadata.rubric.checks]]
+name = "the reply to the budget mail was sent"
+kind = "http"
+port = 8900
+path = "/mail/sent"
+pattern = 'Re: Q3 budget'
+"#;
+
+/// The `assistant` tool adapter in a rollout: the task's Dockerfile starts the services from its
+/// fixture, its task.toml describes the tools, a scripted model searches, reads a message that
+/// does not exist (a tool error it reads and gets past), replies; the rubric grades the service's
+/// state.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_uses_the_tasks_own_tools_through_the_assistant_adapter() {
+    use orchard_tests::evals::{completion, mock_model};
+    let tasks = tempfile::tempdir().unwrap();
+    let task = tasks.path().join("reply-budget");
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::copy(mock_services_bin(), task.join("environment/orchard-mock-services")).unwrap();
+    std::fs::write(task.join("environment/fixture.json"), fixture().to_string()).unwrap();
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        "FROM debian\nCOPY orchard-mock-services /opt/mock/orchard-mock-services\nCOPY fixture.json /opt/mock/fixture.json\n\
+         CMD [\"/opt/mock/orchard-mock-services\", \"--fixture\", \"/opt/mock/fixture.json\", \"--forget-fixture\"]\n\
+         HEALTHCHECK CMD curl -sf http://127.0.0.1:8900/\n",
+    )
+    .unwrap();
+    std::fs::write(task.join("instruction.md"), "Reply to Ana's budget mail: thank her.").unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        format!("[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[metadata]\ncategory = \"assistant\"\n{ASSISTANT_TOOLS}"),
+    )
+    .unwrap();
+    let call = |id: &str, name: &str, args: Value| {
+        json!({"role": "assistant", "content": "", "tool_calls": [{"id": id, "type": "function",
+            "function": {"name": name, "arguments": args.to_string()}}]})
+    };
+    let (url, seen) = mock_model(vec![
+        completion(call("a", "search_mail", json!({"q": "budget"})), "tool_calls", (10, 5)),
+        completion(call("b", "read_mail", json!({"id": "nope"})), "tool_calls", (10, 5)),
+        completion(
+            call(
+                "c",
+                "send_mail",
+                json!({"to": ["ana@corp.test"], "subject": "Re: Q3 budget", "body": "Thanks!", "in_reply_to": "m1"}),
+            ),
+            "tool_calls",
+            (10, 5),
+        ),
+        completion(json!({"role": "assistant", "content": "Replied."}), "stop", (10, 5)),
+    ])
+    .await;
+    let dir = tasks.path().display().to_string();
+    let (summary, _, _) = tokio::task::spawn_blocking(move || {
+        orchard_tests::evals::eval(&[
+            &dir,
+            "--harness",
+            "react",
+            "--tools",
+            "assistant",
+            "--grader",
+            "rubric",
+            "--model",
+            &url,
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(summary["passed"], 1, "{summary:#}");
+    let requests = seen.lock().unwrap().clone();
+    let offered: Vec<&str> =
+        requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(offered, ["search_mail", "read_mail", "send_mail"], "only the task's tools, no shell");
+    let found = requests[1]["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    assert!(found.contains("Q3 budget") && found.contains("m1"), "{found}");
+    assert!(!found.contains("Password reset"), "the search filtered: {found}");
+    let missing = requests[2]["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    assert!(
+        missing.contains("HTTP 404") && missing.contains("no message"),
+        "a tool error the model can read: {missing}"
+    );
+}
