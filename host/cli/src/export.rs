@@ -142,7 +142,6 @@ async fn credited(args: &ExportArgs, text: &str, filter: &Filter, method: Method
         bar.set_message("crediting");
         let jobs = rollouts.iter().map(|rollout| {
             let (judge, bar) = (judge.clone(), bar.clone());
-            let reference = args.tasks.as_deref().and_then(|t| reference(t, rollout["task_id"].as_str().unwrap_or("")));
             async move {
                 let turns = orchard_credit::assistant_turns(rollout);
                 let credit = if rollout["passed"] == true {
@@ -154,6 +153,9 @@ async fn credited(args: &ExportArgs, text: &str, filter: &Filter, method: Method
                         .map(|curve| Credit::from_sparse_curve("mc", curve))
                         .map_err(|e| e.to_string())
                 } else if let Some(judge) = judge {
+                    // Read only for the trajectories the judge scores.
+                    let task_id = rollout["task_id"].as_str().unwrap_or("");
+                    let reference = args.tasks.as_deref().and_then(|t| reference(t, task_id));
                     orchard_credit::judge_curve(&judge, rollout, reference.as_deref())
                         .await
                         .map(|curve| Credit::from_curve("judge", curve))

@@ -46,20 +46,24 @@ pub fn eval_view(e: &EvalRow) -> Value {
 #[utoipa::path(post, path = "/v1/evals", tag = "evals", summary = "Submit an evaluation; answers at once with its id", request_body = orchard_scheduler::EvalSpec, responses((status = 201, description = "Submitted", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn submit(State(service): S, Extension(tenant): T, body: Bytes) -> ApiResult<Response> {
     let spec: EvalSpec = parse(&body)?;
-    match &spec.tasks {
-        TaskSource::Dir(_) => {
-            return Err(ApiError::invalid(
-                "tasks.dir: a path on the server is not for API clients; upload the tasks (POST /v1/datasets) \
-                 or name a dataset the operator registered",
-            ));
-        }
-        TaskSource::Archive(id) if !id.starts_with("sha256:") => {
-            return Err(ApiError::invalid(format!("tasks.archive: {id:?} is not a dataset id from POST /v1/datasets")));
-        }
-        _ => {}
-    }
+    check_client_tasks(&spec.tasks)?;
     let row = submit_spec(&service, &tenant, spec).await?;
     Ok((StatusCode::CREATED, Json(eval_view(&row))).into_response())
+}
+
+/// Refuses task sources that are not for API clients: a path on the server, or an archive id that
+/// did not come from `POST /v1/datasets`.
+pub fn check_client_tasks(tasks: &TaskSource) -> ApiResult<()> {
+    match tasks {
+        TaskSource::Dir(_) => Err(ApiError::invalid(
+            "tasks.dir: a path on the server is not for API clients; upload the tasks (POST /v1/datasets) \
+             or name a dataset the operator registered",
+        )),
+        TaskSource::Archive(id) if !id.starts_with("sha256:") => {
+            Err(ApiError::invalid(format!("tasks.archive: {id:?} is not a dataset id from POST /v1/datasets")))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Queues a checked job for `tenant` and wakes the runner (the API's and the web UI's submit).

@@ -19,7 +19,7 @@ use orchard_scheduler::{Env, Runner};
 
 pub use error::Query;
 pub use error::{ApiError, ApiResult, parse};
-pub use evals::{ExportQuery, cancel_eval, eval_view, export, owned, retry_eval, submit_spec};
+pub use evals::{ExportQuery, cancel_eval, check_client_tasks, eval_view, export, owned, retry_eval, submit_spec};
 pub use events::stream as event_stream;
 pub use summary::{CellView, HarnessTotal, Matrix, summary_of};
 

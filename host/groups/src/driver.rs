@@ -38,6 +38,8 @@ pub struct GroupRun {
     pub tenant: String,
     pub request: Arc<GroupRequest>,
     pub task_id: String,
+    /// The harness's id (checked when the request was), what rollout ids are made of.
+    pub harness_id: String,
     pub posterior: Posterior,
     pub memory_key: String,
     pub tx: mpsc::Sender<Record>,
@@ -45,7 +47,8 @@ pub struct GroupRun {
 
 struct State {
     group_id: String,
-    harness_id: Option<String>,
+    /// Whether the group's job exists yet (its first launch makes it).
+    queued: bool,
     builder: GroupBuilder,
     slots: Vec<Slot>,
     by_attempt: HashMap<u32, usize>,
@@ -65,7 +68,7 @@ impl GroupRun {
         }
         let mut st = State {
             group_id,
-            harness_id: None,
+            queued: false,
             builder: GroupBuilder::new(config, self.posterior),
             slots: Vec::new(),
             by_attempt: HashMap::new(),
@@ -148,27 +151,25 @@ impl GroupRun {
     /// Queues `attempts`: the group's job the first time, more of its rollouts after.
     async fn launch(&self, st: &mut State, attempts: &[u32]) -> Result<(), String> {
         let (Some(&lo), Some(&hi)) = (attempts.iter().min(), attempts.iter().max()) else { return Ok(()) };
-        let env = &self.service.evals.env;
-        match &st.harness_id {
-            None => {
-                let (_, harness) = orchard_scheduler::submit_attempts(
-                    env,
-                    &st.group_id,
-                    &self.tenant,
-                    self.request.spec(),
-                    &self.task_id,
-                    lo..=hi,
-                )
+        let store = &self.service.evals.env.store;
+        if st.queued {
+            orchard_scheduler::add_attempts(store, &st.group_id, &self.task_id, &self.harness_id, lo..=hi)
                 .await
                 .map_err(|e| e.to_string())?;
-                tracing::info!(group = %st.group_id, task = %self.task_id, rollouts = hi - lo + 1, "group started");
-                st.harness_id = Some(harness);
-            }
-            Some(harness) => {
-                orchard_scheduler::add_attempts(&env.store, &st.group_id, &self.task_id, harness, lo..=hi)
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
+        } else {
+            orchard_scheduler::queue_attempts(
+                store,
+                &st.group_id,
+                &self.tenant,
+                &self.request.spec(),
+                &self.task_id,
+                &self.harness_id,
+                lo..=hi,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            tracing::info!(group = %st.group_id, task = %self.task_id, rollouts = hi - lo + 1, "group started");
+            st.queued = true;
         }
         self.service.evals.runner.wake();
         Ok(())
@@ -294,7 +295,7 @@ impl GroupRun {
     /// another at its runner's next pass).
     async fn cancel(&self, st: &State) {
         let evals = &self.service.evals;
-        if st.harness_id.is_some() {
+        if st.queued {
             if let Err(e) = evals.env.store.cancel(&st.group_id).await {
                 tracing::warn!(group = %st.group_id, "cancelling the group's leftovers: {e}");
             }

@@ -10,8 +10,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Router};
+use futures::StreamExt;
 use orchard_evals_api::{ApiError, TenantId};
-use orchard_scheduler::TaskSource;
 
 use crate::GroupService;
 use crate::record::Record;
@@ -44,18 +44,7 @@ pub async fn submit(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: GroupRequest = orchard_evals_api::parse(&body)?;
-    match &request.tasks {
-        TaskSource::Dir(_) => {
-            return Err(ApiError::invalid(
-                "tasks.dir: a path on the server is not for API clients; upload the tasks (POST /v1/datasets) \
-                 or name a dataset the operator registered",
-            ));
-        }
-        TaskSource::Archive(id) if !id.starts_with("sha256:") => {
-            return Err(ApiError::invalid(format!("tasks.archive: {id:?} is not a dataset id from POST /v1/datasets")));
-        }
-        _ => {}
-    }
+    orchard_evals_api::check_client_tasks(&request.tasks)?;
     let groups = request.task_ids.len();
     let rx = service.start(&tenant.0, request).await?;
     tracing::info!(tenant = %tenant.0, groups, "rollout groups started");
@@ -63,7 +52,6 @@ pub async fn submit(
     let wants_sse =
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
     if wants_sse {
-        use futures::StreamExt;
         let events = records.map(|r: Record| {
             let json = serde_json::to_value(&r).unwrap_or_default();
             let kind = json["type"].as_str().unwrap_or("record").to_string();
@@ -71,7 +59,6 @@ pub async fn submit(
         });
         return Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response());
     }
-    use futures::StreamExt;
     let lines = records.map(|r: Record| {
         let mut line = serde_json::to_vec(&r).unwrap_or_default();
         line.push(b'\n');

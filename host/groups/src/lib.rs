@@ -44,7 +44,7 @@ impl GroupService {
         Arc::new(GroupService { evals, memory: Memory::default() })
     }
 
-    /// Checks the request (tasks exist, plugins exist and are of the right kinds), admits
+    /// Checks the request once (tasks exist, plugins exist and are of the right kinds), admits
     /// tasks and starts their groups; the records come on the receiver. Dropping it cancels
     /// every group still running.
     pub async fn start(
@@ -99,6 +99,7 @@ impl GroupService {
                 tenant: tenant.to_string(),
                 request: request.clone(),
                 task_id: task_id.clone(),
+                harness_id: harness.clone(),
                 posterior,
                 memory_key: key,
                 tx: tx.clone(),

@@ -67,37 +67,26 @@ pub async fn submit(env: &Env, eval_id: &str, tenant: &str, spec: EvalSpec) -> R
 }
 
 /// Queues a job of one task's rollouts under one harness, attempts `attempts` (a rollout
-/// group: more are added with [`add_attempts`] as it grows). Returns the job and the harness's
-/// id (what rollout ids are made of).
-pub async fn submit_attempts(
-    env: &Env,
+/// group: more are added with [`add_attempts`] as it grows). The caller has checked the spec
+/// and resolved the harness to its id (`Prepared::plugin`), which rollout ids are made of.
+pub async fn queue_attempts(
+    store: &Store,
     eval_id: &str,
     tenant: &str,
-    spec: EvalSpec,
+    spec: &EvalSpec,
     task_id: &str,
+    harness_id: &str,
     attempts: std::ops::RangeInclusive<u32>,
-) -> Result<(EvalRow, String), SchedulerError> {
-    spec.check().map_err(SchedulerError::Invalid)?;
-    let [harness] = spec.harnesses.as_slice() else {
-        return Err(SchedulerError::Invalid("harnesses: a rollout group runs exactly one harness".into()));
-    };
-    let prepared = Prepared::new(env, eval_id, tenant, spec.clone()).await.map_err(|e| SchedulerError::Invalid(e.0))?;
-    if !prepared.tasks.contains_key(task_id) {
-        return Err(SchedulerError::Invalid(format!("task {task_id:?} is not in the job's tasks")));
-    }
-    let harness = prepared
-        .plugin(harness, orchard_runtime::PluginKind::Harness)
-        .map(|p| p.id())
-        .map_err(|e| SchedulerError::Invalid(e.0))?;
+) -> Result<EvalRow, SchedulerError> {
     let new = NewEval {
         id: eval_id.to_string(),
         tenant: tenant.to_string(),
-        spec: serde_json::to_string(&spec).map_err(|e| SchedulerError::Invalid(e.to_string()))?,
+        spec: serde_json::to_string(spec).map_err(|e| SchedulerError::Invalid(e.to_string()))?,
         fingerprint: spec.fingerprint(),
         k: spec.attempts,
-        rollouts: new_rollouts(task_id, &harness, attempts),
+        rollouts: new_rollouts(task_id, harness_id, attempts),
     };
-    Ok((env.store.create_eval(&new).await?, harness))
+    Ok(store.create_eval(&new).await?)
 }
 
 /// Queues more attempts of a job's task (a group topping up, or replacing a rollout the
