@@ -36,6 +36,18 @@ fn policy(episodes: &AtomicUsize, request: &Value) -> (u16, Value) {
     orchard_tests::tokens::reply(request, message)
 }
 
+/// `orchard eval` of the tasks in `dir` with react, the shell and the script grader, the model at
+/// `url` (on a blocking thread: the mock lives on the test's runtime); answers the run directory.
+async fn react_run(dir: &std::path::Path, url: &str, extra: &[&str]) -> tempfile::TempDir {
+    let args: Vec<String> =
+        [dir.to_str().unwrap(), "--harness", "react", "--tools", "shell", "--grader", "script", "--model", url]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
+    tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>()).1).await.unwrap()
+}
+
 fn export(run: &std::path::Path, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["export", run.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -57,25 +69,7 @@ async fn a_failed_trajectory_is_credited_on_its_rising_turns_up_to_the_peak() {
     std::fs::write(tasks.path().join("coin/solution/solve.sh"), "echo yes > /workspace/answer.txt # GOLD\n").unwrap();
     let episodes = Arc::new(AtomicUsize::new(0));
     let (url, _) = mock_model_with(move |r| policy(&episodes, r)).await;
-    let dir = tasks.path().display().to_string();
-    let (_, run, _) = tokio::task::spawn_blocking(move || {
-        eval(&[
-            &dir,
-            "--harness",
-            "react",
-            "--tools",
-            "shell",
-            "--grader",
-            "script",
-            "--model",
-            &url,
-            "--logprobs",
-            "--attempts",
-            "2",
-        ])
-    })
-    .await
-    .unwrap();
+    let run = react_run(tasks.path(), &url, &["--logprobs", "--attempts", "2"]).await;
 
     // The judge: progress after each of the five turns (four tool turns and the answer).
     let (judge, asked) = mock_model_with(|_| {
@@ -184,25 +178,7 @@ async fn monte_carlo_continuations_find_where_the_value_rose_and_fell() {
         "#!/bin/bash\n[ \"$(cat /workspace/answer.txt 2>/dev/null)\" = yes ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
     );
     let (url, seen) = mock_model_with(drafting_policy).await;
-    let dir = tasks.path().display().to_string();
-    let policy_url = url.clone();
-    let (_, run, _) = tokio::task::spawn_blocking(move || {
-        eval(&[
-            &dir,
-            "--harness",
-            "react",
-            "--tools",
-            "shell",
-            "--grader",
-            "script",
-            "--model",
-            &policy_url,
-            "--model-name",
-            "policy",
-        ])
-    })
-    .await
-    .unwrap();
+    let run = react_run(tasks.path(), &url, &["--model-name", "policy"]).await;
     let run_dir = run.path().to_path_buf();
     let tasks_dir = tasks.path().to_path_buf();
     let records = tokio::task::spawn_blocking(move || {

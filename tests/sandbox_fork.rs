@@ -93,18 +93,9 @@ async fn fork_and_check(extra_args: Vec<String>, disk_limited: bool) {
 async fn an_unprivileged_host_forks_by_tar() {
     use std::io::BufRead;
     use std::os::unix::process::CommandExt;
-    let user = "orchard-test";
-    let found = std::process::Command::new("id").args(["-u", user]).output().unwrap();
-    assert!(found.status.success(), "user {user} missing: run `cargo xtask setup`");
-    let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    std::fs::copy(orchard_tests::orchard_bin(), bin.join("orchard")).unwrap();
-    std::fs::copy(orchard_tests::agent_bin(), bin.join("agent")).unwrap();
-    let state = dir.path().join("state");
-    std::fs::create_dir(&state).unwrap();
-    std::process::Command::new("chown").args(["-R", user]).arg(dir.path()).status().unwrap();
-    std::process::Command::new("chmod").args(["755"]).arg(dir.path()).status().unwrap();
+    let user = orchard_tests::UNPRIVILEGED_USER;
+    let dir = orchard_tests::unprivileged_install();
+    let (bin, state) = (dir.path().join("bin"), dir.path().join("state"));
     let mut child = std::process::Command::new("runuser")
         .args(["-u", user, "--"])
         .arg(bin.join("orchard"))

@@ -126,19 +126,11 @@ async fn memory_cpu_and_process_limits_are_enforced() {
 /// `cargo xtask setup` creates.
 #[tokio::test]
 async fn an_unprivileged_host_runs_sandboxes_in_a_user_namespace() {
-    let user = "orchard-test";
+    let user = orchard_tests::UNPRIVILEGED_USER;
+    let dir = orchard_tests::unprivileged_install();
+    let (bin, state) = (dir.path().join("bin"), dir.path().join("state"));
     let uid = std::process::Command::new("id").args(["-u", user]).output().unwrap();
-    assert!(uid.status.success(), "user {user} missing: run `cargo xtask setup`");
     let uid = String::from_utf8(uid.stdout).unwrap().trim().to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    std::fs::copy(orchard_tests::orchard_bin(), bin.join("orchard")).unwrap();
-    std::fs::copy(orchard_tests::agent_bin(), bin.join("agent")).unwrap();
-    let state = dir.path().join("state");
-    std::fs::create_dir(&state).unwrap();
-    std::process::Command::new("chown").args(["-R", user]).arg(dir.path()).status().unwrap();
-    std::process::Command::new("chmod").args(["755"]).arg(dir.path()).status().unwrap();
     let script = "echo uid=$(id -u); cat /proc/self/uid_map; echo data > /root/file && cat /root/file";
     let out = std::process::Command::new("runuser")
         .args(["-u", user, "--"])

@@ -311,3 +311,23 @@ pub fn pid_alive(pid: i64) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
 }
+
+/// The account `cargo xtask setup` makes for the tests of unprivileged hosts.
+pub const UNPRIVILEGED_USER: &str = "orchard-test";
+
+/// A directory that account owns, holding copies of `orchard` and the agent (`bin/orchard`,
+/// `bin/agent`, which it can run wherever the build directory is) and an empty `state/`.
+pub fn unprivileged_install() -> tempfile::TempDir {
+    let user = UNPRIVILEGED_USER;
+    let found = Command::new("id").args(["-u", user]).output().expect("id");
+    assert!(found.status.success(), "user {user} missing: run `cargo xtask setup`");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin dir");
+    std::fs::copy(orchard_bin(), bin.join("orchard")).expect("copy orchard");
+    std::fs::copy(agent_bin(), bin.join("agent")).expect("copy the agent");
+    std::fs::create_dir(dir.path().join("state")).expect("state dir");
+    Command::new("chown").args(["-R", user]).arg(dir.path()).status().expect("chown");
+    Command::new("chmod").args(["755"]).arg(dir.path()).status().expect("chmod");
+    dir
+}
