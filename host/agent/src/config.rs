@@ -43,14 +43,25 @@ pub struct Args {
 
 /// Copies the running binary to `to` (parents created, mode 0755), through a temporary file
 /// renamed into place so that a reader never sees half a binary.
+/// The assistant domain's mock services, when they sit beside the agent (the agent image
+/// carries both), are installed beside it too.
 pub fn install(to: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     let me = std::env::current_exe().context("finding the agent's own binary")?;
     if let Some(dir) = to.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    copy_executable(&me, to)?;
+    let mocks = me.with_file_name("orchard-mock-services");
+    if mocks.is_file() {
+        copy_executable(&mocks, &to.with_file_name("orchard-mock-services"))?;
+    }
+    Ok(())
+}
+
+fn copy_executable(from: &Path, to: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     let tmp = to.with_extension("orchard-partial");
-    std::fs::copy(&me, &tmp).with_context(|| format!("copying {} to {}", me.display(), tmp.display()))?;
+    std::fs::copy(from, &tmp).with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
     std::fs::rename(&tmp, to).with_context(|| format!("installing {}", to.display()))?;
     Ok(())

@@ -47,6 +47,9 @@ const KEPT_CAPS: &[&str] = &[
 
 /// Where the agent binary appears inside every sandbox.
 pub const AGENT_PATH: &str = "/.orchard/agent";
+/// The mock services inside every sandbox (when the host has them beside the agent); the same
+/// path as on Kubernetes, where the agent's init container installs both.
+pub const MOCK_SERVICES_PATH: &str = "/.orchard/bin/orchard-mock-services";
 /// Where the agent keeps spilled output, logs and session files.
 pub const SCRATCH_DIR: &str = "/tmp/.orchard";
 
@@ -127,6 +130,7 @@ fn bwrap_argv(spec: &LaunchSpec<'_>) -> Vec<String> {
     }
     push(&["--dev", "/dev", "--perms", "1777", "--size", SHM_BYTES, "--tmpfs", "/dev/shm"]);
     push(&["--ro-bind", crate::rootfs::STAGED_AGENT, AGENT_PATH]);
+    push(&["--ro-bind-try", crate::rootfs::STAGED_MOCK_SERVICES, MOCK_SERVICES_PATH]);
     for (fd, path) in ETC_FDS.iter().zip(["/etc/hosts", "/etc/hostname", "/etc/resolv.conf"]) {
         push(&["--perms", "0644", "--bind-data", &fd.to_string(), path]);
     }

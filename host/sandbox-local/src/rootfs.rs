@@ -30,6 +30,11 @@ pub const STAGE: &str = "/run";
 pub const STAGED_ROOT: &str = "/run/orchard-root";
 /// The agent binary, bound where bubblewrap finds it.
 pub const STAGED_AGENT: &str = "/run/orchard-agent";
+/// Where the assistant domain's mock services binary is staged, when it sits next to the agent.
+pub const STAGED_MOCK_SERVICES: &str = "/run/orchard-mock-services";
+/// The mock services' file name, beside the agent on the host and in every sandbox at
+/// `/.orchard/bin/`.
+pub const MOCK_SERVICES: &str = "orchard-mock-services";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RootSpec {
@@ -245,6 +250,14 @@ pub fn mount_root(spec: &RootSpec, userns: Option<&OwnedFd>) -> std::io::Result<
     std::fs::write(STAGED_AGENT, b"")?;
     bind(&spec.agent, Path::new(STAGED_AGENT), None, true)
         .map_err(context(format!("binding {}", spec.agent.display())))?;
+    // Every sandbox carries the mock services (an assistant task's entrypoint starts them), so
+    // tasks need not copy the binary into their images.
+    let mocks = spec.agent.with_file_name(MOCK_SERVICES);
+    if mocks.is_file() {
+        std::fs::write(STAGED_MOCK_SERVICES, b"")?;
+        bind(&mocks, Path::new(STAGED_MOCK_SERVICES), None, true)
+            .map_err(context(format!("binding {}", mocks.display())))?;
+    }
     let lower = if userns.is_some() {
         bind(&spec.lower, &spec.mapped_lower, userns, true)
             .map_err(context(format!("id-mapping the image {}", spec.lower.display())))?;

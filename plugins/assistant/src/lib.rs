@@ -2,14 +2,18 @@
 //! listening on the sandbox's own loopback (the assistant domain's mock services).
 //!
 //! Configuration (`[metadata.tool_config.assistant]` in task.toml, or `--tool-config`):
-//! `tools = [{name, description, parameters (JSON Schema), method, port, route}]`, or
-//! `tools_file` (a JSON file of that list inside the sandbox). A `route` may hold `{param}`
+//! `services = ["mail", "calendar", ...]`, the standard tools of those mock services (see
+//! `catalog`; on `port`, default 8900), and/or `tools = [{name, description, parameters (JSON
+//! Schema), method, port, route}]`, or `tools_file` (a JSON file of that list inside the
+//! sandbox). A `route` may hold `{param}`
 //! placeholders, filled from the call's arguments; the other arguments go in the query string
 //! (GET, DELETE) or as the JSON body (POST, PUT, PATCH). The service's JSON answer is the tool's
 //! result; an HTTP error (4xx, 5xx, a service not answering) comes back as a tool error the model
 //! can read and recover from — never as a failed call. No shell.
 
 wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "tool-adapter" });
+
+pub mod catalog;
 
 use std::sync::OnceLock;
 
@@ -38,15 +42,35 @@ fn tools() -> &'static Result<Vec<Tool>, String> {
 fn parse(config: &str) -> Result<Vec<Tool>, String> {
     let config: Value = serde_json::from_str(if config.trim().is_empty() { "{}" } else { config })
         .map_err(|e| format!("the configuration is not JSON: {e}"))?;
-    let list = match (config.get("tools"), config.get("tools_file").and_then(Value::as_str)) {
-        (Some(Value::Array(list)), _) => list.clone(),
+    let port = match config.get("port") {
+        None => 8900,
+        Some(p) => p.as_u64().and_then(|p| u16::try_from(p).ok()).ok_or("port: a port number")?,
+    };
+    let mut list = Vec::new();
+    match config.get("services") {
+        None => {}
+        Some(Value::Array(names)) => {
+            for name in names {
+                let name = name.as_str().ok_or("services: a list of service names")?;
+                list.extend(catalog::tools_of(name, port).ok_or_else(|| {
+                    format!("services: no standard tools for {name:?} (known: {})", catalog::services().join(", "))
+                })?);
+            }
+        }
+        Some(_) => return Err("services: a list of service names".into()),
+    }
+    match (config.get("tools"), config.get("tools_file").and_then(Value::as_str)) {
+        (Some(Value::Array(more)), _) => list.extend(more.iter().cloned()),
         (Some(_), _) => return Err("tools: expected a list".into()),
         (None, Some(path)) => {
             let bytes = sandbox::read_file(path).map_err(|e| format!("tools_file {path}: {e:?}"))?;
-            serde_json::from_slice::<Vec<Value>>(&bytes).map_err(|e| format!("tools_file {path}: {e}"))?
+            list.extend(serde_json::from_slice::<Vec<Value>>(&bytes).map_err(|e| format!("tools_file {path}: {e}"))?);
         }
-        (None, None) => return Err("no tools: give `tools` or `tools_file` in the assistant's configuration".into()),
-    };
+        (None, None) if list.is_empty() => {
+            return Err("no tools: give `services`, `tools` or `tools_file` in the assistant's configuration".into());
+        }
+        (None, None) => {}
+    }
     let mut out: Vec<Tool> = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let field =
