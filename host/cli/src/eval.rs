@@ -14,9 +14,11 @@ use crate::backend::{BackendKind, KubeArgs};
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// A task folder, or a folder of task folders (Harbor layout).
+    /// A task folder, or a folder of task folders (Harbor layout). Several folders make one
+    /// evaluation spanning domains (each folder a domain in the summary); a task's `[agent]
+    /// tools` then picks its own tool adapters.
     #[arg(required_unless_present_any = ["follow", "dataset"])]
-    pub(crate) tasks: Option<PathBuf>,
+    pub(crate) tasks: Vec<PathBuf>,
     /// The harness: a shipped plugin's name or a path to a .wasm. Repeat it to run every task
     /// under each harness and get a task × harness matrix.
     #[arg(long = "harness", required_unless_present = "follow")]
@@ -143,11 +145,22 @@ impl EvalArgs {
                 arg.clone()
             }
         };
-        let dir = self.tasks.as_ref().ok_or_else(|| anyhow::anyhow!("TASKS: a task folder is needed"))?;
-        let tasks =
-            std::fs::canonicalize(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?.display().to_string();
+        let dirs = self
+            .tasks
+            .iter()
+            .map(|dir| {
+                std::fs::canonicalize(dir)
+                    .map(|d| d.display().to_string())
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let source = match <[String; 1]>::try_from(dirs) {
+            Ok([one]) => TaskSource::Dir(one),
+            Err(dirs) if dirs.is_empty() => anyhow::bail!("TASKS: a task folder is needed"),
+            Err(dirs) => TaskSource::Dirs(dirs),
+        };
         let secret = self.api_key.as_ref().map(|_| CLI_KEY.to_string());
-        self.spec_with(TaskSource::Dir(tasks), canonical, secret)
+        self.spec_with(source, canonical, secret)
     }
 
     /// The job, with its tasks, plugin names and model key's secret as the caller resolves them.
@@ -252,7 +265,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         eval.total,
         spec.attempts,
         spec.harnesses.join(" and "),
-        if spec.tools.is_empty() { "none".into() } else { spec.tools.join(", ") },
+        if spec.tools.is_empty() { "none, or the task's own".into() } else { spec.tools.join(", ") },
         spec.grader
     );
     let runner = Runner::new(
@@ -415,6 +428,20 @@ fn print_summary(s: &Summary) {
             rewards.join(" ")
         );
     }
+    for d in s.domains.iter().filter(|_| s.domains.len() > 1) {
+        println!(
+            "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {:>6}  {} passed",
+            format!("[{}]", d.domain),
+            d.rollouts,
+            fmt(d.mean_reward),
+            fmt(d.pass_at_1),
+            fmt(d.pass_at_k),
+            fmt(d.pass_hat_k),
+            "",
+            "",
+            d.passed
+        );
+    }
     println!(
         "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {:>6}  {} passed of {} rollouts",
         "ALL",
@@ -456,6 +483,26 @@ fn print_matrix(s: &Summary) {
         }
         println!();
     }
+    // A summary row per domain: what transfers across harnesses, domain by domain.
+    let mut domains: Vec<&str> = Vec::new();
+    for d in &s.domains {
+        if !domains.contains(&d.domain.as_str()) {
+            domains.push(&d.domain);
+        }
+    }
+    for d in domains.iter().filter(|_| domains.len() > 1) {
+        print!("{:<width$}", format!("[{d}]"));
+        for n in &names {
+            let cell = s
+                .domains
+                .iter()
+                .find(|x| x.domain == *d && x.harness == *n)
+                .map(|x| format!("{} / {}", fmt(x.mean_reward), fmt(x.pass_at_k)))
+                .unwrap_or_else(|| "—".into());
+            print!("  {cell:>col$}");
+        }
+        println!();
+    }
     print!("{:<width$}", "ALL");
     for h in &s.harnesses {
         print!("  {:>col$}", format!("{} / {}", fmt(h.mean_reward), fmt(h.pass_at_k)));
@@ -463,25 +510,43 @@ fn print_matrix(s: &Summary) {
     println!();
     println!();
     println!(
-        "{:<col$}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}",
+        "{:<col$}  {:>10}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}  {:>8}",
         "harness",
+        "domain",
         "rollouts",
         "passed",
         "unknown",
         "errors",
         "pass@1",
-        format!("pass@{}", s.k)
+        format!("pass@{}", s.k),
+        format!("pass^{}", s.k)
     );
     for h in &s.harnesses {
+        for d in s.domains.iter().filter(|d| d.harness == h.harness && domains.len() > 1) {
+            println!(
+                "{:<col$}  {:>10}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}  {:>8}",
+                h.harness,
+                d.domain,
+                d.rollouts,
+                d.passed,
+                "",
+                "",
+                fmt(d.pass_at_1),
+                fmt(d.pass_at_k),
+                fmt(d.pass_hat_k)
+            );
+        }
         println!(
-            "{:<col$}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}",
+            "{:<col$}  {:>10}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}  {:>8}",
             h.harness,
+            "ALL",
             h.rollouts,
             h.passed,
             h.unknown,
             h.errors,
             fmt(h.pass_at_1),
-            fmt(h.pass_at_k)
+            fmt(h.pass_at_k),
+            fmt(h.pass_hat_k)
         );
     }
 }

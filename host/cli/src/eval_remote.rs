@@ -127,9 +127,10 @@ async fn submit(client: &Client, args: &EvalArgs) -> anyhow::Result<String> {
              and name it instead"
         );
     }
-    let tasks = match (&args.dataset, &args.tasks) {
+    let tasks = match (&args.dataset, args.tasks.as_slice()) {
         (Some(name), _) => TaskSource::Dataset(name.clone()),
-        (None, Some(dir)) => {
+        (None, [_, _, ..]) => bail!("TASKS: one folder with --server (put the task folders of several domains in one)"),
+        (None, [dir]) => {
             let dir = dir.clone();
             let archive = tokio::task::spawn_blocking(move || pack_tasks(&dir)).await??;
             let size = archive.len();
@@ -150,7 +151,7 @@ async fn submit(client: &Client, args: &EvalArgs) -> anyhow::Result<String> {
             );
             TaskSource::Archive(id)
         }
-        (None, None) => bail!("TASKS: a task folder (or --dataset NAME) is needed"),
+        (None, []) => bail!("TASKS: a task folder (or --dataset NAME) is needed"),
     };
     if args.api_key.is_some() && args.api_key_secret.is_none() && args.model.is_some() {
         eprintln!(

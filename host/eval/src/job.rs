@@ -22,6 +22,9 @@ pub struct Job {
     /// Every task runs under each harness (a cross-harness matrix when there are several).
     pub harnesses: Vec<Arc<Plugin>>,
     pub tools: Vec<Arc<Plugin>>,
+    /// The tool adapters tasks name in `[agent] tools`, by name: such a task runs with those
+    /// instead of `tools`.
+    pub named_tools: std::collections::BTreeMap<String, Arc<Plugin>>,
     pub grader: Arc<Plugin>,
     pub model: Option<Arc<ModelClient>>,
     /// The grader's own endpoint (a judge model); the run's when absent.
@@ -42,6 +45,17 @@ pub struct Job {
     pub sandbox_disk_bytes: Option<u64>,
 }
 
+impl Job {
+    /// The tool adapters `task` runs with: those it names in `[agent] tools` (resolved when the
+    /// job was prepared), else the run's.
+    pub fn tools_for(&self, task: &Task) -> Vec<Arc<Plugin>> {
+        match &task.tools {
+            Some(names) => names.iter().filter_map(|n| self.named_tools.get(n).cloned()).collect(),
+            None => self.tools.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RolloutStatus {
@@ -57,6 +71,9 @@ pub enum RolloutStatus {
 pub struct RolloutResult {
     pub rollout_id: String,
     pub task_id: String,
+    /// The task's domain (see `Task::domain`), for per-domain summaries.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub domain: String,
     pub attempt: u32,
     pub harness: String,
     pub tools: Vec<String>,
@@ -110,6 +127,7 @@ impl RolloutResult {
         RolloutResult {
             rollout_id: Self::id_for(task_id, harness_id, attempt),
             task_id: task_id.into(),
+            domain: String::new(),
             attempt,
             harness: harness_id.into(),
             tools: vec![],
@@ -152,15 +170,17 @@ pub async fn rollout(
     placement: &Placement,
 ) -> RolloutResult {
     let started = Instant::now();
+    let tools = job.tools_for(task);
     let mut result = RolloutResult {
-        tools: job.tools.iter().map(|t| t.id()).collect(),
+        tools: tools.iter().map(|t| t.id()).collect(),
         grader: job.grader.id(),
         plugins: std::iter::once(harness)
-            .chain(&job.tools)
+            .chain(&tools)
             .chain(std::iter::once(&job.grader))
             .map(|p| (p.id(), p.info.sha256.clone()))
             .collect(),
         model: job.model.as_ref().map(|m| m.config().model.clone()),
+        domain: task.domain.clone(),
         ..RolloutResult::pending(&task.id, &harness.id(), attempt)
     };
     let mut spec =
@@ -335,8 +355,9 @@ async fn run_in_sandbox(
     };
     let limits = Limits { wall: Duration::from_secs_f64(task.agent_timeout_sec), ..job.limits };
     let agent_started = Instant::now();
-    let harness_run =
-        runtime.run_harness(&ctx, harness, &job.tools, &input, &job.harness_config, &limits, &job.grants).await;
+    let harness_run = runtime
+        .run_harness(&ctx, harness, &job.tools_for(task), &input, &job.harness_config, &limits, &job.grants)
+        .await;
     result.agent_seconds = agent_started.elapsed().as_secs_f64();
     // The agent is done with the browser (graders look at the sandbox and the trajectory).
     ctx.close_browser();

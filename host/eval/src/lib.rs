@@ -11,6 +11,6 @@ mod task;
 pub use job::{Job, Placement, RolloutResult, RolloutStatus, VerifierRecord, rollout};
 pub use metrics::{pass_at_k, pass_hat_k};
 pub use report::trajectory_line;
-pub use report::{HarnessSummary, Summary, TaskSummary, summarize, write_outputs};
+pub use report::{DomainSummary, HarnessSummary, Summary, TaskSummary, summarize, write_outputs};
 pub use separate::verifier_id;
 pub use task::{Task, TaskError, load_tasks};

@@ -12,6 +12,7 @@ use crate::metrics::{pass_at_k, pass_hat_k};
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskSummary {
     pub task_id: String,
+    pub domain: String,
     pub harness: String,
     pub attempts: u32,
     pub graded: u32,
@@ -39,6 +40,21 @@ pub struct HarnessSummary {
     pub mean_reward: Option<f64>,
     pub pass_at_1: Option<f64>,
     pub pass_at_k: Option<f64>,
+    pub pass_hat_k: Option<f64>,
+}
+
+/// One domain under one harness (the summary rows of a matrix spanning domains).
+#[derive(Debug, Clone, Serialize)]
+pub struct DomainSummary {
+    pub domain: String,
+    pub harness: String,
+    pub tasks: usize,
+    pub rollouts: usize,
+    pub passed: usize,
+    pub mean_reward: Option<f64>,
+    pub pass_at_1: Option<f64>,
+    pub pass_at_k: Option<f64>,
+    pub pass_hat_k: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -54,6 +70,8 @@ pub struct Summary {
     pub pass_at_k: Option<f64>,
     pub pass_hat_k: Option<f64>,
     pub harnesses: Vec<HarnessSummary>,
+    /// One row per domain and harness, domains in the order first met.
+    pub domains: Vec<DomainSummary>,
     /// One row per task and harness.
     pub tasks: Vec<TaskSummary>,
 }
@@ -81,6 +99,7 @@ pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
             let at = |kk: u32| (n >= kk && kk > 0).then(|| pass_at_k(n, passed, kk));
             TaskSummary {
                 task_id: id.to_string(),
+                domain: rs[0].domain.clone(),
                 harness: harness.to_string(),
                 attempts: rs.len() as u32,
                 graded,
@@ -116,11 +135,40 @@ pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
                 mean_reward: mean(rs.iter().filter_map(|r| r.reward)),
                 pass_at_1: mean(ts.iter().filter_map(|t| t.pass_at_1)),
                 pass_at_k: mean(ts.iter().filter_map(|t| t.pass_at_k)),
+                pass_hat_k: mean(ts.iter().filter_map(|t| t.pass_hat_k)),
             }
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let mut domain_names: Vec<&str> = Vec::new();
+    for r in results {
+        if !domain_names.contains(&r.domain.as_str()) {
+            domain_names.push(&r.domain);
+        }
+    }
+    let mut domains = Vec::new();
+    for d in &domain_names {
+        for h in &harnesses {
+            let rs: Vec<&RolloutResult> = results.iter().filter(|r| r.domain == *d && r.harness == h.harness).collect();
+            let ts: Vec<&TaskSummary> = tasks.iter().filter(|t| t.domain == *d && t.harness == h.harness).collect();
+            if rs.is_empty() {
+                continue;
+            }
+            domains.push(DomainSummary {
+                domain: d.to_string(),
+                harness: h.harness.clone(),
+                tasks: ts.len(),
+                rollouts: rs.len(),
+                passed: rs.iter().filter(|r| r.passed).count(),
+                mean_reward: mean(rs.iter().filter_map(|r| r.reward)),
+                pass_at_1: mean(ts.iter().filter_map(|t| t.pass_at_1)),
+                pass_at_k: mean(ts.iter().filter_map(|t| t.pass_at_k)),
+                pass_hat_k: mean(ts.iter().filter_map(|t| t.pass_hat_k)),
+            });
+        }
+    }
     Summary {
         harnesses,
+        domains,
         rollouts: results.len(),
         graded: results.iter().filter(|r| r.status == RolloutStatus::Graded).count(),
         passed: results.iter().filter(|r| r.passed).count(),

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! `task.toml` keys read (others are kept as metadata):
-//! `[agent] timeout_sec`, `[verifier] timeout_sec`, `[environment] docker_image | image, cpus,
+//! `[agent] timeout_sec, tools` (the tool adapters this task needs, replacing the run's
+//! `--tools`: one evaluation can span domains), `[verifier] timeout_sec`, `[environment]
+//! docker_image | image, cpus,
 //! memory ("2G") | memory_mb, allow_internet, workdir, env = { K = "v" }`, and `[metadata]`.
 
 use std::collections::BTreeMap;
@@ -29,9 +31,14 @@ pub struct TaskError {
 #[derive(Debug, Clone)]
 pub struct Task {
     pub id: String,
+    /// The domain the task belongs to, for summaries: its `[metadata] domain`, else the name
+    /// of the folder of tasks it was loaded from (`examples/assistant/x` → `assistant`).
+    pub domain: String,
     pub dir: PathBuf,
     pub instruction: String,
     pub agent_timeout_sec: f64,
+    /// `[agent] tools`: the tool adapters the task names, used instead of the run's.
+    pub tools: Option<Vec<String>>,
     pub verifier_timeout_sec: f64,
     /// A prebuilt image the task names; `None` when it only has a Dockerfile (or nothing).
     pub image: Option<String>,
@@ -75,6 +82,11 @@ pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
     if path.join("instruction.md").is_file() || path.join("task.toml").is_file() {
         return Ok(vec![load_task(path)?]);
     }
+    let domain = path
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "tasks".into());
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
         .map_err(|e| err(e.to_string()))?
         .flatten()
@@ -85,7 +97,15 @@ pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
     if dirs.is_empty() {
         return Err(err("holds no task (a task folder has an instruction.md)".into()));
     }
-    dirs.iter().map(|d| load_task(d)).collect()
+    dirs.iter()
+        .map(|d| {
+            let mut task = load_task(d)?;
+            if task.metadata.pointer("/metadata/domain").is_none() {
+                task.domain = domain.clone();
+            }
+            Ok(task)
+        })
+        .collect()
 }
 
 pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
@@ -151,6 +171,23 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
         .filter(|s| !s.is_empty())
         .map(str::to_string);
     let agent_timeout_sec = number(&agent, "timeout_sec").unwrap_or(600.0);
+    let tools = match agent.get("tools") {
+        None => None,
+        Some(toml::Value::Array(items)) => Some(
+            items
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .ok_or_else(|| err(format!("task.toml: [agent] tools: {v} is not a plugin name")))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Some(other) => {
+            return Err(err(format!("task.toml: [agent] tools must be a list of plugin names, not {other}")));
+        }
+    };
     let verifier_timeout_sec = number(&verifier, "timeout_sec").unwrap_or(600.0);
     let mut metadata = serde_json::to_value(&config).unwrap_or(json!({}));
     if let Value::Object(m) = &mut metadata {
@@ -207,11 +244,20 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
             }
         }
     }
+    let domain = meta_str("domain")
+        .or_else(|| {
+            dir.canonicalize()
+                .ok()
+                .and_then(|p| p.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()))
+        })
+        .unwrap_or_else(|| "tasks".into());
     Ok(Task {
         id,
+        domain,
         dir: dir.to_path_buf(),
         instruction,
         agent_timeout_sec,
+        tools,
         verifier_timeout_sec,
         image,
         cpus: number(&environment, "cpus"),

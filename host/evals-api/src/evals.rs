@@ -55,7 +55,7 @@ pub async fn submit(State(service): S, Extension(tenant): T, body: Bytes) -> Api
 /// did not come from `POST /v1/datasets`.
 pub fn check_client_tasks(tasks: &TaskSource) -> ApiResult<()> {
     match tasks {
-        TaskSource::Dir(_) => Err(ApiError::invalid(
+        TaskSource::Dir(_) | TaskSource::Dirs(_) => Err(ApiError::invalid(
             "tasks.dir: a path on the server is not for API clients; upload the tasks (POST /v1/datasets) \
              or name a dataset the operator registered",
         )),

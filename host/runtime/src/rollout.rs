@@ -343,6 +343,9 @@ impl RolloutContext {
         if grading {
             return;
         }
+        if t.opening.is_empty() {
+            t.opening = request.iter().take_while(|m| m.role != orchard_model::Role::Assistant).cloned().collect();
+        }
         t.conversation = request;
         t.conversation.push(c.message.clone());
         t.tools = tools;
@@ -666,7 +669,7 @@ impl Runtime {
                         .await
                         .map_err(|e| PluginFailure::from_error(grader, "instantiate", e, &store))?;
                     let $traj = grading::Trajectory {
-                        messages: t.conversation.iter().map(convert::$v::message_from_model).collect(),
+                        messages: t.history().iter().map(convert::$v::message_from_model).collect(),
                         steps: t.model_calls,
                         usage: convert::$v::usage_from_model(t.usage),
                         duration_ms,

@@ -86,6 +86,10 @@ pub struct Trajectory {
     pub steps: Vec<Step>,
     /// The conversation as the model last saw it, followed by the tool results since.
     pub conversation: Vec<Message>,
+    /// The system and user messages that opened the harness's first model request (the task
+    /// as the model first saw it): the start of [`Trajectory::history`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opening: Vec<Message>,
     /// The tools offered to the model.
     pub tools: Vec<ToolSpec>,
     /// The sampling parameters of the last model call.
@@ -97,6 +101,49 @@ pub struct Trajectory {
 }
 
 impl Trajectory {
+    /// What graders read as the run's messages. The last conversation when it holds every tool
+    /// call the run made (a plain loop); otherwise — the harness compacted its context, the last
+    /// call was a subagent's, or no model was called (the oracle) — the whole history in order:
+    /// the opening, every harness model response, every tool call (in an assistant message of
+    /// its own when no response carried it) and its result.
+    pub fn history(&self) -> Vec<Message> {
+        let in_conversation: std::collections::HashSet<&str> =
+            self.conversation.iter().flat_map(|m| &m.tool_calls).map(|c| c.id.as_str()).collect();
+        let all_there = self
+            .steps
+            .iter()
+            .all(|s| !matches!(s, Step::ToolCall { call, .. } if !in_conversation.contains(call.id.as_str())));
+        if all_there {
+            return self.conversation.clone();
+        }
+        let mut out = self.opening.clone();
+        let mut harness = None;
+        for step in &self.steps {
+            match step {
+                Step::ModelCall { plugin, response, .. } if *harness.get_or_insert(plugin) == plugin => {
+                    out.push(response.clone())
+                }
+                Step::ToolCall { call, output, .. } => {
+                    let announced = out
+                        .iter()
+                        .rev()
+                        .take_while(|m| m.role != orchard_model::Role::User)
+                        .any(|m| m.tool_calls.iter().any(|c| c.id == call.id));
+                    if !announced {
+                        let mut m = Message::text(orchard_model::Role::Assistant, String::new());
+                        m.tool_calls.push(call.clone());
+                        out.push(m);
+                    }
+                    let mut result = Message::text(orchard_model::Role::Tool, output.clone());
+                    result.tool_call_id = Some(call.id.clone());
+                    out.push(result);
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
     /// Token-faithful training segments (`orchard-segments`) of the harness's model calls that
     /// carried both their prompt's and their completion's token ids; empty when none did. The
     /// harness's calls are those of the plugin that made the first one (a judge's come later).
@@ -128,5 +175,47 @@ impl Trajectory {
             });
         }
         orchard_segments::segments(&calls)
+    }
+}
+
+#[cfg(test)]
+mod history_tests {
+    use super::*;
+    use orchard_model::Role;
+
+    fn call(id: &str) -> Step {
+        Step::ToolCall {
+            plugin: "h".into(),
+            adapter: "a".into(),
+            call: ToolCall { id: id.into(), name: "mail_send".into(), arguments: "{}".into() },
+            output: format!("out {id}"),
+            is_error: false,
+            at_ms: 0,
+            duration_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_run_without_a_model_still_shows_its_tool_calls() {
+        let t = Trajectory {
+            steps: vec![call("oracle-1"), call("oracle-2")],
+            conversation: vec![Message::text(Role::Tool, "out oracle-2")],
+            ..Default::default()
+        };
+        let h = t.history();
+        assert_eq!(h.len(), 4);
+        assert_eq!(h[0].role, Role::Assistant);
+        assert_eq!(h[0].tool_calls[0].id, "oracle-1");
+        assert_eq!(h[1].tool_call_id.as_deref(), Some("oracle-1"));
+        assert_eq!(h[3].content.len(), 1);
+    }
+
+    #[test]
+    fn a_plain_loop_is_graded_on_its_conversation() {
+        let mut reply = Message::text(Role::Assistant, "");
+        reply.tool_calls.push(ToolCall { id: "c1".into(), name: "x".into(), arguments: "{}".into() });
+        let conversation = vec![Message::text(Role::User, "task"), reply];
+        let t = Trajectory { steps: vec![call("c1")], conversation: conversation.clone(), ..Default::default() };
+        assert_eq!(t.history(), conversation);
     }
 }

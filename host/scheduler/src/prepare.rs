@@ -60,11 +60,14 @@ fn err(message: impl Into<String>) -> PrepareError {
 
 impl Prepared {
     pub async fn new(env: &Env, eval_id: &str, tenant: &str, mut spec: EvalSpec) -> Result<Prepared, PrepareError> {
-        let dir = tasks_dir(env, tenant, &spec.tasks).await?;
-        let mut tasks = tokio::task::spawn_blocking(move || orchard_eval::load_tasks(&dir))
+        let dirs = match &spec.tasks {
+            TaskSource::Dirs(dirs) if dirs.is_empty() => return Err(err("tasks.dirs: no folder")),
+            TaskSource::Dirs(dirs) => dirs.iter().map(PathBuf::from).collect(),
+            source => vec![tasks_dir(env, tenant, source).await?],
+        };
+        let mut tasks = tokio::task::spawn_blocking(move || load_all(&dirs))
             .await
-            .map_err(|e| err(format!("loading tasks: {e}")))?
-            .map_err(|e| err(format!("tasks: {e}")))?;
+            .map_err(|e| err(format!("loading tasks: {e}")))??;
         let (mut sandbox_pids, mut sandbox_disk_bytes) = (None, None);
         if let Some(admission) = &env.admission {
             // What a client may not ask of a sandbox directly, it may not ask through a task.
@@ -130,6 +133,13 @@ impl Prepared {
         for t in &prepared.spec.tools {
             prepared.plugin(t, PluginKind::ToolAdapter)?;
         }
+        for task in prepared.tasks.values() {
+            for t in task.tools.iter().flatten() {
+                prepared
+                    .plugin(t, PluginKind::ToolAdapter)
+                    .map_err(|e| err(format!("task {}: [agent] tools: {}", task.id, e.0)))?;
+            }
+        }
         prepared.plugin(&prepared.spec.grader, PluginKind::Grader)?;
         Ok(prepared)
     }
@@ -164,6 +174,12 @@ impl Prepared {
             tasks: Vec::new(),
             harnesses: Vec::new(),
             tools: self.spec.tools.iter().map(|t| self.plugin(t, PluginKind::ToolAdapter)).collect::<Result<_, _>>()?,
+            named_tools: self
+                .tasks
+                .values()
+                .flat_map(|t| t.tools.iter().flatten())
+                .map(|name| Ok((name.clone(), self.plugin(name, PluginKind::ToolAdapter)?)))
+                .collect::<Result<_, PrepareError>>()?,
             grader: self.plugin(&self.spec.grader, PluginKind::Grader)?,
             model: self.model.clone(),
             grader_model: self.grader_model.clone(),
@@ -207,11 +223,31 @@ async fn model_client(
     Ok(Some(Arc::new(ModelClient::new(config).map_err(|e| err(format!("{field}: {e}")))?)))
 }
 
+/// The tasks of every folder, in order; a task id met twice is refused (results are keyed by it).
+fn load_all(dirs: &[PathBuf]) -> Result<Vec<Task>, PrepareError> {
+    let mut all: Vec<Task> = Vec::new();
+    for dir in dirs {
+        for task in orchard_eval::load_tasks(dir).map_err(|e| err(format!("tasks: {e}")))? {
+            if let Some(other) = all.iter().find(|t| t.id == task.id) {
+                return Err(err(format!(
+                    "tasks: two tasks named {:?} ({} and {}); task ids must be unique across folders",
+                    task.id,
+                    other.dir.display(),
+                    task.dir.display()
+                )));
+            }
+            all.push(task);
+        }
+    }
+    Ok(all)
+}
+
 /// The folder holding the job's tasks, unpacking an uploaded archive the first time this
 /// replica needs it.
 async fn tasks_dir(env: &Env, tenant: &str, source: &TaskSource) -> Result<PathBuf, PrepareError> {
     match source {
         TaskSource::Dir(dir) => Ok(PathBuf::from(dir)),
+        TaskSource::Dirs(dirs) => dirs.first().map(PathBuf::from).ok_or_else(|| err("tasks.dirs: no folder")),
         TaskSource::Dataset(name) => env
             .datasets
             .get(name)

@@ -16,6 +16,9 @@ pub enum TaskSource {
     Dataset(String),
     /// A directory on this machine (`orchard eval` only).
     Dir(String),
+    /// Several directories on this machine (`orchard eval A B …` only): one evaluation spanning
+    /// domains, each folder's tasks reported as its own domain.
+    Dirs(Vec<String>),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]

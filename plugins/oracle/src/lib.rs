@@ -5,7 +5,8 @@
 //! - `solution/calls.json`, a list of tool calls (`[{"tool": "click", "arguments": {"id": 5}}]`),
 //!   replayed through the run's tools when the run offers every tool they name with the
 //!   arguments they give (a browsing task's clicks, in the driver mode they were recorded in);
-//!   an `answer` call's `text` is the outcome's answer;
+//!   an `answer` call's `text` is the outcome's answer (called only when the run offers an
+//!   `answer` tool: an assistant task's final message needs none);
 //! - otherwise `/solution/solve.sh`, run through the `bash` tool.
 //!
 //! Config keys: `solution` (script path, default `/solution/solve.sh`), `timeout` (seconds,
@@ -38,6 +39,9 @@ fn tail(text: &str) -> String {
 /// The recorded calls, when every one names an offered tool and only arguments its schema has.
 fn replayable(calls: &[Value], specs: &[ToolSpec]) -> bool {
     calls.iter().all(|c| {
+        if c["tool"] == "answer" && !specs.iter().any(|s| s.name == "answer") {
+            return true;
+        }
         let Some(spec) = specs.iter().find(|s| c["tool"].as_str() == Some(s.name.as_str())) else { return false };
         let schema: Value = serde_json::from_str(&spec.parameters).unwrap_or(Value::Null);
         let known = schema["properties"].as_object();
@@ -45,12 +49,15 @@ fn replayable(calls: &[Value], specs: &[ToolSpec]) -> bool {
     })
 }
 
-fn replay(calls: &[Value]) -> Result<Outcome, Error> {
+fn replay(calls: &[Value], specs: &[ToolSpec]) -> Result<Outcome, Error> {
     let mut answer = None;
     for (i, c) in calls.iter().enumerate() {
         let name = c["tool"].as_str().unwrap_or_default().to_string();
         if name == "answer" {
             answer = c["arguments"]["text"].as_str().map(str::to_string);
+            if !specs.iter().any(|s| s.name == "answer") {
+                continue;
+            }
         }
         let call = ToolCall {
             id: format!("oracle-{}", i + 1),
@@ -80,7 +87,7 @@ impl Guest for Oracle {
             && replayable(calls, &specs)
         {
             log::event(Level::Info, "oracle-start", &json!({"task": task.id, "solution": "calls.json"}).to_string());
-            return replay(calls);
+            return replay(calls, &specs);
         }
         let script = config.get("solution").and_then(Value::as_str).unwrap_or("/solution/solve.sh");
         let timeout = config.get("timeout").and_then(Value::as_f64).unwrap_or(600.0);
