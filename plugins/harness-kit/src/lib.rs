@@ -11,6 +11,7 @@ wit_bindgen::generate!({
 });
 
 pub mod context;
+pub mod nested;
 pub mod text;
 
 pub use orchard::plugin::types::{

@@ -1,0 +1,368 @@
+//! The `kimi-cli` harness: Kimi-CLI's agent loop ("KimiSoul"), for comparing SWE and assistant
+//! agents across harnesses.
+//!
+//! - The system prompt is Kimi-CLI's template (see `prompt`), rendered with the working
+//!   directory, its listing and `AGENTS.md` (read once at the start through the shell), the
+//!   date, the OS and shell. The task is the first user message.
+//! - Kimi's tool names over the run's adapters (see `tools`), `SetTodoList` kept in the harness.
+//! - `Task {description, subagent_name, prompt}` runs a subagent (`subagents`, default `coder`) as a
+//!   nested conversation with its own system prompt (the template with the subagent role) and
+//!   narrowed tools (no `Task`, no `SetTodoList`); only its last message returns, and a reply under
+//!   200 characters is asked once to say more. Logged as `subagent-start` / `subagent-end`.
+//! - Up to `max_steps_per_turn` (100) steps; each model call tried `max_retries_per_step` (3)
+//!   times when the endpoint is unavailable or times out.
+//! - Compaction when the context reaches `compaction_trigger_ratio` (0.85) of `context_tokens`
+//!   (131072) or leaves less than `reserved_context_size` (50000, at most half the window): the
+//!   last 2 user/assistant messages (with what follows them) stay, the rest is summarised by the
+//!   model into one user message, as Kimi-CLI's `SimpleCompaction` does. Logged as `compaction`.
+//!
+//! Other keys: `system_prompt_template` (your own copy of Kimi-CLI's `system.md`), `workdir`,
+//! `now`, `agents_md`, `list_workdir` (true), sampling keys.
+
+mod prompt;
+mod tools;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use orchard_harness_kit::context::estimate_tokens;
+use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
+use orchard_harness_kit::nested::{self, Subagent};
+use orchard_harness_kit::orchard::plugin::{model, tools as run_tools};
+use orchard_harness_kit::{
+    ContentPart, Error, Message, Outcome, Role, RunStatus, Task, ToolCall, ToolSpec, message, text_of, tool_message,
+};
+use serde_json::{Value, json};
+
+struct KimiCli;
+
+const COMPACTION_SYSTEM: &str = "You are a helpful assistant that compacts conversation context.";
+const COMPACTION_PREFIX: &str = "<system>Previous context has been compacted. Here is the compaction output:</system>";
+const COMPACT_PROMPT: &str = "Compress the conversation above into a summary another instance of you can continue \
+from. Keep, in order of priority: the current task and what remains to do; the user's requirements and \
+constraints; decisions made and why; files, commands, identifiers and results that matter; errors met and how they \
+were handled. Drop chit-chat and superseded attempts. Write it as a structured, concise summary.";
+const CONTINUE_PROMPT: &str = "Your previous response was too brief. Please give a more complete summary: the \
+specific technical details and changes, the findings and their analysis, and everything the caller should know.";
+
+struct Config {
+    template: String,
+    max_steps: u32,
+    retries: u32,
+    context_tokens: usize,
+    trigger_ratio: f64,
+    reserved: usize,
+    workdir: String,
+    now: String,
+    agents_md: Option<String>,
+    list_workdir: bool,
+    subagents: Vec<(String, String, Option<Vec<String>>)>,
+    sampling: model::Sampling,
+}
+
+impl Config {
+    fn from(c: &Value, task: &Task) -> Config {
+        let n = |k: &str, d: u64| c.get(k).and_then(Value::as_u64).unwrap_or(d);
+        let s = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_string);
+        let meta: Value = serde_json::from_str(&task.metadata).unwrap_or(Value::Null);
+        let context_tokens = n("context_tokens", 131_072).max(1_000) as usize;
+        let subagents = match c.get("subagents").and_then(Value::as_object) {
+            Some(m) => m
+                .iter()
+                .map(|(name, v)| {
+                    let tools = v
+                        .get("tools")
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect());
+                    (name.clone(), v.get("description").and_then(Value::as_str).unwrap_or("").to_string(), tools)
+                })
+                .collect(),
+            None => vec![("coder".into(), "Good at general software engineering tasks.".into(), None)],
+        };
+        Config {
+            template: s("system_prompt_template").unwrap_or_else(|| prompt::DEFAULT_TEMPLATE.into()),
+            max_steps: n("max_steps_per_turn", 100).max(1) as u32,
+            retries: n("max_retries_per_step", 3).max(1) as u32,
+            context_tokens,
+            trigger_ratio: c.get("compaction_trigger_ratio").and_then(Value::as_f64).unwrap_or(0.85).clamp(0.5, 0.99),
+            reserved: (n("reserved_context_size", 50_000) as usize).min(context_tokens / 2),
+            workdir: s("workdir")
+                .or_else(|| meta.get("workdir").and_then(Value::as_str).map(str::to_string))
+                .unwrap_or_else(|| "/workspace".into()),
+            now: s("now").unwrap_or_else(now_iso),
+            agents_md: s("agents_md"),
+            list_workdir: c.get("list_workdir").and_then(Value::as_bool).unwrap_or(true),
+            subagents,
+            sampling: orchard_harness_kit::sampling(c),
+        }
+    }
+}
+
+fn now_iso() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let (d, m) = (doy - (153 * mp + 2) / 5 + 1, if mp < 10 { mp + 3 } else { mp - 9 });
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let t = secs % 86_400;
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+00:00", t / 3600, t / 60 % 60, t % 60)
+}
+
+/// What the system prompt needs from the sandbox: (listing, AGENTS.md), read once.
+fn environment(config: &Config, run: &[ToolSpec]) -> (String, String) {
+    if !config.list_workdir || !run.iter().any(|t| t.name == "bash") {
+        return (String::new(), config.agents_md.clone().unwrap_or_default());
+    }
+    let marker = "----- AGENTS.md -----";
+    let command = format!(
+        "cd {dir} 2>/dev/null && find . -mindepth 1 -maxdepth 2 -not -path '*/.git/*' | sort | head -200; echo '{marker}'; cat AGENTS.md 2>/dev/null",
+        dir = format_args!("'{}'", config.workdir.replace('\'', r"'\''"))
+    );
+    let call = ToolCall {
+        id: "kimi-init".into(),
+        name: "bash".into(),
+        arguments: json!({"command": command, "timeout": 30}).to_string(),
+    };
+    let out = run_tools::call(&call).map(|o| text_of(&o.content)).unwrap_or_default();
+    let (listing, agents) = out.split_once(marker).unwrap_or((&out, ""));
+    let listing = listing.lines().filter(|l| !l.starts_with("exit code")).collect::<Vec<_>>().join("\n");
+    let agents = agents.lines().filter(|l| !l.starts_with("exit code")).collect::<Vec<_>>().join("\n");
+    (listing.trim().to_string(), config.agents_md.clone().unwrap_or_else(|| agents.trim().to_string()))
+}
+
+struct Soul<'a> {
+    config: &'a Config,
+    todos: &'a RefCell<Value>,
+    me: Subagent,
+    system: String,
+    specs: Vec<ToolSpec>,
+}
+
+impl Soul<'_> {
+    fn complete(&self, history: &[Message]) -> Result<model::Completion, Error> {
+        let mut request = vec![message(Role::System, self.system.clone())];
+        request.extend(history.iter().cloned());
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match model::complete(&request, &self.specs, &self.config.sampling) {
+                Err(Error::Unavailable(_) | Error::Timeout(_)) if tries < self.config.retries => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs the loop on `history` until the model answers without tools: (status, text, steps).
+    fn run(&self, history: &mut Vec<Message>, steps: &mut u32) -> Result<(RunStatus, String), Error> {
+        let mut context = estimate_tokens(history);
+        loop {
+            if *steps >= self.config.max_steps {
+                return Ok((RunStatus::LimitReached, format!("Max steps {} reached", self.config.max_steps)));
+            }
+            let window = self.config.context_tokens;
+            if context as f64 >= window as f64 * self.config.trigger_ratio || context + self.config.reserved >= window {
+                self.compact(history, "the context reached its limit")?;
+            }
+            let completion = match self.complete(history) {
+                Err(e) if nested::is_context_overflow(&e) => {
+                    self.compact(history, "the endpoint reported a context overflow")?;
+                    self.complete(history)?
+                }
+                other => other?,
+            };
+            *steps += 1;
+            context = (completion.usage.prompt_tokens + completion.usage.completion_tokens) as usize;
+            let reply = completion.message;
+            let calls = reply.tool_calls.clone();
+            history.push(reply.clone());
+            if calls.is_empty() {
+                return Ok((RunStatus::Completed, text_of(&reply.content)));
+            }
+            for call in &calls {
+                let (text, is_error) = self.tool(call);
+                let body = match (is_error, text.trim().is_empty()) {
+                    (true, _) => format!("<system>ERROR: {text}</system>"),
+                    (false, true) => "<system>Tool output is empty.</system>".to_string(),
+                    (false, false) => text,
+                };
+                context += body.len() / 4;
+                history.push(tool_message(&call.id, body));
+            }
+        }
+    }
+
+    fn tool(&self, call: &ToolCall) -> (String, bool) {
+        if !self.specs.iter().any(|t| t.name == call.name) {
+            return (format!("Tool `{}` not found", call.name), true);
+        }
+        let args: Value = match serde_json::from_str(&call.arguments) {
+            Ok(v) => v,
+            Err(e) => return (format!("Invalid arguments: {e}"), true),
+        };
+        match call.name.as_str() {
+            "SetTodoList" => {
+                *self.todos.borrow_mut() = args.get("todos").cloned().unwrap_or(json!([]));
+                ("Todo list updated".into(), false)
+            }
+            "Task" => self.task(call, &args),
+            name => match tools::run(&call.id, name, &args, &self.config.workdir) {
+                Some(result) => result,
+                None => match run_tools::call(call) {
+                    Ok(out) => (text_of(&out.content), out.is_error),
+                    Err(e) => (format!("{e:?}"), true),
+                },
+            },
+        }
+    }
+
+    fn task(&self, call: &ToolCall, args: &Value) -> (String, bool) {
+        let name = args.get("subagent_name").and_then(Value::as_str).unwrap_or("");
+        let Some((_, _, allowed)) = self.config.subagents.iter().find(|(n, _, _)| n == name) else {
+            return (format!("Subagent not found: {name}"), true);
+        };
+        let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or("").to_string();
+        let mut specs = tools::specs(&run_tools::list(), &["Task", "SetTodoList"], &[]);
+        if let Some(allowed) = allowed {
+            specs.retain(|t| allowed.iter().any(|a| a == &t.name));
+        }
+        let mut vars = variables(self.config);
+        vars.insert("ROLE_ADDITIONAL", prompt::SUBAGENT_ROLE.to_string());
+        let child = Soul {
+            config: self.config,
+            todos: self.todos,
+            me: Subagent {
+                id: call.id.clone(),
+                parent: Some(self.me.id.clone()),
+                name: name.into(),
+                depth: self.me.depth + 1,
+            },
+            system: prompt::render(&self.config.template, &vars),
+            specs,
+        };
+        child.me.start(&prompt, &child.specs);
+        let mut history = vec![message(Role::User, prompt)];
+        let mut steps = 0;
+        let mut result = child.run(&mut history, &mut steps);
+        // Too brief a report: ask once for more.
+        if let Ok((RunStatus::Completed, text)) = &result
+            && text.chars().count() < 200
+        {
+            history.push(message(Role::User, CONTINUE_PROMPT));
+            result = child.run(&mut history, &mut steps);
+        }
+        let mut transcript = vec![message(Role::System, child.system.clone())];
+        transcript.extend(history);
+        match result {
+            Ok((RunStatus::Completed, text)) => {
+                child.me.end("completed", &transcript, &child.specs, &text);
+                (text, false)
+            }
+            Ok((_, why)) => {
+                child.me.end("limit-reached", &transcript, &child.specs, &why);
+                (format!("{why} when running subagent. Please try splitting the task into smaller subtasks."), true)
+            }
+            Err(e) => {
+                child.me.end("error", &transcript, &child.specs, &format!("{e:?}"));
+                (format!("Failed to run subagent: {e:?}"), true)
+            }
+        }
+    }
+
+    /// Kimi-CLI's `SimpleCompaction`: keeps the last 2 user/assistant messages and what follows
+    /// them; the rest becomes one user message holding the model's summary.
+    fn compact(&self, history: &mut Vec<Message>, reason: &str) -> Result<(), Error> {
+        let mut seen = 0;
+        let Some(keep_from) = (0..history.len()).rev().find(|&i| {
+            if matches!(history[i].role, Role::User | Role::Assistant) {
+                seen += 1;
+            }
+            seen == 2
+        }) else {
+            return Ok(());
+        };
+        if keep_from == 0 {
+            return Ok(());
+        }
+        let mut parts = Vec::new();
+        for (i, m) in history[..keep_from].iter().enumerate() {
+            let role = match m.role {
+                Role::System => "system",
+                Role::User => "user",
+                Role::Assistant => "assistant",
+                Role::Tool => "tool",
+            };
+            parts.push(ContentPart::Text(format!("## Message {}\nRole: {role}\nContent:\n", i + 1)));
+            parts.extend(m.content.iter().filter(|p| matches!(p, ContentPart::Text(_))).cloned());
+        }
+        parts.push(ContentPart::Text(format!("\n{COMPACT_PROMPT}")));
+        let request = [
+            message(Role::System, COMPACTION_SYSTEM),
+            Message { role: Role::User, content: parts, tool_calls: vec![], tool_call_id: None, reasoning: None },
+        ];
+        let summary = text_of(&model::complete(&request, &[], &self.config.sampling)?.message.content);
+        let folded = keep_from;
+        let kept: Vec<Message> = history.drain(keep_from..).collect();
+        history.clear();
+        history.push(Message {
+            role: Role::User,
+            content: vec![ContentPart::Text(COMPACTION_PREFIX.into()), ContentPart::Text(summary.clone())],
+            tool_calls: vec![],
+            tool_call_id: None,
+            reasoning: None,
+        });
+        history.extend(kept);
+        let agent = (self.me.depth > 0).then_some(self.me.id.as_str());
+        nested::compaction(agent, reason, folded, history.len() - 1, &summary);
+        Ok(())
+    }
+}
+
+fn variables(config: &Config) -> BTreeMap<&'static str, String> {
+    [
+        ("ROLE_ADDITIONAL", String::new()),
+        ("KIMI_OS", "Linux".to_string()),
+        ("KIMI_SHELL", "bash (`/bin/bash`)".to_string()),
+        ("KIMI_NOW", config.now.clone()),
+        ("KIMI_WORK_DIR", config.workdir.clone()),
+        ("KIMI_SKILLS", "No skills found.".to_string()),
+    ]
+    .into()
+}
+
+impl Guest for KimiCli {
+    fn run(task: Task, config: String) -> Result<Outcome, Error> {
+        let raw: Value = serde_json::from_str(&config).unwrap_or(Value::Null);
+        let config = Config::from(&raw, &task);
+        let run = run_tools::list();
+        let (listing, agents_md) = environment(&config, &run);
+        let mut vars = variables(&config);
+        vars.insert("KIMI_WORK_DIR_LS", listing);
+        vars.insert("KIMI_AGENTS_MD", agents_md);
+        let subagents: Vec<(String, String)> =
+            config.subagents.iter().map(|(n, d, _)| (n.clone(), d.clone())).collect();
+        let todos = RefCell::new(json!([]));
+        let soul = Soul {
+            config: &config,
+            todos: &todos,
+            me: Subagent { id: "main".into(), parent: None, name: "main".into(), depth: 0 },
+            system: prompt::render(&config.template, &vars),
+            specs: tools::specs(&run, &[], &subagents),
+        };
+        let mut history = vec![message(Role::User, task.instruction.clone())];
+        let mut steps = 0;
+        let (status, text) = soul.run(&mut history, &mut steps)?;
+        Ok(Outcome {
+            status,
+            answer: (status == RunStatus::Completed).then(|| text.clone()),
+            steps,
+            message: (status != RunStatus::Completed).then_some(text),
+        })
+    }
+}
+
+orchard_harness_kit::export_harness!(KimiCli);
