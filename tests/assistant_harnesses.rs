@@ -1,0 +1,322 @@
+//! The ZeroClaw- and Kimi-CLI-style harnesses, driven by a model played back at the wire on
+//! real sandboxes: the requests each sends (system prompt sections, tool names, message shapes)
+//! step by step; subagents as nested conversations with their own tools, only their final
+//! message returning; loop detection; compaction when and how the originals compact; retries.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use orchard_tests::evals::{completion, eval, mock_model, mock_model_with};
+use serde_json::{Value, json};
+
+fn example(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples").join(path).display().to_string()
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
+}
+
+fn calls(list: Vec<Value>) -> (u16, Value) {
+    completion(json!({"role": "assistant", "content": "", "tool_calls": list}), "tool_calls", (100, 10))
+}
+
+fn say(text: &str) -> (u16, Value) {
+    completion(json!({"role": "assistant", "content": text}), "stop", (100, 10))
+}
+
+async fn eval_async(args: Vec<String>) -> (Value, tempfile::TempDir, String) {
+    tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map_or(vec![], |t| t.iter().map(|t| t["function"]["name"].as_str().unwrap().to_string()).collect())
+}
+
+fn messages(request: &Value) -> Vec<Value> {
+    request["messages"].as_array().unwrap().clone()
+}
+
+/// A message's text whether the endpoint got a string or a list of parts.
+fn text(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+/// The first rollout's line of `trajectories.jsonl` (outcome, verdict, trajectory).
+fn rollout(out: &Path) -> Value {
+    let lines = std::fs::read_to_string(out.join("trajectories.jsonl")).unwrap();
+    serde_json::from_str(lines.lines().next().unwrap()).unwrap()
+}
+
+fn trajectory(out: &Path) -> Value {
+    rollout(out)["trajectory"].clone()
+}
+
+fn events(trajectory: &Value, name: &str) -> Vec<Value> {
+    trajectory["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["type"] == "event" && s["name"] == name)
+        .map(|s| s["data"].clone())
+        .collect()
+}
+
+const ZEROCLAW_SECTIONS: [&str; 8] = [
+    "## CRITICAL: No Tool Narration",
+    "## CRITICAL: Tool Honesty",
+    "## Your Task",
+    "## Safety",
+    "## Workspace",
+    "## Project Context",
+    "## Current Date",
+    "## Runtime",
+];
+
+/// ZeroClaw on an assistant task: its prompt sections, a duplicate call skipped, `delegate` to a
+/// configured agent with its own tool subset and `spawn_subagent` with the caller's tools, each a
+/// fresh conversation whose final message alone comes back; the drafts they made are graded.
+#[tokio::test(flavor = "multi_thread")]
+async fn zeroclaw_delegates_and_spawns_subagents_whose_final_message_alone_returns() {
+    let draft_bo = json!({"to": ["bo@orchard.test"], "subject": "Re: Lunch Thursday?", "body": "Thursday lunch works for me at 12:30.", "in_reply_to": "m4"});
+    let draft_ana = json!({"to": ["ana@orchard.test"], "subject": "Re: Q1 report", "body": "I will send my comments on section 3 by Thursday.", "in_reply_to": "m1"});
+    let (url, seen) = mock_model(vec![
+        calls(vec![call("a1", "mail_search", json!({})), call("a2", "mail_search", json!({}))]),
+        calls(vec![call("d1", "delegate", json!({"agent": "reader", "prompt": "What does Bo want in m4?"}))]),
+        calls(vec![call("r1", "mail_read", json!({"id": "m4"}))]),
+        say("Bo asks whether I am free for lunch on Thursday."),
+        calls(vec![call("s1", "spawn_subagent", json!({"prompt": format!("Save this draft: {draft_bo}")}))]),
+        calls(vec![call("s2", "mail_draft", draft_bo)]),
+        say("Draft saved."),
+        calls(vec![call("a3", "mail_draft", draft_ana)]),
+        say("Both drafts are saved; nothing was sent."),
+    ])
+    .await;
+    let config = json!({"agents": {"reader": {"system_prompt": "You are a mail reader.", "tools": ["mail_search", "mail_read"]}},
+                        "date": "2026-12-03", "model_name": "mock-1"});
+    let (summary, out, _) = eval_async(args(&[
+        &example("assistant/draft-replies"),
+        "--harness",
+        "zeroclaw",
+        "--grader",
+        "rubric",
+        "--model",
+        &url,
+        "--config",
+        &config.to_string(),
+    ]))
+    .await;
+    assert_eq!(summary["passed"], 1, "{summary:#}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 9);
+
+    // The main agent's first request: the sections in ZeroClaw's order, the task, the tools.
+    let first = messages(&seen[0]);
+    let system = text(&first[0]);
+    let at: Vec<usize> =
+        ZEROCLAW_SECTIONS.iter().map(|h| system.find(h).unwrap_or_else(|| panic!("{h} missing:\n{system}"))).collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "sections out of order: {at:?}");
+    assert!(system.contains("2026-12-03") && system.contains("Model: mock-1"), "{system}");
+    assert_eq!((first.len(), first[1]["role"].as_str()), (2, Some("user")));
+    assert!(text(&first[1]).contains("Draft (do not send)"));
+    let tools = tool_names(&seen[0]);
+    for t in [
+        "mail_search",
+        "mail_draft",
+        "memory_store",
+        "memory_recall",
+        "memory_forget",
+        "todo",
+        "delegate",
+        "spawn_subagent",
+    ] {
+        assert!(tools.contains(&t.to_string()), "{t} not offered: {tools:?}");
+    }
+    // The same call twice in one response runs once.
+    let second = messages(&seen[1]);
+    let (a1, a2) = (&second[second.len() - 2], &second[second.len() - 1]);
+    assert_eq!((a1["tool_call_id"].as_str(), a2["tool_call_id"].as_str()), (Some("a1"), Some("a2")));
+    assert!(text(a1).contains("Lunch Thursday?") && text(a2).contains("Skipped duplicate"), "{a1}\n{a2}");
+
+    // `delegate`: a fresh conversation with the agent's identity and its tool subset.
+    let sub = messages(&seen[2]);
+    assert_eq!(sub.len(), 2, "{sub:#?}");
+    assert!(text(&sub[0]).starts_with("You are a mail reader.") && text(&sub[0]).contains("## Safety"));
+    assert_eq!(text(&sub[1]), "What does Bo want in m4?");
+    let sub_tools = tool_names(&seen[2]);
+    assert!(sub_tools.starts_with(&["mail_search".to_string(), "mail_read".to_string()]), "{sub_tools:?}");
+    assert!(
+        !sub_tools.contains(&"mail_draft".to_string()) && !sub_tools.contains(&"spawn_subagent".to_string()),
+        "{sub_tools:?}"
+    );
+    // Only its final message returns; its own calls stay in its conversation.
+    let back = messages(&seen[4]);
+    let result = back.last().unwrap();
+    assert_eq!(
+        (result["tool_call_id"].as_str(), text(result).as_str()),
+        (Some("d1"), "Bo asks whether I am free for lunch on Thursday.")
+    );
+    assert!(!seen[4].to_string().contains("\"r1\""), "the subagent's calls leaked into the parent");
+
+    // `spawn_subagent`: the caller's tools, but no spawning of its own.
+    let spawned = tool_names(&seen[5]);
+    assert!(
+        spawned.contains(&"mail_draft".to_string()) && !spawned.contains(&"spawn_subagent".to_string()),
+        "{spawned:?}"
+    );
+    assert_eq!(messages(&seen[5]).len(), 2);
+    assert_eq!(text(messages(&seen[7]).last().unwrap()), "Draft saved.");
+
+    // Both subagents are on record, nested under the main agent, with their conversations.
+    let t = trajectory(out.path());
+    let starts = events(&t, "subagent-start");
+    let ends = events(&t, "subagent-end");
+    assert_eq!(starts.len(), 2);
+    assert_eq!(
+        (starts[0]["name"].as_str(), starts[0]["parent"].as_str(), starts[0]["depth"].as_u64()),
+        (Some("reader"), Some("main"), Some(1))
+    );
+    assert_eq!(starts[1]["name"], "subagent");
+    let reader = &ends[0];
+    assert_eq!(reader["status"], "completed");
+    assert_eq!(reader["messages"].as_array().unwrap().len(), 5, "system, task, call, result, answer: {reader:#}");
+    assert_eq!(reader["messages"][2]["tool_calls"][0]["function"]["name"], "mail_read");
+}
+
+/// ZeroClaw's guards: the same call three times warns (a system nudge), a fourth is refused
+/// without running, a fifth ends the run; with other calls the iteration cap ends it.
+#[tokio::test(flavor = "multi_thread")]
+async fn zeroclaw_warns_refuses_and_breaks_repeated_calls_and_caps_iterations() {
+    let (url, seen) = mock_model_with(|_| calls(vec![call("x", "bash", json!({"command": "echo same"}))])).await;
+    let (summary, out, _) = eval_async(args(&[
+        &example("tasks/hello-file"),
+        "--harness",
+        "zeroclaw",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+    ]))
+    .await;
+    assert_eq!(summary["passed"], 0);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 5, "the fifth identical call ends the run");
+    let nudge = messages(&seen[3]);
+    assert!(
+        nudge.last().unwrap()["role"] == "system" && text(nudge.last().unwrap()).contains("[Loop detection] Warning")
+    );
+    assert!(text(messages(&seen[4]).last().unwrap()).starts_with("Blocked:"));
+    let ran = trajectory(out.path())["steps"].as_array().unwrap().iter().filter(|s| s["type"] == "tool_call").count();
+    assert_eq!(ran, 3, "the refused and the breaking calls never ran");
+    let r = rollout(out.path());
+    assert_eq!(r["outcome"]["status"], "gave_up", "{r:#}");
+    assert!(r["outcome"]["message"].as_str().unwrap().contains("Circuit breaker"));
+
+    let n = Arc::new(Mutex::new(0));
+    let (url, seen) = mock_model_with(move |_| {
+        let mut n = n.lock().unwrap();
+        *n += 1;
+        calls(vec![call("y", "bash", json!({"command": format!("echo {n}")}))])
+    })
+    .await;
+    let (_, out, _) = eval_async(args(&[
+        &example("tasks/hello-file"),
+        "--harness",
+        "zeroclaw",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--config",
+        r#"{"max_tool_iterations": 4}"#,
+    ]))
+    .await;
+    assert_eq!(seen.lock().unwrap().len(), 4);
+    let r = rollout(out.path());
+    assert_eq!(r["outcome"]["status"], "limit_reached");
+}
+
+/// ZeroClaw compacts past half its window (by the endpoint's own count): the first 3 messages
+/// (with the results of their calls) and the last 4 stay, the middle becomes the model's
+/// summary; a context-overflow error compacts again and the call is made once more.
+#[tokio::test(flavor = "multi_thread")]
+async fn zeroclaw_compacts_at_half_the_window_and_on_a_context_overflow() {
+    let step = Arc::new(Mutex::new(0));
+    let (url, seen) = mock_model_with(move |request| {
+        let tools = tool_names(request);
+        if tools.is_empty() {
+            return say("SUMMARY: echoed 1, 2 and 3.");
+        }
+        let mut step = step.lock().unwrap();
+        *step += 1;
+        match *step {
+            1..=3 => calls(vec![call(&format!("c{step}"), "bash", json!({"command": format!("echo {step}")}))]),
+            // The endpoint counts this prompt at 2500 tokens: past half of 4000.
+            4 => completion(
+                json!({"role": "assistant", "content": "", "tool_calls": [call("c4", "bash", json!({"command": "echo 4"}))]}),
+                "tool_calls",
+                (2500, 10),
+            ),
+            5 => (400, json!({"error": {"message": "This model's maximum context length is 4096 tokens."}})),
+            _ => say("Done."),
+        }
+    })
+    .await;
+    let (_, out, _) = eval_async(args(&[
+        &example("tasks/hello-file"),
+        "--harness",
+        "zeroclaw",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--config",
+        r#"{"context_tokens": 4000}"#,
+    ]))
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    let roles = |r: &Value| messages(r).iter().map(|m| m["role"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    // 4 turns, the summary, the overflowing call, the summary again, the call again.
+    assert_eq!(seen.len(), 8, "{:#?}", seen.iter().map(tool_names).collect::<Vec<_>>());
+    let summary_request = text(&messages(&seen[4])[1]);
+    assert!(
+        tool_names(&seen[4]).is_empty() && summary_request.contains("echo 2") && !summary_request.contains("echo 4"),
+        "{summary_request}"
+    );
+    let before = messages(&seen[3]);
+    let after = messages(&seen[5]);
+    assert_eq!(
+        roles(&seen[5]),
+        ["system", "user", "assistant", "tool", "user", "assistant", "tool", "assistant", "tool"]
+    );
+    assert_eq!(after[..4], before[..4], "the first 3 messages (and the results of their calls) stay");
+    assert!(
+        text(&after[4]).starts_with("[Compaction summary of 2 earlier messages]")
+            && text(&after[4]).contains("SUMMARY")
+    );
+    assert_eq!(after[5]["tool_calls"][0]["id"], "c3", "the last 4 stay: {after:#?}");
+    assert_eq!(after[8]["tool_call_id"], "c4");
+    assert!(tool_names(&seen[6]).is_empty(), "the overflow compacts");
+    let retried = messages(&seen[7]);
+    assert_eq!(retried.len(), after.len(), "the overflowing call made again on the compacted context");
+    let t = trajectory(out.path());
+    let compactions = events(&t, "compaction");
+    assert_eq!(compactions.len(), 2);
+    assert!(compactions[1]["reason"].as_str().unwrap().contains("overflow"));
+}
