@@ -320,3 +320,219 @@ async fn zeroclaw_compacts_at_half_the_window_and_on_a_context_overflow() {
     assert_eq!(compactions.len(), 2);
     assert!(compactions[1]["reason"].as_str().unwrap().contains("overflow"));
 }
+
+/// What the real Kimi-CLI (the `kimi-cli` 1.52 package, run by hand against a recording mock
+/// endpoint) sent: its tools in this order (among those that need no user, web or background
+/// tasks), each with these parameters and required ones, and these section headings.
+const KIMI_TOOLS: [(&str, &[&str], &[&str]); 8] = [
+    (
+        "Agent",
+        &["description", "prompt", "subagent_type", "model", "resume", "run_in_background"],
+        &["description", "prompt"],
+    ),
+    ("SetTodoList", &["todos"], &[]),
+    ("Shell", &["command", "timeout", "run_in_background", "description"], &["command"]),
+    ("ReadFile", &["path", "line_offset", "n_lines"], &["path"]),
+    ("Glob", &["pattern", "directory", "include_dirs"], &["pattern"]),
+    (
+        "Grep",
+        &["pattern", "path", "glob", "output_mode", "-B", "-A", "-C", "-n", "-i", "type", "head_limit", "multiline"],
+        &["pattern"],
+    ),
+    ("WriteFile", &["path", "content", "mode"], &["path", "content"]),
+    ("StrReplaceFile", &["path", "edit"], &["path", "edit"]),
+];
+const KIMI_SECTIONS: [&str; 10] = [
+    "# Prompt and Tool Use",
+    "# General Guidelines for Coding",
+    "# General Guidelines for Research and Data Processing",
+    "# Working Environment",
+    "## Operating System",
+    "## Date and Time",
+    "## Working Directory",
+    "# Project Information",
+    "# Skills",
+    "# Ultimate Reminders",
+];
+
+/// Kimi-CLI on a file task: the request shapes the real one sends (tools, parameters, sections,
+/// `<system>` notes before tool output), SetTodoList in the harness, an `Agent` subagent with
+/// narrowed tools asked once for more when its report is brief, and only its report returning.
+#[tokio::test(flavor = "multi_thread")]
+async fn kimi_cli_sends_what_the_real_one_sends_and_runs_agent_subagents() {
+    let long_report = "I created /workspace/hello.txt with WriteFile, then fixed the missing exclamation mark with \
+                       StrReplaceFile; the file now holds exactly one line, `Hello, Orchard!`, followed by a newline. \
+                       Nothing else in the workspace was touched.";
+    let (url, seen) = mock_model(vec![
+        calls(vec![
+            call("t1", "SetTodoList", json!({"todos": [{"title": "Write hello.txt", "status": "in_progress"}]})),
+            call("t2", "Shell", json!({"command": "echo hi"})),
+        ]),
+        calls(vec![call("t3", "ReadFile", json!({"path": "missing.txt"}))]),
+        calls(vec![call("t4", "Agent", json!({"description": "write the file", "prompt": "Create /workspace/hello.txt containing exactly the line `Hello, Orchard!`."}))]),
+        calls(vec![call("s1", "WriteFile", json!({"path": "hello.txt", "content": "Hello, Orchard\n"}))]),
+        calls(vec![call("s2", "StrReplaceFile", json!({"path": "/workspace/hello.txt", "edit": {"old": "Orchard", "new": "Orchard!"}}))]),
+        say("Done."),
+        say(long_report),
+        calls(vec![call("t5", "ReadFile", json!({"path": "hello.txt"}))]),
+        say("hello.txt is written."),
+    ])
+    .await;
+    let (summary, out, _) = eval_async(args(&[
+        &example("tasks/hello-file"),
+        "--harness",
+        "kimi-cli",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+    ]))
+    .await;
+    assert_eq!(summary["passed"], 1, "{summary:#}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 9);
+
+    let first = messages(&seen[0]);
+    assert_eq!(first.len(), 2, "the system prompt and the task");
+    let system = text(&first[0]);
+    let at: Vec<usize> = KIMI_SECTIONS
+        .iter()
+        .map(|h| system.find(&format!("\n{h}\n")).unwrap_or_else(|| panic!("{h}:\n{system}")))
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}");
+    assert!(
+        system.contains("**Linux**")
+            && system.contains("`/workspace`")
+            && !system.contains("${")
+            && !system.contains("{%")
+    );
+    let offered: Vec<&Value> = seen[0]["tools"].as_array().unwrap().iter().collect();
+    let names: Vec<&str> = offered.iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, KIMI_TOOLS.map(|t| t.0), "the adapters' own bash, read_file... are not shown");
+    for ((name, real_params, real_required), tool) in KIMI_TOOLS.iter().zip(&offered) {
+        let params = &tool["function"]["parameters"];
+        for p in params["properties"].as_object().unwrap().keys() {
+            assert!(real_params.contains(&p.as_str()), "{name}.{p} is not Kimi-CLI's");
+        }
+        let required: Vec<&str> =
+            params["required"].as_array().map_or(vec![], |r| r.iter().map(|x| x.as_str().unwrap()).collect());
+        assert_eq!(&required, real_required, "{name}");
+    }
+
+    // Tool results: the note in <system> tags, then the output — as the real one answered.
+    let results = messages(&seen[1]);
+    assert_eq!(text(&results[results.len() - 2]), "<system>Todo list updated</system>Todo list updated");
+    assert_eq!(text(&results[results.len() - 1]), "<system>Command executed successfully.</system>hi\n");
+    assert!(text(messages(&seen[2]).last().unwrap()).starts_with("<system>ERROR: `missing.txt` does not exist"));
+
+    // The subagent: a fresh conversation, the subagent role, no Agent or SetTodoList.
+    let sub = messages(&seen[3]);
+    assert_eq!(sub.len(), 2);
+    assert!(text(&sub[0]).contains("You are running as a subagent"));
+    assert_eq!(tool_names(&seen[3]), ["Shell", "ReadFile", "Glob", "Grep", "WriteFile", "StrReplaceFile"]);
+    assert_eq!(
+        text(messages(&seen[4]).last().unwrap()),
+        "<system>File successfully overwritten. Current size: 15 bytes.</system>"
+    );
+    assert_eq!(
+        text(messages(&seen[5]).last().unwrap()),
+        "<system>File successfully edited. Applied 1 edit(s) with 1 total replacement(s).</system>"
+    );
+    let nudged = messages(&seen[6]);
+    assert!(
+        text(nudged.last().unwrap()).starts_with("Your previous response was too brief"),
+        "a brief report is asked for more"
+    );
+    let back = messages(&seen[7]);
+    assert_eq!(
+        (back.last().unwrap()["tool_call_id"].as_str(), text(back.last().unwrap()).as_str()),
+        (Some("t4"), long_report)
+    );
+    assert!(!seen[7].to_string().contains("\"s1\""), "the subagent's calls stay in its conversation");
+    assert_eq!(
+        text(messages(&seen[8]).last().unwrap()),
+        "<system>1 lines read from file starting from line 1. Total lines in file: 1. End of file reached.</system>     1\tHello, Orchard!\n"
+    );
+    let t = trajectory(out.path());
+    let ends = events(&t, "subagent-end");
+    assert_eq!(
+        (ends.len(), ends[0]["name"].as_str(), ends[0]["status"].as_str()),
+        (1, Some("coder"), Some("completed"))
+    );
+    assert_eq!(ends[0]["answer"], long_report);
+}
+
+/// Kimi-CLI's compaction (at 85 % of the window, by the endpoint's count): the last 2
+/// user/assistant messages and what follows stay, the rest goes to the model as numbered
+/// messages and comes back as one user message; a failing endpoint is tried again per step.
+#[tokio::test(flavor = "multi_thread")]
+async fn kimi_cli_compacts_keeping_the_last_two_messages_and_retries_a_failing_step() {
+    let state = Arc::new(Mutex::new((0, 0)));
+    let (url, seen) = mock_model_with(move |request| {
+        let mut state = state.lock().unwrap();
+        let (requests, steps) = &mut *state;
+        *requests += 1;
+        // The first step's first try exhausts the host's own retries (7 attempts), then fails once more.
+        if *requests <= 8 {
+            return (500, json!({"error": {"message": "overloaded"}}));
+        }
+        if tool_names(request).is_empty() {
+            return say("SUMMARY of the first turn.");
+        }
+        let turns = *steps;
+        *steps += 1;
+        match turns {
+            0 | 1 => calls(vec![call(&format!("c{turns}"), "Shell", json!({"command": format!("echo {turns}")}))]),
+            2 => completion(
+                json!({"role": "assistant", "content": "", "tool_calls": [call("c2", "Shell", json!({"command": "echo 2"}))]}),
+                "tool_calls",
+                (3500, 10),
+            ),
+            _ => say("Done."),
+        }
+    })
+    .await;
+    let (_, out, _) = eval_async(args(&[
+        &example("tasks/hello-file"),
+        "--harness",
+        "kimi-cli",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--config",
+        r#"{"context_tokens": 4000, "reserved_context_size": 100}"#,
+    ]))
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 8 + 3 + 1 + 1, "8 failures, 3 steps, the compaction, the last step");
+    let compaction = &seen[11];
+    let request = messages(compaction);
+    assert_eq!(text(&request[0]), "You are a helpful assistant that compacts conversation context.");
+    assert!(tool_names(compaction).is_empty());
+    let numbered = text(&request[1]);
+    assert!(numbered.starts_with("## Message 1\nRole: user\nContent:\nCreate the file"), "{numbered}");
+    assert!(
+        numbered.contains("## Message 2\nRole: assistant\nContent:\n")
+            && numbered.contains("## Message 3\nRole: tool\nContent:\n")
+    );
+    assert!(!numbered.contains("## Message 4"), "the last 2 user/assistant messages stay");
+    let after = messages(&seen[12]);
+    let roles: Vec<&str> = after.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant", "tool"]);
+    assert_eq!(
+        text(&after[1]),
+        "<system>Previous context has been compacted. Here is the compaction output:</system>SUMMARY of the first turn."
+    );
+    assert_eq!(
+        (after[2]["tool_calls"][0]["id"].as_str(), after[4]["tool_calls"][0]["id"].as_str()),
+        (Some("c1"), Some("c2"))
+    );
+    let t = trajectory(out.path());
+    assert_eq!(events(&t, "compaction").len(), 1);
+    assert_eq!(rollout(out.path())["outcome"]["status"], "completed");
+}

@@ -33,6 +33,7 @@ use orchard_harness_kit::{
     ContentPart, Error, Message, Outcome, Role, RunStatus, Task, ToolCall, ToolSpec, message, text_of, tool_message,
 };
 use serde_json::{Value, json};
+use tools::KimiResult;
 
 struct KimiCli;
 
@@ -57,6 +58,7 @@ struct Config {
     agents_md: Option<String>,
     list_workdir: bool,
     subagents: Vec<(String, String, Option<Vec<String>>)>,
+    subagent_tool: tools::SubagentTool,
     sampling: model::Sampling,
 }
 
@@ -93,6 +95,11 @@ impl Config {
             agents_md: s("agents_md"),
             list_workdir: c.get("list_workdir").and_then(Value::as_bool).unwrap_or(true),
             subagents,
+            subagent_tool: if s("subagent_tool").as_deref() == Some("Task") {
+                tools::SubagentTool::Task
+            } else {
+                tools::SubagentTool::Agent
+            },
             sampling: orchard_harness_kit::sampling(c),
         }
     }
@@ -120,7 +127,7 @@ fn environment(config: &Config, run: &[ToolSpec]) -> (String, String) {
     }
     let marker = "----- AGENTS.md -----";
     let command = format!(
-        "cd {dir} 2>/dev/null && find . -mindepth 1 -maxdepth 2 -not -path '*/.git/*' | sort | head -200; echo '{marker}'; cat AGENTS.md 2>/dev/null",
+        "cd {dir} 2>/dev/null && find . -mindepth 1 -maxdepth 2 -not -path './.git/*' -printf '%y %P\\n' | head -400; echo '{marker}'; cat AGENTS.md 2>/dev/null",
         dir = format_args!("'{}'", config.workdir.replace('\'', r"'\''"))
     );
     let call = ToolCall {
@@ -130,9 +137,14 @@ fn environment(config: &Config, run: &[ToolSpec]) -> (String, String) {
     };
     let out = run_tools::call(&call).map(|o| text_of(&o.content)).unwrap_or_default();
     let (listing, agents) = out.split_once(marker).unwrap_or((&out, ""));
-    let listing = listing.lines().filter(|l| !l.starts_with("exit code")).collect::<Vec<_>>().join("\n");
-    let agents = agents.lines().filter(|l| !l.starts_with("exit code")).collect::<Vec<_>>().join("\n");
-    (listing.trim().to_string(), config.agents_md.clone().unwrap_or_else(|| agents.trim().to_string()))
+    // The shell adapter's answer: `exit code: N`, then `stdout:` and the lines.
+    let listing: String = listing
+        .lines()
+        .filter(|l| l.len() > 2 && l.as_bytes()[1] == b' ' && !l.starts_with("exit code"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let agents = agents.split("stderr:").next().unwrap_or("").trim();
+    (prompt::tree(&listing), config.agents_md.clone().unwrap_or_else(|| agents.to_string()))
 }
 
 struct Soul<'a> {
@@ -184,49 +196,60 @@ impl Soul<'_> {
                 return Ok((RunStatus::Completed, text_of(&reply.content)));
             }
             for call in &calls {
-                let (text, is_error) = self.tool(call);
-                let body = match (is_error, text.trim().is_empty()) {
-                    (true, _) => format!("<system>ERROR: {text}</system>"),
-                    (false, true) => "<system>Tool output is empty.</system>".to_string(),
-                    (false, false) => text,
-                };
-                context += body.len() / 4;
-                history.push(tool_message(&call.id, body));
+                let result = self.tool(call);
+                let message = tool_result_message(&call.id, &result);
+                context += text_of(&message.content).len() / 4;
+                history.push(message);
             }
         }
     }
 
-    fn tool(&self, call: &ToolCall) -> (String, bool) {
+    fn tool(&self, call: &ToolCall) -> KimiResult {
+        let failed = |message: String| KimiResult { message, output: String::new(), is_error: true };
         if !self.specs.iter().any(|t| t.name == call.name) {
-            return (format!("Tool `{}` not found", call.name), true);
+            return failed(format!("Tool `{}` not found", call.name));
         }
         let args: Value = match serde_json::from_str(&call.arguments) {
             Ok(v) => v,
-            Err(e) => return (format!("Invalid arguments: {e}"), true),
+            Err(e) => return failed(format!("Invalid arguments: {e}")),
         };
         match call.name.as_str() {
-            "SetTodoList" => {
-                *self.todos.borrow_mut() = args.get("todos").cloned().unwrap_or(json!([]));
-                ("Todo list updated".into(), false)
-            }
-            "Task" => self.task(call, &args),
+            "SetTodoList" => match args.get("todos").filter(|t| !t.is_null()) {
+                Some(todos) => {
+                    *self.todos.borrow_mut() = todos.clone();
+                    KimiResult {
+                        message: "Todo list updated".into(),
+                        output: "Todo list updated".into(),
+                        is_error: false,
+                    }
+                }
+                None => KimiResult {
+                    message: String::new(),
+                    output: serde_json::to_string_pretty(&*self.todos.borrow()).unwrap_or_default(),
+                    is_error: false,
+                },
+            },
+            name if name == self.config.subagent_tool.name() => self.task(call, &args),
             name => match tools::run(&call.id, name, &args, &self.config.workdir) {
                 Some(result) => result,
                 None => match run_tools::call(call) {
-                    Ok(out) => (text_of(&out.content), out.is_error),
-                    Err(e) => (format!("{e:?}"), true),
+                    Ok(out) if out.is_error => failed(text_of(&out.content)),
+                    Ok(out) => KimiResult { message: String::new(), output: text_of(&out.content), is_error: false },
+                    Err(e) => failed(format!("{e:?}")),
                 },
             },
         }
     }
 
-    fn task(&self, call: &ToolCall, args: &Value) -> (String, bool) {
-        let name = args.get("subagent_name").and_then(Value::as_str).unwrap_or("");
-        let Some((_, _, allowed)) = self.config.subagents.iter().find(|(n, _, _)| n == name) else {
-            return (format!("Subagent not found: {name}"), true);
+    fn task(&self, call: &ToolCall, args: &Value) -> KimiResult {
+        let failed = |message: String| KimiResult { message, output: String::new(), is_error: true };
+        let name = self.config.subagent_tool.requested(args).unwrap_or_else(|| "coder".into());
+        let Some((_, _, allowed)) = self.config.subagents.iter().find(|(n, _, _)| *n == name) else {
+            return failed(format!("Subagent not found: {name}"));
         };
         let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or("").to_string();
-        let mut specs = tools::specs(&run_tools::list(), &["Task", "SetTodoList"], &[]);
+        let mut specs =
+            tools::specs(&run_tools::list(), &["Agent", "Task", "SetTodoList"], &[], self.config.subagent_tool);
         if let Some(allowed) = allowed {
             specs.retain(|t| allowed.iter().any(|a| a == &t.name));
         }
@@ -260,15 +283,15 @@ impl Soul<'_> {
         match result {
             Ok((RunStatus::Completed, text)) => {
                 child.me.end("completed", &transcript, &child.specs, &text);
-                (text, false)
+                KimiResult { message: String::new(), output: text, is_error: false }
             }
             Ok((_, why)) => {
                 child.me.end("limit-reached", &transcript, &child.specs, &why);
-                (format!("{why} when running subagent. Please try splitting the task into smaller subtasks."), true)
+                failed(format!("{why} when running subagent. Please try splitting the task into smaller subtasks."))
             }
             Err(e) => {
                 child.me.end("error", &transcript, &child.specs, &format!("{e:?}"));
-                (format!("Failed to run subagent: {e:?}"), true)
+                failed(format!("Failed to run subagent: {e:?}"))
             }
         }
     }
@@ -322,6 +345,26 @@ impl Soul<'_> {
     }
 }
 
+/// A tool result as Kimi-CLI writes it: the note in `<system>` tags (`ERROR: ` first for a
+/// failure), then the output, as separate text parts; an empty success says so.
+fn tool_result_message(call_id: &str, r: &KimiResult) -> Message {
+    let mut parts = Vec::new();
+    if r.is_error {
+        parts.push(ContentPart::Text(format!("<system>ERROR: {}</system>", r.message)));
+    } else if !r.message.is_empty() {
+        parts.push(ContentPart::Text(format!("<system>{}</system>", r.message)));
+    }
+    if !r.output.is_empty() {
+        parts.push(ContentPart::Text(r.output.clone()));
+    }
+    if parts.is_empty() {
+        parts.push(ContentPart::Text("<system>Tool output is empty.</system>".into()));
+    }
+    let mut m = tool_message(call_id, "");
+    m.content = parts;
+    m
+}
+
 fn variables(config: &Config) -> BTreeMap<&'static str, String> {
     [
         ("ROLE_ADDITIONAL", String::new()),
@@ -351,7 +394,7 @@ impl Guest for KimiCli {
             todos: &todos,
             me: Subagent { id: "main".into(), parent: None, name: "main".into(), depth: 0 },
             system: prompt::render(&config.template, &vars),
-            specs: tools::specs(&run, &[], &subagents),
+            specs: tools::specs(&run, &[], &subagents, config.subagent_tool),
         };
         let mut history = vec![message(Role::User, task.instruction.clone())];
         let mut steps = 0;

@@ -37,14 +37,14 @@ The system may add information wrapped in `<system>` tags to user or tool messag
 
 Answer in the same language as the user unless told otherwise.
 
-# Coding Guidelines
+# General Guidelines for Coding
 
 - Understand the requirements and the existing code (read it with `ReadFile`, `Glob` and `Grep`) before changing it.
 - For a bug, find the root cause from the errors or failing tests, fix it, and make sure the tests pass.
 - Make minimal changes and follow the project's style. Run the code and the tests with `Shell` after changing it.
 - Do not commit, push, reset or otherwise change git history unless asked.
 
-# Research and Data Guidelines
+# General Guidelines for Research and Data Processing
 
 - Understand what is asked before starting; plan deep or wide research before doing it.
 - Check generated files by reading them back.
@@ -100,6 +100,33 @@ ${KIMI_SKILLS}
 pub const SUBAGENT_ROLE: &str = "You are running as a subagent. Every `user` message comes from the main agent, which \
 cannot see your context: it sees only your last message when you finish. Treat the main agent as your caller; do not \
 ask the end user questions. If something is unclear, say so in your final summary to the main agent.";
+
+/// The working directory's first two levels as a tree (`├──`, `└──`), from `find -printf '%y %P'`
+/// lines (`d src`, `f src/a.py`): what the template's `KIMI_WORK_DIR_LS` shows.
+pub fn tree(find_lines: &str) -> String {
+    let mut top: Vec<(String, Vec<String>)> = Vec::new();
+    let mut entries: Vec<&str> = find_lines.lines().filter_map(|l| l.get(2..)).filter(|p| !p.is_empty()).collect();
+    entries.sort();
+    for path in entries {
+        match path.split_once('/') {
+            None => top.push((path.to_string(), Vec::new())),
+            Some((dir, child)) => match top.iter_mut().find(|(name, _)| name == dir) {
+                Some((_, children)) => children.push(child.to_string()),
+                None => top.push((dir.to_string(), vec![child.to_string()])),
+            },
+        }
+    }
+    let mut out = Vec::new();
+    for (i, (name, children)) in top.iter().enumerate() {
+        let last = i + 1 == top.len();
+        out.push(format!("{}{name}", if last { "└── " } else { "├── " }));
+        for (j, child) in children.iter().enumerate() {
+            let lead = if last { "    " } else { "│   " };
+            out.push(format!("{lead}{}{child}", if j + 1 == children.len() { "└── " } else { "├── " }));
+        }
+    }
+    out.join("\n")
+}
 
 /// Renders `${NAME}` and `{% if … %}…{% endif %}` (no nesting); unknown variables become empty.
 pub fn render(template: &str, vars: &BTreeMap<&str, String>) -> String {
@@ -174,6 +201,11 @@ mod tests {
         assert_eq!(render("a{% if KIMI_OS == \"Windows\" %} win{% endif +%}b", &vars), "ab");
         assert_eq!(render("a{% if KIMI_OS == \"Linux\" %} lin{% endif %}b", &vars), "a linb");
         assert_eq!(render("a{% if EMPTY %}x{% endif %}b{% if KIMI_OS %}y{% endif %}", &vars), "aby");
+        assert_eq!(tree("f app.py\n"), "└── app.py");
+        assert_eq!(
+            tree("d src\nf src/b.py\nf src/a.py\nf README.md\n"),
+            "├── README.md\n└── src\n    ├── a.py\n    └── b.py"
+        );
         let full = render(DEFAULT_TEMPLATE, &vars);
         assert!(full.contains("running on **Linux**") && !full.contains("${") && !full.contains("{%"), "{full}");
     }

@@ -6,6 +6,7 @@
 
 use orchard_harness_kit::orchard::plugin::tools;
 use orchard_harness_kit::{ToolCall, ToolSpec, text_of};
+
 use serde_json::{Value, json};
 
 /// The run's tools Kimi's own stand for.
@@ -24,54 +25,87 @@ fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
     ToolSpec { name: name.into(), description: description.into(), parameters: parameters.to_string() }
 }
 
-/// The tools an agent sees: Kimi's (those the run can carry out, minus `excluded`), then the
-/// run's other tools. `Task` and `SetTodoList` are the harness's own.
-pub fn specs(run: &[ToolSpec], excluded: &[&str], subagents: &[(String, String)]) -> Vec<ToolSpec> {
+/// How subagents are started: Kimi-CLI 1.x's `Agent {description, prompt, subagent_type}`, or
+/// the earlier `Task {description, subagent_name, prompt}`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SubagentTool {
+    Agent,
+    Task,
+}
+
+impl SubagentTool {
+    pub fn name(self) -> &'static str {
+        match self {
+            SubagentTool::Agent => "Agent",
+            SubagentTool::Task => "Task",
+        }
+    }
+
+    /// The subagent a call names (`None`: the default).
+    pub fn requested(self, args: &Value) -> Option<String> {
+        let key = match self {
+            SubagentTool::Agent => "subagent_type",
+            SubagentTool::Task => "subagent_name",
+        };
+        args.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
+    }
+}
+
+/// The tools an agent sees, in Kimi-CLI's order: the subagent tool, `SetTodoList` (both the
+/// harness's own), `Shell`, `ReadFile`, `Glob`, `Grep`, `WriteFile`, `StrReplaceFile` (those the
+/// run can carry out, minus `excluded`), then the run's other tools.
+pub fn specs(run: &[ToolSpec], excluded: &[&str], subagents: &[(String, String)], form: SubagentTool) -> Vec<ToolSpec> {
     let has = |n: &str| run.iter().any(|t| t.name == n);
     let mut out = Vec::new();
     if !subagents.is_empty() {
         let list: Vec<String> = subagents.iter().map(|(n, d)| format!("- `{n}`: {d}")).collect();
-        out.push(spec(
-            "Task",
-            &format!(
-                "Spawn a subagent to perform a specific task. It starts with a fresh context that has none of your \
-                 history, and you see only its final message: use it for narrow, self-contained subtasks that would \
-                 clutter your own context, or run several at once for independent subtasks.\n\n**Available Subagents:**\n\n{}",
-                list.join("\n")
-            ),
-            json!({"type": "object", "properties": {
+        let description = format!(
+            "Start a subagent instance for a focused subtask. It begins with a fresh context that holds none of your \
+             history, and you see only its final message: give it a complete prompt, use it for narrow work that would \
+             clutter your own context, and start several at once for independent subtasks.\n\n**Available subagents:**\n\n{}",
+            list.join("\n")
+        );
+        let parameters = match form {
+            SubagentTool::Agent => json!({"type": "object", "properties": {
+                "description": {"type": "string", "description": "A short (3-5 word) description of the task"},
+                "prompt": {"type": "string", "description": "The task for the agent to perform"},
+                "subagent_type": {"type": "string", "default": "coder", "description": "The built-in agent type to use. Defaults to `coder`."}},
+                "required": ["description", "prompt"]}),
+            SubagentTool::Task => json!({"type": "object", "properties": {
                 "description": {"type": "string", "description": "A short (3-5 word) description of the task"},
                 "subagent_name": {"type": "string", "description": "The name of the specialized subagent to use for this task"},
-                "prompt": {"type": "string", "description": "The task for the subagent to perform. You must provide a detailed prompt with all necessary background information because the subagent cannot see anything in your context."}},
+                "prompt": {"type": "string", "description": "The task for the subagent, with all the background it needs: it cannot see your context."}},
                 "required": ["description", "subagent_name", "prompt"]}),
-        ));
+        };
+        out.push(spec(form.name(), &description, parameters));
     }
     out.push(spec(
         "SetTodoList",
-        "Update the whole todo list: every item with its status. Use it to plan and track multi-step work.",
-        json!({"type": "object", "properties": {"todos": {"type": "array", "items": {"type": "object", "properties": {
-            "title": {"type": "string", "minLength": 1}, "status": {"type": "string", "enum": ["pending", "in_progress", "done"]}},
-            "required": ["title", "status"]}}}, "required": ["todos"]}),
+        "Update the whole todo list: every item with its status. Without `todos`, returns the current list.",
+        json!({"type": "object", "properties": {"todos": {"anyOf": [{"type": "array", "items": {"type": "object", "properties": {
+            "title": {"type": "string", "minLength": 1, "description": "The title of the todo"},
+            "status": {"type": "string", "enum": ["pending", "in_progress", "done"], "description": "The status of the todo"}},
+            "required": ["title", "status"]}}, {"type": "null"}], "default": null, "description": "The updated todo list."}}}),
     ));
     if has("bash") {
         out.push(spec(
             "Shell",
-            "Execute a bash command. Each call runs in a fresh shell; the output (stdout and stderr) and the exit code \
-             come back. Use it to run programs, tests and scripts.",
+            "Execute a bash command. Each call runs in a fresh shell; stdout and stderr come back with whether the \
+             command succeeded. Use it to run programs, tests and scripts.",
             json!({"type": "object", "properties": {
-                "command": {"type": "string", "description": "The bash command to execute."},
-                "timeout": {"type": "integer", "description": "Seconds to wait before the command is killed (default 60).", "default": 60}},
+                "command": {"type": "string", "description": "The command to execute."},
+                "timeout": {"type": "integer", "default": 60, "minimum": 1, "maximum": 86400, "description": "Seconds before the command is killed."}},
                 "required": ["command"]}),
         ));
     }
     if has("read_file") {
         out.push(spec(
             "ReadFile",
-            "Read a text file. Lines come numbered; use line_offset and n_lines to read part of a long file.",
+            "Read a text file. Lines come numbered like `cat -n`; use line_offset and n_lines for part of a long file.",
             json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "The path of the file (absolute, or relative to the working directory)."},
-                "line_offset": {"type": "integer", "description": "The line to start from (1-based).", "default": 1},
-                "n_lines": {"type": "integer", "description": "How many lines to read.", "default": 1000}},
+                "path": {"type": "string", "description": "The file to read; absolute outside the working directory."},
+                "line_offset": {"type": "integer", "default": 1, "description": "The line to start from."},
+                "n_lines": {"type": "integer", "default": 1000, "minimum": 1, "description": "How many lines to read (at most 1000)."}},
                 "required": ["path"]}),
         ));
     }
@@ -80,39 +114,44 @@ pub fn specs(run: &[ToolSpec], excluded: &[&str], subagents: &[(String, String)]
             "Glob",
             "Find files and directories whose paths match a glob pattern (`**` matches any depth).",
             json!({"type": "object", "properties": {
-                "pattern": {"type": "string", "description": "The glob pattern, e.g. src/**/*.py"},
-                "directory": {"type": "string", "description": "Where to search (default: the working directory)."},
-                "include_dirs": {"type": "boolean", "default": true}}, "required": ["pattern"]}),
+                "pattern": {"type": "string", "description": "Glob pattern to match files/directories."},
+                "directory": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "description": "Absolute path of the directory to search (default: the working directory)."},
+                "include_dirs": {"type": "boolean", "default": true, "description": "Whether to include directories."}}, "required": ["pattern"]}),
         ));
         out.push(spec(
             "Grep",
             "Search file contents with a regular expression (extended syntax), recursively.",
             json!({"type": "object", "properties": {
-                "pattern": {"type": "string"}, "path": {"type": "string", "description": "File or directory (default: the working directory)."},
-                "glob": {"type": "string", "description": "Only files matching this glob, e.g. *.py"},
-                "output_mode": {"type": "string", "enum": ["content", "files_with_matches", "count_matches"], "default": "files_with_matches"},
-                "-i": {"type": "boolean", "description": "Case-insensitive."}}, "required": ["pattern"]}),
+                "pattern": {"type": "string", "description": "The regular expression to search for"},
+                "path": {"type": "string", "default": ".", "description": "File or directory to search (absolute when given)."},
+                "glob": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "description": "Only files matching this glob, e.g. `*.py`"},
+                "output_mode": {"type": "string", "default": "files_with_matches", "description": "`content`, `files_with_matches` or `count_matches`."},
+                "-i": {"type": "boolean", "default": false, "description": "Case-insensitive search."}}, "required": ["pattern"]}),
         ));
     }
     if has("write_file") {
         out.push(spec(
             "WriteFile",
-            "Write a file (created with its parent directories), overwriting it or appending to it.",
+            "Write a file, overwriting it or appending to it.",
             json!({"type": "object", "properties": {
-                "path": {"type": "string"}, "content": {"type": "string"},
-                "mode": {"type": "string", "enum": ["overwrite", "append"], "default": "overwrite"}},
+                "path": {"type": "string", "description": "The file to write; absolute outside the working directory."},
+                "content": {"type": "string", "description": "The content to write"},
+                "mode": {"type": "string", "enum": ["overwrite", "append"], "default": "overwrite", "description": "`overwrite` or `append`."}},
                 "required": ["path", "content"]}),
         ));
     }
     if has("read_file") && has("write_file") {
+        let edit = json!({"type": "object", "properties": {
+            "old": {"type": "string", "description": "The string to replace. Can be multi-line."},
+            "new": {"type": "string", "description": "The replacement. Can be multi-line."},
+            "replace_all": {"type": "boolean", "default": false, "description": "Whether to replace all occurrences."}},
+            "required": ["old", "new"]});
         out.push(spec(
             "StrReplaceFile",
-            "Replace strings in a file. Each edit's `old` must occur in the file (exactly once unless replace_all).",
+            "Replace strings in a file: one edit or a list of them.",
             json!({"type": "object", "properties": {
-                "path": {"type": "string"},
-                "edit": {"description": "One edit or a list of edits.", "anyOf": [
-                    {"type": "object", "properties": {"old": {"type": "string"}, "new": {"type": "string"}, "replace_all": {"type": "boolean", "default": false}}, "required": ["old", "new"]},
-                    {"type": "array", "items": {"type": "object", "properties": {"old": {"type": "string"}, "new": {"type": "string"}, "replace_all": {"type": "boolean", "default": false}}, "required": ["old", "new"]}}]}},
+                "path": {"type": "string", "description": "The file to edit; absolute outside the working directory."},
+                "edit": {"anyOf": [edit, {"type": "array", "items": edit}], "description": "The edit(s) to apply."}},
                 "required": ["path", "edit"]}),
         ));
     }
@@ -127,7 +166,23 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The result of one run tool: (text, is_error).
+/// What a Kimi tool returns: a note for the model (shown in `<system>` tags, `ERROR:` first when
+/// it failed) and the output.
+pub struct KimiResult {
+    pub message: String,
+    pub output: String,
+    pub is_error: bool,
+}
+
+fn ok(message: impl Into<String>, output: impl Into<String>) -> KimiResult {
+    KimiResult { message: message.into(), output: output.into(), is_error: false }
+}
+
+fn error(message: impl Into<String>) -> KimiResult {
+    KimiResult { message: message.into(), output: String::new(), is_error: true }
+}
+
+/// One run tool's answer: (text, is_error).
 fn call(id: &str, name: &str, args: Value) -> (String, bool) {
     let call = ToolCall { id: id.into(), name: name.into(), arguments: args.to_string() };
     match tools::call(&call) {
@@ -136,69 +191,130 @@ fn call(id: &str, name: &str, args: Value) -> (String, bool) {
     }
 }
 
+/// The shell adapter's `bash` answer (`exit code: N`, `stdout:`, `stderr:` sections) as
+/// (exit code, timed out, stdout followed by stderr).
+fn parse_bash(text: &str) -> (i64, bool, String) {
+    let timed_out = text.starts_with("[command timed out");
+    let code =
+        text.lines().find_map(|l| l.strip_prefix("exit code: ")).and_then(|c| c.trim().parse().ok()).unwrap_or(-1);
+    let body = text.split_once("exit code: ").map_or("", |(_, rest)| rest.split_once('\n').map_or("", |(_, b)| b));
+    let (stdout, stderr) = match body.split_once("stderr:\n") {
+        Some((out, err)) => (out, err),
+        None => (body, ""),
+    };
+    (code, timed_out, format!("{}{stderr}", stdout.strip_prefix("stdout:\n").unwrap_or(stdout)))
+}
+
 fn absolute(path: &str, workdir: &str) -> String {
     if path.starts_with('/') { path.to_string() } else { format!("{}/{path}", workdir.trim_end_matches('/')) }
 }
 
-/// Carries out one of Kimi's file and shell tools: (text for the model, is_error); `None` when
-/// `name` is not one of them.
-pub fn run(id: &str, name: &str, args: &Value, workdir: &str) -> Option<(String, bool)> {
+fn shell(id: &str, command: String, timeout: u64, workdir: &str) -> (i64, bool, String) {
+    let (text, _) = call(id, "bash", json!({"command": command, "timeout": timeout, "cwd": workdir}));
+    parse_bash(&text)
+}
+
+/// Carries out one of Kimi's file and shell tools; `None` when `name` is not one of them.
+pub fn run(id: &str, name: &str, args: &Value, workdir: &str) -> Option<KimiResult> {
     let s = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     Some(match name {
         "Shell" => {
             let timeout = args.get("timeout").and_then(Value::as_u64).unwrap_or(60);
-            call(id, "bash", json!({"command": s("command"), "timeout": timeout, "cwd": workdir}))
+            if s("command").trim().is_empty() {
+                return Some(error("Command cannot be empty."));
+            }
+            let (code, timed_out, output) = shell(id, s("command"), timeout, workdir);
+            match (timed_out, code) {
+                (true, _) => {
+                    KimiResult { message: format!("Command killed by timeout ({timeout}s)"), output, is_error: true }
+                }
+                (false, 0) => ok("Command executed successfully.", output),
+                (false, code) => {
+                    KimiResult { message: format!("Command failed with exit code: {code}."), output, is_error: true }
+                }
+            }
         }
         "ReadFile" => {
-            let (text, err) = call(id, "read_file", json!({"path": absolute(&s("path"), workdir)}));
+            let path = absolute(&s("path"), workdir);
+            let (text, err) = call(id, "read_file", json!({"path": path}));
             if err {
-                return Some((text, true));
+                return Some(error(format!("`{}` does not exist or cannot be read: {text}", s("path"))));
             }
-            let offset = args.get("line_offset").and_then(Value::as_u64).unwrap_or(1).max(1) as usize;
-            let n = args.get("n_lines").and_then(Value::as_u64).unwrap_or(1000) as usize;
+            let offset = args.get("line_offset").and_then(Value::as_i64).unwrap_or(1);
+            let n = args.get("n_lines").and_then(Value::as_u64).unwrap_or(1000).clamp(1, 1000) as usize;
+            let all: Vec<&str> = text.split_inclusive('\n').collect();
+            let start = if offset < 0 {
+                all.len().saturating_sub(offset.unsigned_abs() as usize) + 1
+            } else {
+                offset.max(1) as usize
+            };
             let lines: Vec<String> =
-                text.lines().enumerate().skip(offset - 1).take(n).map(|(i, l)| format!("{:>6}\t{l}", i + 1)).collect();
-            (lines.join("\n"), false)
+                all.iter().enumerate().skip(start - 1).take(n).map(|(i, l)| format!("{:6}\t{l}", i + 1)).collect();
+            let mut message = if lines.is_empty() {
+                "No lines read from file.".to_string()
+            } else {
+                format!("{} lines read from file starting from line {start}.", lines.len())
+            };
+            message += &format!(" Total lines in file: {}.", all.len());
+            if lines.len() < n {
+                message += " End of file reached.";
+            }
+            ok(message, lines.concat())
         }
         "WriteFile" => {
             let path = absolute(&s("path"), workdir);
+            let append = s("mode") == "append";
             let mut content = s("content");
-            if s("mode") == "append" {
-                let (old, err) = call(id, "read_file", json!({"path": path}));
-                if !err {
-                    content = old + &content;
-                }
+            if append && let (old, false) = call(id, "read_file", json!({"path": path})) {
+                content = old + &content;
             }
-            let (text, err) = call(id, "write_file", json!({"path": path, "content": content}));
-            if err { (text, true) } else { (format!("File successfully written to {path}"), false) }
+            match call(id, "write_file", json!({"path": path, "content": content})) {
+                (text, true) => error(format!("Failed to write to {}. Error: {text}", s("path"))),
+                _ => ok(
+                    format!(
+                        "File successfully {}. Current size: {} bytes.",
+                        if append { "appended to" } else { "overwritten" },
+                        content.len()
+                    ),
+                    "",
+                ),
+            }
         }
         "StrReplaceFile" => {
             let path = absolute(&s("path"), workdir);
             let (mut text, err) = call(id, "read_file", json!({"path": path}));
             if err {
-                return Some((text, true));
+                return Some(error(format!("`{}` does not exist.", s("path"))));
             }
             let edits = match args.get("edit") {
                 Some(Value::Array(a)) => a.clone(),
                 Some(one @ Value::Object(_)) => vec![one.clone()],
-                _ => return Some(("edit: an object {old, new} or a list of them".into(), true)),
+                _ => return Some(error("edit: an object {old, new} or a list of them")),
             };
+            let mut replacements = 0;
             for e in &edits {
                 let (old, new) = (e["old"].as_str().unwrap_or(""), e["new"].as_str().unwrap_or(""));
-                let found = if old.is_empty() { 0 } else { text.matches(old).count() };
-                if found == 0 {
-                    return Some((format!("No replacements were made: `old` was not found in {path}"), true));
+                if old.is_empty() || !text.contains(old) {
+                    return Some(error("No replacements were made. The old string was not found in the file."));
                 }
-                if found > 1 && !e["replace_all"].as_bool().unwrap_or(false) {
-                    return Some((
-                        format!("`old` occurs {found} times in {path}; give more context or set replace_all"),
-                        true,
-                    ));
+                if e["replace_all"].as_bool().unwrap_or(false) {
+                    replacements += text.matches(old).count();
+                    text = text.replace(old, new);
+                } else {
+                    replacements += 1;
+                    text = text.replacen(old, new, 1);
                 }
-                text = text.replace(old, new);
             }
-            let (out, err) = call(id, "write_file", json!({"path": path, "content": text}));
-            if err { (out, true) } else { (format!("File successfully edited ({} edit(s))", edits.len()), false) }
+            match call(id, "write_file", json!({"path": path, "content": text})) {
+                (out, true) => error(format!("Failed to edit. Error: {out}")),
+                _ => ok(
+                    format!(
+                        "File successfully edited. Applied {} edit(s) with {replacements} total replacement(s).",
+                        edits.len()
+                    ),
+                    "",
+                ),
+            }
         }
         "Glob" => {
             let dir =
@@ -209,15 +325,29 @@ pub fn run(id: &str, name: &str, args: &Value, workdir: &str) -> Option<(String,
                 "[ -d \"$p\" ] && continue; "
             };
             let command = format!(
-                "cd {} && shopt -s globstar nullglob dotglob && for p in {}; do {dirs}printf '%s\\n' \"$p\"; done | head -1000",
+                "cd {} && shopt -s globstar nullglob dotglob && for p in {}; do {dirs}printf '%s\\n' \"$p\"; done | sort | head -1000",
                 quote(&dir),
                 s("pattern").split_whitespace().collect::<Vec<_>>().join(" ")
             );
-            let (out, err) = call(id, "bash", json!({"command": command, "timeout": 60}));
-            if !err && out.trim().is_empty() { ("No matches found".into(), false) } else { (out, err) }
+            let (code, _, output) = shell(id, command, 60, workdir);
+            if code != 0 {
+                return Some(error(format!(
+                    "`{}` is not a directory, or the pattern is invalid: {output}",
+                    s("directory")
+                )));
+            }
+            let found = output.lines().count();
+            if found == 0 {
+                ok(format!("No matches found for pattern `{}`.", s("pattern")), "")
+            } else {
+                ok(format!("Found {found} matches for pattern `{}`.", s("pattern")), output.trim_end())
+            }
         }
         "Grep" => {
-            let path = absolute(&Some(s("path")).filter(|p| !p.is_empty()).unwrap_or_else(|| workdir.into()), workdir);
+            let path = absolute(
+                &Some(s("path")).filter(|p| !p.is_empty() && p != ".").unwrap_or_else(|| workdir.into()),
+                workdir,
+            );
             let mode = match s("output_mode").as_str() {
                 "content" => "-n",
                 "count_matches" => "-c",
@@ -230,12 +360,8 @@ pub fn run(id: &str, name: &str, args: &Value, workdir: &str) -> Option<(String,
                 .unwrap_or_default();
             let command =
                 format!("grep -rE {mode}{case}{include} -e {} {} | head -1000", quote(&s("pattern")), quote(&path));
-            let (out, err) = call(id, "bash", json!({"command": command, "timeout": 60}));
-            if out.trim().is_empty() || out.contains("exit code: 1") && !out.contains(':') {
-                ("No matches found".into(), false)
-            } else {
-                (out, err)
-            }
+            let (_, _, output) = shell(id, command, 60, workdir);
+            if output.trim().is_empty() { ok("No matches found", "") } else { ok("", output) }
         }
         _ => return None,
     })
