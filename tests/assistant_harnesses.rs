@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use orchard_tests::evals::{completion, eval, mock_model, mock_model_with};
+use orchard_tests::evals::{check_against_schema, completion, eval, export, mock_model, mock_model_with};
 use serde_json::{Value, json};
 
 fn example(path: &str) -> String {
@@ -191,6 +191,41 @@ async fn zeroclaw_delegates_and_spawns_subagents_whose_final_message_alone_retur
     assert_eq!(reader["status"], "completed");
     assert_eq!(reader["messages"].as_array().unwrap().len(), 5, "system, task, call, result, answer: {reader:#}");
     assert_eq!(reader["messages"][2]["tool_calls"][0]["function"]["name"], "mail_read");
+
+    // OpenAI export: the main conversation, then each subagent's as its own record, linked.
+    let records = export(out.path(), &["--format", "openai"]);
+    check_against_schema(&records, "openai-chat.schema.json");
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[0]["metadata"]["subagents"], json!(["d1", "s1"]));
+    assert!(!records[0].to_string().contains("\"r1\""), "the main record holds no subagent turn");
+    assert_eq!(
+        (records[1]["metadata"]["agent"].as_str(), records[1]["metadata"]["parent"].as_str()),
+        (Some("reader"), Some("main"))
+    );
+    assert_eq!(records[1]["messages"][2]["tool_calls"][0]["id"], "r1");
+    let reader_tools: Vec<&str> =
+        records[1]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert!(reader_tools.starts_with(&["mail_search", "mail_read"]) && !reader_tools.contains(&"mail_draft"));
+    assert_eq!(records[2]["messages"].as_array().unwrap().last().unwrap()["content"], "Draft saved.");
+
+    // ATIF v1.7: the subagents embedded, each referred to from the observation that returned it.
+    let atif = export(out.path(), &["--format", "atif"]);
+    check_against_schema(&atif, "atif-v1.7.schema.json");
+    let doc = &atif[0];
+    assert_eq!(doc["schema_version"], "ATIF-v1.7");
+    let embedded = doc["subagent_trajectories"].as_array().unwrap();
+    assert_eq!(embedded.len(), 2);
+    let refs: Vec<String> = doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["observation"]["results"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["subagent_trajectory_ref"][0]["trajectory_id"].as_str().map(str::to_string))
+        .collect();
+    let ids: Vec<String> = embedded.iter().map(|t| t["trajectory_id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(refs, ids, "every embedded trajectory is referred to, in order");
+    assert_eq!(embedded[0]["agent"]["name"], "reader");
+    assert_eq!(embedded[0]["steps"][2]["tool_calls"][0]["function_name"], "mail_read");
 }
 
 /// ZeroClaw's guards: the same call three times warns (a system nudge), a fourth is refused

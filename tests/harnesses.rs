@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use orchard_tests::evals::{completion, eval, examples, mock_model, read_json};
+use orchard_tests::evals::{check_against_schema, completion, eval, examples, export, mock_model, read_json};
 use orchard_tests::tokens::{render_message, render_prompt};
 use serde_json::{Value, json};
 
@@ -525,29 +525,6 @@ fn the_shell_adapter_keeps_a_session_and_runs_background_processes() {
 }
 
 /// Validates every line of a JSONL export against one of `tests/schemas/`.
-fn check_against_schema(lines: &[Value], schema: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas").join(schema);
-    let validator = jsonschema::validator_for(&read_json(&path)).unwrap();
-    for line in lines {
-        let errors: Vec<String> = validator.iter_errors(line).map(|e| format!("{e} at {}", e.instance_path)).collect();
-        assert!(errors.is_empty(), "{schema}: {errors:#?}\n{line:#}");
-    }
-    // The schema has teeth: the same record with an unknown field is refused.
-    let mut broken = lines[0].clone();
-    broken["unexpected"] = json!(1);
-    assert!(!validator.is_valid(&broken), "{schema} accepts anything");
-}
-
-fn export(run: &Path, extra: &[&str]) -> Vec<Value> {
-    let file = run.join(format!("export-{}.jsonl", extra.join("_").replace(['-', '.'], "")));
-    let mut list = vec!["export", run.to_str().unwrap()];
-    list.extend(extra);
-    list.extend(["--out", file.to_str().unwrap()]);
-    let (code, _, stderr) = orchard_tests::orchard(&list);
-    assert_eq!(code, 0, "{stderr}");
-    std::fs::read_to_string(&file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
 /// Replies by the request's shape, so that rollouts of several harnesses can run at once:
 /// function calling (react) writes the file with two parallel calls, with reasoning, logprobs and
 /// token ids; mini-swe's markdown acts then submits; the fixture harness just says hello.
@@ -664,7 +641,7 @@ async fn a_task_by_harness_matrix_exports_to_every_training_format() {
     assert_eq!(react["tools"].as_array().unwrap().len(), 7, "the shell adapter's tools");
 
     let atif = export(run, &["--format", "atif"]);
-    check_against_schema(&atif, "atif-v1.4.schema.json");
+    check_against_schema(&atif, "atif-v1.7.schema.json");
     let react = atif.iter().find(|a| a["agent"]["name"] == "react").unwrap();
     assert_eq!(react["agent"]["model_name"], "mock-1");
     let agent_step = react["steps"].as_array().unwrap().iter().find(|s| s["tool_calls"].is_array()).unwrap();

@@ -106,3 +106,28 @@ pub fn completion(message: Value, finish: &str, tokens: (u32, u32)) -> (u16, Val
         }),
     )
 }
+
+/// Every line is valid against `tests/schemas/SCHEMA`, and the schema refuses an unknown field.
+pub fn check_against_schema(lines: &[Value], schema: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas").join(schema);
+    let validator = jsonschema::validator_for(&read_json(&path)).unwrap();
+    for line in lines {
+        let errors: Vec<String> = validator.iter_errors(line).map(|e| format!("{e} at {}", e.instance_path)).collect();
+        assert!(errors.is_empty(), "{schema}: {errors:#?}\n{line:#}");
+    }
+    // The schema has teeth: the same record with an unknown field is refused.
+    let mut broken = lines[0].clone();
+    broken["unexpected"] = json!(1);
+    assert!(!validator.is_valid(&broken), "{schema} accepts anything");
+}
+
+/// `orchard export RUN EXTRA…` into a file of the run; its JSONL lines.
+pub fn export(run: &Path, extra: &[&str]) -> Vec<Value> {
+    let file = run.join(format!("export-{}.jsonl", extra.join("_").replace(['-', '.'], "")));
+    let mut list = vec!["export", run.to_str().unwrap()];
+    list.extend(extra);
+    list.extend(["--out", file.to_str().unwrap()]);
+    let (code, _, stderr) = crate::orchard(&list);
+    assert_eq!(code, 0, "{stderr}");
+    std::fs::read_to_string(&file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}

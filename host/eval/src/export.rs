@@ -53,11 +53,11 @@ pub fn export(trajectories_jsonl: &str, format: Format, filter: &Filter) -> Resu
             continue;
         }
         let converted = match format {
-            Format::OpenAi => openai(&rollout),
-            Format::Atif => atif(&rollout),
-            Format::ShareGpt => sharegpt(&rollout),
+            Format::OpenAi => openai_records(&rollout),
+            Format::Atif => vec![atif(&rollout)],
+            Format::ShareGpt => vec![sharegpt(&rollout)],
         };
-        out.push(serde_json::to_string(&converted).expect("JSON values serialise"));
+        out.extend(converted.iter().map(|c| serde_json::to_string(c).expect("JSON values serialise")));
     }
     Ok(out)
 }
@@ -119,14 +119,134 @@ pub fn openai(rollout: &Value) -> Value {
     out
 }
 
-/// Harbor's Agent Trajectory Interchange Format, v1.4.
+/// The subagents a harness logged (`subagent-end` events, see the harness kit's `nested`): each
+/// with its id, parent, name, depth, status, final answer, and its conversation and tools in
+/// OpenAI's shape.
+pub fn subagents(rollout: &Value) -> Vec<Value> {
+    rollout["trajectory"]["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["type"] == "event" && s["name"] == "subagent-end")
+        .map(|s| s["data"].clone())
+        .collect()
+}
+
+/// The OpenAI records of a rollout: its main conversation, then each subagent's as a record of
+/// its own, linked by `metadata` (`rollout_id`, `agent`, `subagent_id`, `parent`, `depth`), so that
+/// nested conversations train as what they were and never as turns of the parent's.
+pub fn openai_records(rollout: &Value) -> Vec<Value> {
+    let mut main = openai(rollout);
+    let subs = subagents(rollout);
+    if subs.is_empty() {
+        return vec![main];
+    }
+    main["metadata"] = json!({
+        "rollout_id": rollout["rollout_id"], "agent": "main",
+        "subagents": subs.iter().map(|s| s["id"].clone()).collect::<Vec<_>>(),
+    });
+    let mut out = vec![main];
+    for sub in subs {
+        let mut record = json!({
+            "messages": sub["messages"],
+            "metadata": {"rollout_id": rollout["rollout_id"], "agent": sub["name"], "subagent_id": sub["id"],
+                         "parent": sub["parent"], "depth": sub["depth"], "status": sub["status"]},
+        });
+        if sub["tools"].as_array().is_some_and(|t| !t.is_empty()) {
+            record["tools"] = sub["tools"].clone();
+        }
+        out.push(record);
+    }
+    out
+}
+
+/// A subagent's OpenAI-shaped messages in the trajectory's own message shape (content parts,
+/// flat tool calls), for the ATIF step builder.
+fn from_openai(m: &Value) -> Value {
+    let mut out =
+        json!({"role": m["role"], "content": [{"type": "text", "text": m["content"].as_str().unwrap_or("")}]});
+    if let Some(calls) = m["tool_calls"].as_array() {
+        out["tool_calls"] = calls
+            .iter()
+            .map(|c| json!({"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}))
+            .collect();
+    }
+    for key in ["tool_call_id", "reasoning_content"] {
+        if !m[key].is_null() {
+            out[if key == "tool_call_id" { key } else { "reasoning" }] = m[key].clone();
+        }
+    }
+    out
+}
+
+/// Harbor's Agent Trajectory Interchange Format, v1.7: the main conversation's steps, and each
+/// subagent's trajectory embedded under `subagent_trajectories`, referred to from the
+/// observation of the tool call that started it (`subagent_trajectory_ref`).
 pub fn atif(rollout: &Value) -> Value {
     let trajectory = &rollout["trajectory"];
+    let rollout_id = rollout["rollout_id"].as_str().unwrap_or_default();
+    let sub_id = |id: &Value| format!("{rollout_id}/{}", id.as_str().unwrap_or_default());
+    let subs = subagents(rollout);
+    let refs: std::collections::HashMap<String, String> =
+        subs.iter().map(|s| (s["id"].as_str().unwrap_or_default().to_string(), sub_id(&s["id"]))).collect();
     let model_calls: Vec<&Value> =
         trajectory["steps"].as_array().into_iter().flatten().filter(|s| s["type"] == "model_call").collect();
+    let conversation: Vec<&Value> = trajectory["conversation"].as_array().into_iter().flatten().collect();
+    let steps = atif_steps(&conversation, &model_calls, rollout["model"].as_str(), &refs);
+    let harness = rollout["harness"].as_str().unwrap_or_default();
+    let (name, version) = harness.split_once('@').unwrap_or((harness, "0"));
+    let embedded: Vec<Value> = subs
+        .iter()
+        .map(|s| {
+            let messages: Vec<Value> = s["messages"].as_array().into_iter().flatten().map(from_openai).collect();
+            let steps = atif_steps(&messages.iter().collect::<Vec<_>>(), &[], rollout["model"].as_str(), &refs);
+            let mut t = json!({
+                "schema_version": "ATIF-v1.7",
+                "trajectory_id": sub_id(&s["id"]),
+                "agent": {"name": s["name"], "version": version, "model_name": rollout["model"]},
+                "steps": steps,
+                "final_metrics": {"total_steps": steps.len()},
+            });
+            drop_nulls(&mut t);
+            t["extra"] =
+                json!({"parent": s["parent"], "depth": s["depth"], "status": s["status"], "answer": s["answer"]});
+            t
+        })
+        .collect();
+    let mut core = json!({
+        "agent": {"name": name, "version": version, "model_name": rollout["model"], "extra": {"tools": rollout["tools"]}},
+        "steps": steps,
+        "final_metrics": {
+            "total_prompt_tokens": trajectory["usage"]["prompt_tokens"],
+            "total_completion_tokens": trajectory["usage"]["completion_tokens"],
+            "total_steps": steps.len(),
+        },
+    });
+    // ATIF's optional fields are absent, never null (a rollout without a model has no model
+    // name; a tool message whose call was compacted away has no call id).
+    drop_nulls(&mut core);
+    core["schema_version"] = "ATIF-v1.7".into();
+    core["session_id"] = rollout["rollout_id"].clone();
+    core["trajectory_id"] = rollout["rollout_id"].clone();
+    if !embedded.is_empty() {
+        core["subagent_trajectories"] = embedded.into();
+    }
+    // `extra` keeps nulls: a null reward is a grade of `unknown`, which is information.
+    core["extra"] = json!({"task_id": rollout["task_id"], "reward": rollout["reward"], "passed": rollout["passed"], "outcome": rollout["outcome"]});
+    core
+}
+
+/// ATIF steps from a conversation: system and user messages as they are, each assistant turn
+/// with its tool calls, the results answering it as its observation (a subagent's result refers
+/// to its trajectory), and the metrics of the model call that produced it.
+fn atif_steps(
+    conversation: &[&Value],
+    model_calls: &[&Value],
+    model: Option<&str>,
+    refs: &std::collections::HashMap<String, String>,
+) -> Vec<Value> {
     let mut used_calls = 0;
     let mut steps: Vec<Value> = Vec::new();
-    let conversation: Vec<&Value> = trajectory["conversation"].as_array().into_iter().flatten().collect();
     let mut i = 0;
     while i < conversation.len() {
         let m = conversation[i];
@@ -146,7 +266,7 @@ pub fn atif(rollout: &Value) -> Value {
                 if let Some(r) = m["reasoning"].as_str() {
                     step.insert("reasoning_content".into(), r.into());
                 }
-                if let Some(model) = rollout["model"].as_str() {
+                if let Some(model) = model {
                     step.insert("model_name".into(), model.into());
                 }
                 let calls = m["tool_calls"].as_array().cloned().unwrap_or_default();
@@ -168,9 +288,12 @@ pub fn atif(rollout: &Value) -> Value {
                 let mut results = Vec::new();
                 let mut j = i + 1;
                 while j < conversation.len() && conversation[j]["role"] == "tool" {
-                    results.push(
-                        json!({"source_call_id": conversation[j]["tool_call_id"], "content": text(conversation[j])}),
-                    );
+                    let mut result =
+                        json!({"source_call_id": conversation[j]["tool_call_id"], "content": text(conversation[j])});
+                    if let Some(sub) = conversation[j]["tool_call_id"].as_str().and_then(|id| refs.get(id)) {
+                        result["subagent_trajectory_ref"] = json!([{"trajectory_id": sub}]);
+                    }
+                    results.push(result);
                     j += 1;
                 }
                 if !results.is_empty() {
@@ -197,25 +320,7 @@ pub fn atif(rollout: &Value) -> Value {
         }
         steps.push(Value::Object(step));
     }
-    let harness = rollout["harness"].as_str().unwrap_or_default();
-    let (name, version) = harness.split_once('@').unwrap_or((harness, "0"));
-    let mut core = json!({
-        "agent": {"name": name, "version": version, "model_name": rollout["model"], "extra": {"tools": rollout["tools"]}},
-        "steps": steps,
-        "final_metrics": {
-            "total_prompt_tokens": trajectory["usage"]["prompt_tokens"],
-            "total_completion_tokens": trajectory["usage"]["completion_tokens"],
-            "total_steps": steps.len(),
-        },
-    });
-    // ATIF's optional fields are absent, never null (a rollout without a model has no model
-    // name; a tool message whose call was compacted away has no call id).
-    drop_nulls(&mut core);
-    core["schema_version"] = "ATIF-v1.4".into();
-    core["session_id"] = rollout["rollout_id"].clone();
-    // `extra` keeps nulls: a null reward is a grade of `unknown`, which is information.
-    core["extra"] = json!({"task_id": rollout["task_id"], "reward": rollout["reward"], "passed": rollout["passed"], "outcome": rollout["outcome"]});
-    core
+    steps
 }
 
 fn drop_nulls(v: &mut Value) {
@@ -373,7 +478,7 @@ mod tests {
     #[test]
     fn atif_export_follows_the_schema() {
         let a = atif(&rollout(true, 1.0));
-        assert_eq!(a["schema_version"], "ATIF-v1.4");
+        assert_eq!(a["schema_version"], "ATIF-v1.7");
         assert_eq!(a["agent"]["name"], "react");
         assert_eq!(a["agent"]["version"], "0.1.0");
         let steps = a["steps"].as_array().unwrap();
