@@ -35,11 +35,22 @@ fn say(text: &str) -> (u16, Value) {
 }
 
 fn rollouts(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("trajectories.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(out.join("trajectories.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn last_tool_result(request: &Value) -> String {
-    request["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").map(|m| m["content"].to_string()).unwrap_or_default()
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -85,8 +96,10 @@ async fn a_safety_trap_scores_zero_when_the_agent_complies() {
         }
     })
     .await;
-    let (summary, out, _) = eval_async(args(&[&examples(), "--harness", "react", "--grader", "rubric", "--model", &url])).await;
-    let traps: Vec<Value> = rollouts(out.path()).into_iter().filter(|r| r["task_id"].as_str().unwrap().ends_with("-trap")).collect();
+    let (summary, out, _) =
+        eval_async(args(&[&examples(), "--harness", "react", "--grader", "rubric", "--model", &url])).await;
+    let traps: Vec<Value> =
+        rollouts(out.path()).into_iter().filter(|r| r["task_id"].as_str().unwrap().ends_with("-trap")).collect();
     assert_eq!(traps.len(), 2, "{summary:#}");
     for r in traps {
         let subs = r["verdict"]["sub_scores"].as_array().unwrap().clone();
@@ -94,7 +107,12 @@ async fn a_safety_trap_scores_zero_when_the_agent_complies() {
         assert_eq!(r["reward"], 0.0, "{} complied and still scored: {:#}", r["task_id"], r["verdict"]);
         assert!(!r["passed"].as_bool().unwrap());
         // The task itself was done: only the safety gate zeroed it.
-        assert!(r["verdict"]["explanation"].as_str().unwrap().contains("safety 0"), "{:#} {sub:?}", r["verdict"], sub = sub("safety"));
+        assert!(
+            r["verdict"]["explanation"].as_str().unwrap().contains("safety 0"),
+            "{:#} {sub:?}",
+            r["verdict"],
+            sub = sub("safety")
+        );
     }
 }
 
@@ -176,7 +194,18 @@ async fn run_faulty(task: &str, retry: bool, judge_reply: &'static str) -> (Valu
         say(judge_reply)
     })
     .await;
-    let (_, out, _) = eval_async(args(&[task, "--harness", "react", "--grader", "rubric", "--model", &url, "--grader-model", &judge])).await;
+    let (_, out, _) = eval_async(args(&[
+        task,
+        "--harness",
+        "react",
+        "--grader",
+        "rubric",
+        "--model",
+        &url,
+        "--grader-model",
+        &judge,
+    ]))
+    .await;
     let rollout = rollouts(out.path()).remove(0);
     let requests = judged.lock().unwrap().clone();
     (rollout, requests)
@@ -196,7 +225,12 @@ async fn robustness_counts_recovered_faults_and_an_undecided_judge_is_unknown_no
     assert!((r["reward"].as_f64().unwrap() - expected).abs() < 1e-9, "{} vs {expected}: {explanation}", r["reward"]);
     assert_eq!(r["passed"], true);
     let prompt = judged[0]["messages"][0]["content"].to_string();
-    assert!(prompt.contains("thank her for the numbers") && prompt.contains("mail_send") && prompt.contains("confirms the budget"), "{prompt}");
+    assert!(
+        prompt.contains("thank her for the numbers")
+            && prompt.contains("mail_send")
+            && prompt.contains("confirms the budget"),
+        "{prompt}"
+    );
 
     // Pushes on after the 429: nothing recovered, robustness 0, below the pass mark.
     let (r, _) = run_faulty(&task, false, r#"{"score": 0.6, "reason": "ok"}"#).await;
@@ -211,4 +245,137 @@ async fn robustness_counts_recovered_faults_and_an_undecided_judge_is_unknown_no
     assert!(r["reward"].is_null());
     let reason = r["verdict"].to_string();
     assert!(reason.contains("the judge's reply had no score"), "{reason}");
+}
+
+/// The fix of `examples/swe-mini/py-mean`, as a shell command.
+const MEAN_FIX: &str = "cd /workspace && sed -i 's|    return sum(values) // len(values)|    if not values:\\n        return 0.0\\n    return sum(values) / len(values)|' stats.py";
+
+/// One model for every harness, answering by what each request looks like: the draft-replies
+/// task is solved through the mail tools, the inbox triage is not attempted, and the SWE task is
+/// fixed through whatever shell the harness has (`bash`, `Shell`, `execute_bash`, or a markdown
+/// block for mini-swe).
+fn reply_for_any_harness(request: &Value) -> (u16, Value) {
+    let tools: Vec<String> = request["tools"]
+        .as_array()
+        .map_or(vec![], |t| t.iter().map(|t| t["function"]["name"].as_str().unwrap_or("").to_string()).collect());
+    let messages = request["messages"].as_array().unwrap();
+    let all = request["messages"].to_string();
+    let acted = messages.iter().any(|m| m["role"] == "tool" || m["content"].to_string().contains("<returncode>"));
+    if tools.is_empty() {
+        // mini-swe's markdown actions (or a summary request, which none of these runs reaches).
+        return say(&if all.contains("<returncode>") {
+            "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```".to_string()
+        } else {
+            format!("THOUGHT: fix mean.\n\n```bash\n{MEAN_FIX}\n```")
+        });
+    }
+    if tools.contains(&"mail_draft".to_string()) {
+        if all.contains("Draft (do not send)") && !acted {
+            return completion(
+                json!({"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "d1", "type": "function", "function": {"name": "mail_draft", "arguments": json!({"to": ["bo@orchard.test"], "subject": "Re: Lunch Thursday?", "body": "Thursday lunch works for me at 12:30.", "in_reply_to": "m4"}).to_string()}},
+                    {"id": "d2", "type": "function", "function": {"name": "mail_draft", "arguments": json!({"to": ["ana@orchard.test"], "subject": "Re: Q1 report", "body": "I will send my comments on section 3 by Thursday.", "in_reply_to": "m1"}).to_string()}}]}),
+                "tool_calls",
+                (60, 20),
+            );
+        }
+        return say("Done.");
+    }
+    let shell = ["bash", "Shell", "execute_bash"].into_iter().find(|s| tools.contains(&s.to_string()));
+    match (shell, acted) {
+        (Some(shell), false) => call(shell, json!({"command": MEAN_FIX})),
+        (_, true) if tools.contains(&"finish".to_string()) => call("finish", json!({"message": "Fixed mean."})),
+        _ => say("Fixed mean."),
+    }
+}
+
+/// The cross-harness study in one command: two domains (the assistant tasks name their own tools
+/// and grader; the SWE task takes the run's), five harnesses; the task × harness matrix with a
+/// summary row per domain; the export of one harness's trajectories for training.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_command_runs_every_harness_across_domains() {
+    let root = tempfile::tempdir().unwrap();
+    let examples_dir = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples");
+    for (domain, task) in [("assistant", "draft-replies"), ("assistant", "inbox-triage"), ("swe-mini", "py-mean")] {
+        std::fs::create_dir_all(root.path().join(domain)).unwrap();
+        let status = std::process::Command::new("cp")
+            .args([
+                "-r",
+                &examples_dir.join(domain).join(task).display().to_string(),
+                &root.path().join(domain).display().to_string(),
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let (url, _) = mock_model_with(reply_for_any_harness).await;
+    let assistant = root.path().join("assistant").display().to_string();
+    let swe = root.path().join("swe-mini").display().to_string();
+    let mut list = vec![assistant.as_str(), swe.as_str()];
+    for h in ["react", "zeroclaw", "kimi-cli", "openhands", "mini-swe"] {
+        list.extend(["--harness", h]);
+    }
+    list.extend(["--tools", "shell", "--tools", "editor", "--grader", "swe", "--model", &url]);
+    let (summary, out, stdout) = eval_async(args(&list)).await;
+
+    let cell = |task: &str, harness: &str| -> Value {
+        summary["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["task_id"] == task && t["harness"].as_str().unwrap().starts_with(harness))
+            .cloned()
+            .unwrap_or_else(|| panic!("no cell {task} × {harness}: {summary:#}"))
+    };
+    for h in ["react", "zeroclaw", "kimi-cli", "openhands", "mini-swe"] {
+        assert_eq!(cell("py-mean", h)["passed"], 1, "py-mean × {h}: {stdout}");
+        assert_eq!(cell("inbox-triage", h)["passed"], 0, "inbox-triage × {h}");
+    }
+    for h in ["react", "zeroclaw", "kimi-cli"] {
+        assert_eq!(cell("draft-replies", h)["passed"], 1, "draft-replies × {h}: {stdout}");
+    }
+    // The harnesses that need a shell cannot work the assistant's tools: an error in their cell.
+    assert_eq!(cell("draft-replies", "openhands")["errors"], 1);
+    // A summary row per domain and harness.
+    let domains = summary["domains"].as_array().unwrap();
+    assert_eq!(domains.len(), 10, "{domains:#?}");
+    let row = |d: &str, h: &str| {
+        domains.iter().find(|r| r["domain"] == d && r["harness"].as_str().unwrap().starts_with(h)).unwrap().clone()
+    };
+    assert_eq!(
+        (row("assistant", "react")["tasks"].as_u64(), row("assistant", "react")["passed"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(row("swe-mini", "mini-swe")["pass_at_1"], 1.0);
+    assert!(stdout.contains("[assistant]") && stdout.contains("[swe-mini]"), "{stdout}");
+    // The assistant tasks ran with their own tools and grader, the SWE task with the run's.
+    let lines: Vec<Value> = std::fs::read_to_string(out.path().join("trajectories.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let draft = lines
+        .iter()
+        .find(|l| l["task_id"] == "draft-replies" && l["harness"].as_str().unwrap().starts_with("react"))
+        .unwrap();
+    assert_eq!(
+        (
+            draft["tools"][0].as_str().map(|t| t.starts_with("assistant@")),
+            draft["grader"].as_str().map(|g| g.starts_with("rubric@"))
+        ),
+        (Some(true), Some(true))
+    );
+    let fix = lines
+        .iter()
+        .find(|l| l["task_id"] == "py-mean" && l["harness"].as_str().unwrap().starts_with("react"))
+        .unwrap();
+    assert!(fix["grader"].as_str().unwrap().starts_with("swe@") && fix["tools"].as_array().unwrap().len() == 2);
+
+    // Train on one harness, evaluate on the others: its trajectories alone, per domain.
+    let react_only = orchard_tests::evals::export(
+        out.path(),
+        &["--format", "openai", "--from-harness", "react", "--domain", "assistant", "--only-passed"],
+    );
+    assert_eq!(react_only.len(), 1, "react's one solved assistant task");
+    assert!(react_only[0].to_string().contains("mail_draft"));
 }

@@ -63,6 +63,13 @@ pub struct ExportArgs {
     /// Only rollouts with at least this reward.
     #[arg(long)]
     min_reward: Option<f64>,
+    /// Only rollouts of this harness (repeatable): e.g. train on react's trajectories of a
+    /// cross-harness matrix.
+    #[arg(long = "from-harness", value_name = "HARNESS")]
+    from_harness: Vec<String>,
+    /// Only rollouts of tasks of this domain (repeatable; a domain is a task folder's name).
+    #[arg(long = "domain")]
+    domains: Vec<String>,
     /// Where to write [default: standard output].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -86,7 +93,12 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<i32> {
     let path = args.run_dir.join("trajectories.jsonl");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| anyhow::anyhow!("{}: {e} (is this an `orchard eval --out` directory?)", path.display()))?;
-    let filter = Filter { only_passed: args.only_passed, min_reward: args.min_reward };
+    let filter = Filter {
+        only_passed: args.only_passed,
+        min_reward: args.min_reward,
+        harnesses: args.from_harness.clone(),
+        domains: args.domains.clone(),
+    };
     let lines = match (args.format.as_str(), method) {
         ("tokens", _) | ("openai", Some(_)) => credited(&args, &text, &filter, method.unwrap_or(Method::None)).await?,
         (_, Some(_)) => anyhow::bail!("--credit: only with --format openai or tokens"),

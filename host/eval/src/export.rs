@@ -28,11 +28,24 @@ impl Format {
 pub struct Filter {
     pub only_passed: bool,
     pub min_reward: Option<f64>,
+    /// Only rollouts of these harnesses (`react`, or `react@0.1.0`): train on one harness's
+    /// trajectories of a cross-harness matrix, evaluate on the others.
+    pub harnesses: Vec<String>,
+    /// Only rollouts of tasks of these domains.
+    pub domains: Vec<String>,
 }
 
 impl Filter {
     pub fn keeps(&self, line: &Value) -> bool {
         if self.only_passed && line["passed"] != true {
+            return false;
+        }
+        let harness = line["harness"].as_str().unwrap_or_default();
+        let name = harness.split('@').next().unwrap_or_default();
+        if !self.harnesses.is_empty() && !self.harnesses.iter().any(|h| h == harness || h == name) {
+            return false;
+        }
+        if !self.domains.is_empty() && !self.domains.iter().any(|d| line["domain"] == d.as_str()) {
             return false;
         }
         match (self.min_reward, line["reward"].as_f64()) {
@@ -551,9 +564,9 @@ mod tests {
         let lines = [rollout(true, 1.0), rollout(false, 0.4), rollout(false, 0.0)].map(|r| r.to_string()).join("\n");
         let all = export(&lines, Format::OpenAi, &Filter::default()).unwrap();
         assert_eq!(all.len(), 3);
-        let passed = export(&lines, Format::OpenAi, &Filter { only_passed: true, min_reward: None }).unwrap();
+        let passed = export(&lines, Format::OpenAi, &Filter { only_passed: true, ..Default::default() }).unwrap();
         assert_eq!(passed.len(), 1);
-        let half = export(&lines, Format::Atif, &Filter { only_passed: false, min_reward: Some(0.3) }).unwrap();
+        let half = export(&lines, Format::Atif, &Filter { min_reward: Some(0.3), ..Default::default() }).unwrap();
         assert_eq!(half.len(), 2);
         assert!(export("{not json", Format::OpenAi, &Filter::default()).unwrap_err().contains("line 1"));
     }

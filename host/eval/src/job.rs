@@ -26,6 +26,8 @@ pub struct Job {
     /// instead of `tools`.
     pub named_tools: std::collections::BTreeMap<String, Arc<Plugin>>,
     pub grader: Arc<Plugin>,
+    /// The graders tasks name in `[verifier] grader`, by name.
+    pub named_graders: std::collections::BTreeMap<String, Arc<Plugin>>,
     pub model: Option<Arc<ModelClient>>,
     /// The grader's own endpoint (a judge model); the run's when absent.
     pub grader_model: Option<Arc<ModelClient>>,
@@ -53,6 +55,11 @@ impl Job {
             Some(names) => names.iter().filter_map(|n| self.named_tools.get(n).cloned()).collect(),
             None => self.tools.clone(),
         }
+    }
+
+    /// The grader of `task`: the one it names in `[verifier] grader`, else the run's.
+    pub fn grader_for(&self, task: &Task) -> Arc<Plugin> {
+        task.grader.as_ref().and_then(|g| self.named_graders.get(g)).cloned().unwrap_or_else(|| self.grader.clone())
     }
 }
 
@@ -171,12 +178,13 @@ pub async fn rollout(
 ) -> RolloutResult {
     let started = Instant::now();
     let tools = job.tools_for(task);
+    let grader = job.grader_for(task);
     let mut result = RolloutResult {
         tools: tools.iter().map(|t| t.id()).collect(),
-        grader: job.grader.id(),
+        grader: grader.id(),
         plugins: std::iter::once(harness)
             .chain(&tools)
-            .chain(std::iter::once(&job.grader))
+            .chain(std::iter::once(&grader))
             .map(|p| (p.id(), p.info.sha256.clone()))
             .collect(),
         model: job.model.as_ref().map(|m| m.config().model.clone()),
@@ -348,9 +356,10 @@ async fn run_in_sandbox(
             }
         }
     }
-    let mode = separate::mode_for(task, &job.grader);
+    let grader = job.grader_for(task);
+    let mode = separate::mode_for(task, &grader);
     let carry = match mode {
-        Mode::Separate => Some(separate::carry_spec(task, &job.grader)?),
+        Mode::Separate => Some(separate::carry_spec(task, &grader)?),
         Mode::InPlace => None,
     };
     let limits = Limits { wall: Duration::from_secs_f64(task.agent_timeout_sec), ..job.limits };
@@ -436,7 +445,8 @@ async fn grade(
     let grade_limits = Limits { wall: Duration::from_secs_f64(task.verifier_timeout_sec + 60.0), ..job.limits };
     let grade_started = Instant::now();
     let environment = grading_environment(result.verifier.as_ref());
-    let verdict = runtime.run_grader(ctx, &job.grader, input, outcome, &environment, &grade_limits, &job.grants).await;
+    let verdict =
+        runtime.run_grader(ctx, &job.grader_for(task), input, outcome, &environment, &grade_limits, &job.grants).await;
     result.grade_seconds = grade_started.elapsed().as_secs_f64();
     result.trajectory = ctx.trajectory();
     // Whatever the grader says, the grade records what its environment left out.

@@ -202,6 +202,7 @@ pub fn trajectory_line(r: &RolloutResult) -> serde_json::Value {
     let mut line = serde_json::json!({
             "rollout_id": r.rollout_id,
             "task_id": r.task_id,
+            "domain": r.domain,
             "attempt": r.attempt,
             "harness": r.harness,
             "tools": r.tools,

@@ -12,7 +12,8 @@
 //!
 //! `task.toml` keys read (others are kept as metadata):
 //! `[agent] timeout_sec, tools` (the tool adapters this task needs, replacing the run's
-//! `--tools`: one evaluation can span domains), `[verifier] timeout_sec`, `[environment]
+//! `--tools`: one evaluation can span domains), `[verifier] timeout_sec, grader` (likewise, the
+//! grader), `[environment]
 //! docker_image | image, cpus,
 //! memory ("2G") | memory_mb, allow_internet, workdir, env = { K = "v" }`, and `[metadata]`.
 
@@ -39,6 +40,8 @@ pub struct Task {
     pub agent_timeout_sec: f64,
     /// `[agent] tools`: the tool adapters the task names, used instead of the run's.
     pub tools: Option<Vec<String>>,
+    /// `[verifier] grader`: the grader the task names, used instead of the run's.
+    pub grader: Option<String>,
     pub verifier_timeout_sec: f64,
     /// A prebuilt image the task names; `None` when it only has a Dockerfile (or nothing).
     pub image: Option<String>,
@@ -258,6 +261,11 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
         instruction,
         agent_timeout_sec,
         tools,
+        grader: match verifier.get("grader") {
+            None => None,
+            Some(toml::Value::String(g)) if !g.is_empty() => Some(g.clone()),
+            Some(other) => return Err(err(format!("task.toml: [verifier] grader must be a plugin name, not {other}"))),
+        },
         verifier_timeout_sec,
         image,
         cpus: number(&environment, "cpus"),

@@ -242,7 +242,7 @@ pub async fn export(
         "results" => None,
         other => Some(Format::parse(other).map_err(|e| ApiError::invalid(format!("format: {e} or results")))?),
     };
-    let filter = Filter { only_passed: q.only_passed, min_reward: q.min_reward };
+    let filter = Filter { only_passed: q.only_passed, min_reward: q.min_reward, ..Default::default() };
     // A page at a time from the store to the client: an export of a big job is never held whole.
     let pages = futures::stream::unfold(Some(-1i64), move |after| {
         let (service, id, filter) = (service.clone(), id.clone(), filter.clone());

@@ -139,6 +139,11 @@ impl Prepared {
                     .plugin(t, PluginKind::ToolAdapter)
                     .map_err(|e| err(format!("task {}: [agent] tools: {}", task.id, e.0)))?;
             }
+            if let Some(g) = &task.grader {
+                prepared
+                    .plugin(g, PluginKind::Grader)
+                    .map_err(|e| err(format!("task {}: [verifier] grader: {}", task.id, e.0)))?;
+            }
         }
         prepared.plugin(&prepared.spec.grader, PluginKind::Grader)?;
         Ok(prepared)
@@ -181,6 +186,12 @@ impl Prepared {
                 .map(|name| Ok((name.clone(), self.plugin(name, PluginKind::ToolAdapter)?)))
                 .collect::<Result<_, PrepareError>>()?,
             grader: self.plugin(&self.spec.grader, PluginKind::Grader)?,
+            named_graders: self
+                .tasks
+                .values()
+                .filter_map(|t| t.grader.as_ref())
+                .map(|name| Ok((name.clone(), self.plugin(name, PluginKind::Grader)?)))
+                .collect::<Result<_, PrepareError>>()?,
             model: self.model.clone(),
             grader_model: self.grader_model.clone(),
             default_image: self.spec.image.clone(),
