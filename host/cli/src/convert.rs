@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use orchard_convert::{miniwob, swe_bench, web};
+use orchard_convert::{claw_eval, miniwob, swe_bench, web};
 
 #[derive(Subcommand)]
 pub enum ConvertCommand {
@@ -24,6 +24,24 @@ pub enum ConvertCommand {
     /// `miniwob/html`) into one task per page, served in the sandbox and graded by the reward
     /// the page itself gives (`--grader script`).
     Miniwob(MiniwobArgs),
+    /// Your own checkout of Claw-Eval into task folders over orchard-mock-services: each task
+    /// that needs only the fixture services (mail, calendar, contacts, todo, notes, CRM,
+    /// helpdesk) keeps its tools and is graded by `rubric` from its declared scoring and safety
+    /// checks; the others are listed as skipped with why (in OUT/skipped.json too).
+    ClawEval(ClawEvalArgs),
+}
+
+#[derive(Args)]
+pub struct ClawEvalArgs {
+    /// The checkout (the folder holding `tasks/<id>/task.yaml`).
+    checkout: PathBuf,
+    /// Where the task folders go (one per task; an existing one is replaced).
+    out: PathBuf,
+    /// Also convert tasks whose grader.py does more than their YAML declares, graded on the
+    /// declared checks alone (their scores are then not Claw-Eval's; each says why in
+    /// `metadata.claw_eval.grader_differs`).
+    #[arg(long)]
+    declared_only: bool,
 }
 
 #[derive(Args)]
@@ -90,6 +108,11 @@ pub fn run(command: ConvertCommand) -> anyhow::Result<i32> {
         ConvertCommand::Webvoyager(args) => web_rows(args, web::Dataset::WebVoyager),
         ConvertCommand::OnlineMind2web(args) => web_rows(args, web::Dataset::OnlineMind2Web),
         ConvertCommand::Deepshop(args) => web_rows(args, web::Dataset::DeepShop),
+        ConvertCommand::ClawEval(args) => {
+            let report = claw_eval::convert(&args.checkout, &args.out, args.declared_only)?;
+            print_report(&report, &args.out);
+            Ok(if report.converted.is_empty() { 1 } else { 0 })
+        }
         ConvertCommand::Miniwob(args) => {
             let options = miniwob::Options { envs: args.envs, seed: args.seed, agent_timeout_sec: args.agent_timeout };
             let report = miniwob::convert(&args.dir, &args.out, &options)?;

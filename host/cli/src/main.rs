@@ -29,7 +29,7 @@ enum Command {
     /// Evaluate a harness on tasks, graded by a grader, on local or Kubernetes sandboxes.
     Eval(Box<eval::EvalArgs>),
     /// Export trajectories for training: openai, atif, sharegpt or tokens; with credit assignment.
-    Export(export::ExportArgs),
+    Export(Box<export::ExportArgs>),
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(plugins::PluginCommand),
@@ -78,7 +78,7 @@ fn run_command(cli: Cli) -> anyhow::Result<i32> {
             Command::Run(args) => run::run(args, launcher).await,
             Command::Eval(args) => eval::run(*args, launcher).await,
             Command::Plugin(command) => plugins::run(command),
-            Command::Export(args) => export::run(args).await,
+            Command::Export(args) => export::run(*args).await,
             Command::Convert(command) => convert::run(command),
         }
     })

@@ -1,5 +1,6 @@
 //! Converters from datasets as users have them into Harbor task folders Orchard evaluates.
 
+pub mod claw_eval;
 pub mod miniwob;
 pub mod swe_bench;
 mod swe_specs;

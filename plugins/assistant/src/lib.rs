@@ -9,7 +9,9 @@
 //! placeholders, filled from the call's arguments; the other arguments go in the query string
 //! (GET, DELETE) or as the JSON body (POST, PUT, PATCH). The service's JSON answer is the tool's
 //! result; an HTTP error (4xx, 5xx, a service not answering) comes back as a tool error the model
-//! can read and recover from — never as a failed call. No shell.
+//! can read and recover from — never as a failed call. No shell. A tool may also `rename`
+//! arguments (`{"max_results": "limit"}`), `drop` some, and send `fixed` fields, so that a
+//! converted benchmark keeps its own tool schemas over these services.
 
 wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "tool-adapter" });
 
@@ -32,6 +34,13 @@ struct Tool {
     method: String,
     port: u16,
     route: String,
+    /// Arguments renamed before the request (`{"max_results": "limit"}`): a task keeps another
+    /// benchmark's tool schema while the request speaks the mock services' names.
+    rename: Map<String, Value>,
+    /// Arguments left out of the request.
+    drop: Vec<String>,
+    /// Fields always sent in the body (or query), e.g. `{"status": "closed"}` for a close tool.
+    fixed: Map<String, Value>,
 }
 
 fn tools() -> &'static Result<Vec<Tool>, String> {
@@ -103,6 +112,13 @@ fn parse(config: &str) -> Result<Vec<Tool>, String> {
             method,
             port,
             route,
+            rename: t.get("rename").and_then(Value::as_object).cloned().unwrap_or_default(),
+            drop: t
+                .get("drop")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                .unwrap_or_default(),
+            fixed: t.get("fixed").and_then(Value::as_object).cloned().unwrap_or_default(),
         });
     }
     Ok(out)
@@ -126,7 +142,16 @@ fn scalar(v: &Value) -> String {
 }
 
 /// The request a call makes: the route's placeholders filled, the rest as query or body.
-fn request(tool: &Tool, mut args: Map<String, Value>) -> Result<HttpRequest, String> {
+fn request(tool: &Tool, given: Map<String, Value>) -> Result<HttpRequest, String> {
+    let mut args = Map::new();
+    for (k, v) in given {
+        if tool.drop.contains(&k) {
+            continue;
+        }
+        let name = tool.rename.get(&k).and_then(Value::as_str).map(str::to_string).unwrap_or(k);
+        args.insert(name, v);
+    }
+    args.extend(tool.fixed.clone());
     let mut path = String::new();
     let mut rest = tool.route.as_str();
     while let Some(open) = rest.find('{') {

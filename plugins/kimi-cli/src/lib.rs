@@ -261,7 +261,7 @@ impl Soul<'_> {
             me: Subagent {
                 id: call.id.clone(),
                 parent: Some(self.me.id.clone()),
-                name: name.into(),
+                name,
                 depth: self.me.depth + 1,
             },
             system: prompt::render(&self.config.template, &vars),

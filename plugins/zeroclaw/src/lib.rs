@@ -177,8 +177,6 @@ impl Agent<'_> {
         loop {
             if estimate_tokens(&messages).max(last_prompt as usize) > self.config.context_tokens / 2 {
                 self.compact(&mut messages, "half of the context window")?;
-                // The endpoint's count was of the longer conversation.
-                last_prompt = 0;
             }
             let completion = match model::complete(&messages, &specs, &self.config.sampling) {
                 Err(e) if nested::is_context_overflow(&e) => {
