@@ -258,12 +258,7 @@ impl Soul<'_> {
         let child = Soul {
             config: self.config,
             todos: self.todos,
-            me: Subagent {
-                id: call.id.clone(),
-                parent: Some(self.me.id.clone()),
-                name,
-                depth: self.me.depth + 1,
-            },
+            me: Subagent { id: call.id.clone(), parent: Some(self.me.id.clone()), name, depth: self.me.depth + 1 },
             system: prompt::render(&self.config.template, &vars),
             specs,
         };
