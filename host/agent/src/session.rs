@@ -26,8 +26,10 @@ use crate::pty::{self, PtyMaster};
 use crate::spawn;
 use crate::state::AgentState;
 
-/// How long the shell may take to come up or to answer a resync after SIGKILL.
-const SYNC_WAIT: Duration = Duration::from_secs(3);
+/// How long the shell may take to come up or to answer a resync after SIGKILL. Generous: on a
+/// loaded machine (a full test run with browsers beside it) 3 s was seen to pass, and a session
+/// given up for lost is worse for the agent than a slow answer.
+const SYNC_WAIT: Duration = Duration::from_secs(10);
 /// How often an idle-mode wait looks at the command's output files.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// How long a signal gets to reach its target before the shell is asked for a marker.

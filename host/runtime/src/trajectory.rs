@@ -134,8 +134,16 @@ impl Trajectory {
                         m.tool_calls.push(call.clone());
                         out.push(m);
                     }
-                    let mut result = Message::text(orchard_model::Role::Tool, output.clone());
-                    result.tool_call_id = Some(call.id.clone());
+                    // The conversation's copy keeps the tool's images (judges read screenshots).
+                    let kept = self
+                        .conversation
+                        .iter()
+                        .find(|m| m.role == orchard_model::Role::Tool && m.tool_call_id.as_deref() == Some(call.id.as_str()));
+                    let result = kept.cloned().unwrap_or_else(|| {
+                        let mut m = Message::text(orchard_model::Role::Tool, output.clone());
+                        m.tool_call_id = Some(call.id.clone());
+                        m
+                    });
                     out.push(result);
                 }
                 _ => {}
@@ -208,6 +216,15 @@ mod history_tests {
         assert_eq!(h[0].tool_calls[0].id, "oracle-1");
         assert_eq!(h[1].tool_call_id.as_deref(), Some("oracle-1"));
         assert_eq!(h[3].content.len(), 1);
+    }
+
+    #[test]
+    fn the_history_keeps_the_images_the_conversation_has() {
+        let mut shot = Message::text(Role::Tool, "out oracle-1");
+        shot.tool_call_id = Some("oracle-1".into());
+        shot.content.push(orchard_model::Part::Image { media_type: "image/png".into(), data_base64: "AA==".into() });
+        let t = Trajectory { steps: vec![call("oracle-1")], conversation: vec![shot.clone()], ..Default::default() };
+        assert_eq!(t.history()[1], shot);
     }
 
     #[test]
