@@ -135,10 +135,9 @@ impl Trajectory {
                         out.push(m);
                     }
                     // The conversation's copy keeps the tool's images (judges read screenshots).
-                    let kept = self
-                        .conversation
-                        .iter()
-                        .find(|m| m.role == orchard_model::Role::Tool && m.tool_call_id.as_deref() == Some(call.id.as_str()));
+                    let kept = self.conversation.iter().find(|m| {
+                        m.role == orchard_model::Role::Tool && m.tool_call_id.as_deref() == Some(call.id.as_str())
+                    });
                     let result = kept.cloned().unwrap_or_else(|| {
                         let mut m = Message::text(orchard_model::Role::Tool, output.clone());
                         m.tool_call_id = Some(call.id.clone());

@@ -4,7 +4,8 @@
 //! - The system prompt in ZeroClaw's sections (see `prompt`); the task is the user message.
 //! - At most `max_tool_iterations` model turns that call tools (default 10), then the run stops.
 //! - Identical calls within one response run once (the others are answered "skipped duplicate").
-//! - Loop detection (`loop_guard`): warn, refuse, or end the run on repeats and ping-pong.
+//! - Loop detection (`loop_guard`) after each call: a warning or a block notice appended to the
+//!   system prompt, or the run ended, on repeats, ping-pong and no progress.
 //! - `delegate {agent, prompt, context?}` runs a configured agent (`agents = {name: {system_prompt,
 //!   tools: [...], max_tool_iterations}}`) as a nested conversation with its own tool subset, up
 //!   to `max_delegation_depth` (3) deep; `spawn_subagent {prompt}` runs an ephemeral copy of the
@@ -194,52 +195,47 @@ impl Agent<'_> {
             if calls.is_empty() {
                 return Ok((RunStatus::Completed, text_of(&reply.content), turns, messages));
             }
-            let mut nudges = Vec::new();
             let mut seen: Vec<(String, String)> = Vec::new();
             for call in &calls {
                 let key = (call.name.clone(), loop_guard::canonical(&call.arguments));
                 if seen.contains(&key) {
                     messages.push(tool_message(
                         &call.id,
-                        "Skipped duplicate tool call: identical to an earlier call in this response.",
+                        format!("Skipped duplicate tool call '{}' with identical arguments in this turn.", call.name),
                     ));
                     continue;
                 }
                 seen.push(key);
-                let output = match guard.check(&call.name, &call.arguments) {
+                let output = self.run_tool(call);
+                let verdict = guard.record(&call.name, &call.arguments, &output);
+                messages.push(tool_message(&call.id, output));
+                // As ZeroClaw does: the detector's word goes into the system prompt.
+                let note = match verdict {
+                    Verdict::Ok => continue,
+                    Verdict::Warn(why) => ("warn", format!("[Loop Detection] {why}")),
+                    Verdict::Block(why) => ("block", format!("[Loop Detection — BLOCKED] {why}")),
                     Verdict::Break(why) => {
-                        messages.push(tool_message(&call.id, why.clone()));
                         log::event(
                             log::Level::Warn,
                             "loop-detected",
                             &json!({"action": "break", "tool": call.name, "why": why}).to_string(),
                         );
-                        return Ok((RunStatus::GaveUp, why, turns, messages));
+                        return Ok((
+                            RunStatus::GaveUp,
+                            format!("Agent loop aborted by loop detector: {why}"),
+                            turns,
+                            messages,
+                        ));
                     }
-                    Verdict::Block(why) => {
-                        log::event(
-                            log::Level::Warn,
-                            "loop-detected",
-                            &json!({"action": "block", "tool": call.name, "why": why}).to_string(),
-                        );
-                        why
-                    }
-                    Verdict::Warn(why) => {
-                        log::event(
-                            log::Level::Info,
-                            "loop-detected",
-                            &json!({"action": "warn", "tool": call.name, "why": why}).to_string(),
-                        );
-                        nudges.push(why);
-                        self.run_tool(call)
-                    }
-                    Verdict::Ok => self.run_tool(call),
                 };
-                guard.returned(&output);
-                messages.push(tool_message(&call.id, output));
-            }
-            for nudge in nudges {
-                messages.push(message(Role::System, format!("[Loop detection] {nudge}")));
+                log::event(
+                    log::Level::Info,
+                    "loop-detected",
+                    &json!({"action": note.0, "tool": call.name, "why": note.1}).to_string(),
+                );
+                let system = &mut messages[0];
+                let merged = format!("{}\n\n{}", text_of(&system.content), note.1);
+                system.content = vec![orchard_harness_kit::ContentPart::Text(merged)];
             }
             if turns >= self.max_iterations {
                 let why = format!("Agent exceeded maximum tool iterations ({})", self.max_iterations);

@@ -1,7 +1,8 @@
-//! ZeroClaw's loop detection over a sliding window of the last 20 tool calls: the same call
-//! (name and canonical arguments) three times in a row warns, a fourth is refused, a fifth ends
-//! the run; two tools alternating for four cycles warn, five refuse, six end the run; the same
-//! call returning the same result over and over (no progress) warns.
+//! ZeroClaw's loop detection over a sliding window of the last 20 tool calls, recorded after each
+//! call ran (name, canonical arguments, result): the same call three times in a row warns, a
+//! fourth is flagged as blocked, a fifth ends the run; two tools alternating for four cycles warn,
+//! five block, six end it; one tool returning the same result for different arguments five times
+//! warns (no progress), six block, seven end it. The messages are ZeroClaw's.
 
 use std::collections::VecDeque;
 
@@ -10,9 +11,9 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Ok,
-    /// Run the call, then nudge the model with this.
+    /// Nudge the model (`[Loop Detection] …` in the system prompt).
     Warn(String),
-    /// Do not run the call; answer it with this.
+    /// Tell the model harder (`[Loop Detection — BLOCKED] …`).
     Block(String),
     /// End the run.
     Break(String),
@@ -22,7 +23,7 @@ pub enum Verdict {
 struct Record {
     name: String,
     args: String,
-    result: Option<u64>,
+    result: u64,
 }
 
 pub struct LoopGuard {
@@ -57,21 +58,13 @@ impl LoopGuard {
         LoopGuard { window: VecDeque::new(), size: size.max(2), max_repeats: max_repeats.max(1) }
     }
 
-    /// Before running a call: whether it may run (and the nudge to give after it).
-    pub fn check(&mut self, name: &str, args: &str) -> Verdict {
-        let record = Record { name: name.into(), args: canonical(args), result: None };
+    /// Records a call that ran and what it returned; what to tell the model, if anything.
+    pub fn record(&mut self, name: &str, args: &str, output: &str) -> Verdict {
         if self.window.len() == self.size {
             self.window.pop_front();
         }
-        self.window.push_back(record);
+        self.window.push_back(Record { name: name.into(), args: canonical(args), result: hash(output) });
         self.exact_repeat().or_else(|| self.ping_pong()).or_else(|| self.no_progress()).unwrap_or(Verdict::Ok)
-    }
-
-    /// After running it: what it returned (for the no-progress rule).
-    pub fn returned(&mut self, output: &str) {
-        if let Some(last) = self.window.back_mut() {
-            last.result = Some(hash(output));
-        }
     }
 
     fn exact_repeat(&self) -> Option<Verdict> {
@@ -80,17 +73,17 @@ impl LoopGuard {
         let max = self.max_repeats;
         if n >= max + 2 {
             Some(Verdict::Break(format!(
-                "Circuit breaker: tool '{}' called {n} times in a row with identical arguments",
+                "Circuit breaker: tool '{}' called {n} times consecutively with identical arguments",
                 last.name
             )))
         } else if n > max {
             Some(Verdict::Block(format!(
-                "Blocked: tool '{}' called {n} times in a row with identical arguments",
+                "Blocked: tool '{}' called {n} times consecutively with identical arguments",
                 last.name
             )))
         } else if n == max {
             Some(Verdict::Warn(format!(
-                "Warning: tool '{}' has been called {n} times in a row with identical arguments. Try a different approach.",
+                "Warning: tool '{}' has been called {n} times consecutively with identical arguments. Try a different approach.",
                 last.name
             )))
         } else {
@@ -109,27 +102,43 @@ impl LoopGuard {
             calls.chunks(2).take_while(|pair| pair.len() == 2 && &pair[0].name == a && &pair[1].name == b).count();
         if cycles >= CYCLES + 2 {
             Some(Verdict::Break(format!(
-                "Circuit breaker: tools '{b}' and '{a}' have been alternating for {cycles} cycles"
+                "Circuit breaker: tools '{a}' and '{b}' have been alternating for {cycles} cycles"
             )))
         } else if cycles > CYCLES {
-            Some(Verdict::Block(format!("Blocked: tools '{b}' and '{a}' have been alternating for {cycles} cycles")))
+            Some(Verdict::Block(format!("Blocked: tools '{a}' and '{b}' have been alternating for {cycles} cycles")))
         } else if cycles == CYCLES {
             Some(Verdict::Warn(format!(
-                "Warning: tools '{b}' and '{a}' have been alternating for {cycles} cycles. Step back and change approach."
+                "Warning: tools '{a}' and '{b}' appear to be alternating ({cycles} cycles). Consider a different strategy."
             )))
         } else {
             None
         }
     }
 
-    /// The same tool has returned the same output five times in the window.
+    /// One tool returning the same result for different arguments, again and again.
     fn no_progress(&self) -> Option<Verdict> {
-        let last = self.window.iter().rev().nth(1)?;
-        let result = last.result?;
-        let same = self.window.iter().filter(|r| r.name == last.name && r.result == Some(result)).count();
-        (same >= 5).then(|| {
+        const MIN: usize = 5;
+        let last = self.window.back()?;
+        let same: Vec<&Record> =
+            self.window.iter().filter(|r| r.name == last.name && r.result == last.result).collect();
+        let n = same.len();
+        let distinct_args = same.iter().map(|r| r.args.as_str()).collect::<std::collections::HashSet<_>>().len();
+        if n < MIN || distinct_args < 2 {
+            return None;
+        }
+        Some(if n >= MIN + 2 {
+            Verdict::Break(format!(
+                "Circuit breaker: tool '{}' called {n} times with different arguments but identical results — no progress",
+                last.name
+            ))
+        } else if n > MIN {
+            Verdict::Block(format!(
+                "Blocked: tool '{}' called {n} times with different arguments but identical results",
+                last.name
+            ))
+        } else {
             Verdict::Warn(format!(
-                "Warning: tool '{}' keeps returning the same result ({same} times). You are not making progress.",
+                "Warning: tool '{}' called {n} times with different arguments but identical results. The current approach may not be making progress.",
                 last.name
             ))
         })
@@ -143,35 +152,40 @@ mod tests {
     #[test]
     fn identical_calls_warn_then_block_then_break() {
         let mut g = LoopGuard::new(20, 3);
-        let mut verdicts = Vec::new();
-        for _ in 0..5 {
-            verdicts.push(g.check("ls", r#"{"b":1,"a":2}"#));
-            g.returned("x");
-        }
+        let verdicts: Vec<Verdict> = (0..5).map(|_| g.record("ls", r#"{"b":1,"a":2}"#, "x")).collect();
         assert_eq!(verdicts[..2], [Verdict::Ok, Verdict::Ok]);
-        assert!(matches!(verdicts[2], Verdict::Warn(_)));
+        assert!(matches!(&verdicts[2], Verdict::Warn(m) if m.contains("3 times consecutively")));
         assert!(matches!(verdicts[3], Verdict::Block(_)));
         assert!(matches!(verdicts[4], Verdict::Break(_)));
         // Key order does not hide a repeat; different arguments reset it.
         let mut g = LoopGuard::new(20, 3);
-        g.check("ls", r#"{"a":2,"b":1}"#);
-        g.check("ls", r#"{"b":1,"a":2}"#);
-        assert!(matches!(g.check("ls", r#"{ "a": 2, "b": 1 }"#), Verdict::Warn(_)));
-        assert_eq!(g.check("ls", r#"{"a":3}"#), Verdict::Ok);
+        g.record("ls", r#"{"a":2,"b":1}"#, "x");
+        g.record("ls", r#"{"b":1,"a":2}"#, "y");
+        assert!(matches!(g.record("ls", r#"{ "a": 2, "b": 1 }"#, "z"), Verdict::Warn(_)));
+        assert_eq!(g.record("ls", r#"{"a":3}"#, "w"), Verdict::Ok);
     }
 
     #[test]
-    fn alternating_tools_are_caught() {
+    fn alternating_tools_and_no_progress_are_caught() {
         let mut g = LoopGuard::new(20, 3);
         let mut last = Verdict::Ok;
         for i in 0..8 {
-            last = g.check(if i % 2 == 0 { "read" } else { "write" }, &format!("{{\"i\":{i}}}"));
-            g.returned(&i.to_string());
+            last = g.record(if i % 2 == 0 { "read" } else { "write" }, &format!("{{\"i\":{i}}}"), &i.to_string());
         }
-        assert!(matches!(last, Verdict::Warn(ref m) if m.contains("alternating for 4 cycles")), "{last:?}");
+        assert!(
+            matches!(&last, Verdict::Warn(m) if m.contains("'write' and 'read' appear to be alternating (4 cycles)")),
+            "{last:?}"
+        );
         for i in 8..10 {
-            last = g.check(if i % 2 == 0 { "read" } else { "write" }, &format!("{{\"i\":{i}}}"));
+            last = g.record(if i % 2 == 0 { "read" } else { "write" }, &format!("{{\"i\":{i}}}"), &i.to_string());
         }
         assert!(matches!(last, Verdict::Block(_)), "{last:?}");
+        let mut g = LoopGuard::new(20, 3);
+        let verdicts: Vec<Verdict> =
+            (0..7).map(|i| g.record("search", &format!("{{\"q\":{i}}}"), "nothing found")).collect();
+        assert_eq!(verdicts[3], Verdict::Ok);
+        assert!(matches!(&verdicts[4], Verdict::Warn(m) if m.contains("identical results")));
+        assert!(matches!(verdicts[5], Verdict::Block(_)));
+        assert!(matches!(verdicts[6], Verdict::Break(_)));
     }
 }
