@@ -18,7 +18,8 @@
 //!   the harness, shared by the agent and its subagents, never in the sandbox.
 //!
 //! Other config keys: `workspace` (the task's workdir, else `/workspace`), `project_context`,
-//! `date` (default today), `model_name` (for the Runtime section), `loop_window` (20),
+//! `date` (default today), `now` (the task message's stamp, `YYYY-MM-DD HH:MM:SS`; default the
+//! time; `timestamp_messages: false` sends the task bare), `model_name` (for the Runtime section), `loop_window` (20),
 //! `loop_max_repeats` (3), sampling (`temperature`, `top_p`, `max_tokens`, `seed`, `extra_body`).
 
 mod loop_guard;
@@ -47,6 +48,9 @@ struct Config {
     workspace: String,
     project_context: String,
     date: String,
+    /// The stamp on the task's user message (`[YYYY-MM-DD HH:MM:SS +00:00] …`), as ZeroClaw
+    /// sends it; `None` with `timestamp_messages: false`.
+    stamp: Option<String>,
     model_name: String,
     loop_window: usize,
     loop_repeats: usize,
@@ -72,6 +76,8 @@ impl Config {
                 .unwrap_or_else(|| "/workspace".into()),
             project_context: s("project_context").unwrap_or_else(|| "No project files were provided.".into()),
             date: s("date").unwrap_or_else(prompt::today),
+            stamp: (config.get("timestamp_messages").and_then(Value::as_bool) != Some(false))
+                .then(|| s("now").unwrap_or_else(prompt::now)),
             model_name: s("model_name").unwrap_or_else(|| "default".into()),
             loop_window: n("loop_window", 20) as usize,
             loop_repeats: n("loop_max_repeats", 3) as usize,
@@ -435,7 +441,11 @@ impl Guest for ZeroClaw {
             max_iterations: config.max_iterations,
             identity: raw.get("system_prompt").and_then(Value::as_str).map(str::to_string),
         };
-        let (status, text, turns, _) = main.converse(&task.instruction)?;
+        let task_message = match &config.stamp {
+            Some(stamp) => format!("[{stamp} +00:00] {}", task.instruction),
+            None => task.instruction.clone(),
+        };
+        let (status, text, turns, _) = main.converse(&task_message)?;
         Ok(Outcome {
             status,
             answer: (status == RunStatus::Completed).then(|| text.clone()),

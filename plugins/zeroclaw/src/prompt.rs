@@ -49,6 +49,11 @@ pub fn system_prompt(p: &PromptInputs) -> String {
 
 /// Today's date (UTC) as `YYYY-MM-DD`, from the clock the component sees.
 pub fn today() -> String {
+    now()[..10].to_string()
+}
+
+/// The time (UTC) as `YYYY-MM-DD HH:MM:SS`: ZeroClaw stamps each user message with it.
+pub fn now() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let days = (secs / 86_400) as i64;
     // Civil-from-days (Howard Hinnant's algorithm).
@@ -61,5 +66,6 @@ pub fn today() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    let t = secs % 86_400;
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
 }
