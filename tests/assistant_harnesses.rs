@@ -98,7 +98,7 @@ async fn zeroclaw_delegates_and_spawns_subagents_whose_final_message_alone_retur
         calls(vec![call("r1", "mail_read", json!({"id": "m4"}))]),
         say("Bo asks whether I am free for lunch on Thursday."),
         calls(vec![call("s1", "spawn_subagent", json!({"prompt": format!("Save this draft: {draft_bo}")}))]),
-        calls(vec![call("s2", "mail_draft", draft_bo)]),
+        calls(vec![call("s0", "spawn_subagent", json!({"prompt": "help"})), call("s2", "mail_draft", draft_bo)]),
         say("Draft saved."),
         calls(vec![call("a3", "mail_draft", draft_ana)]),
         say("Both drafts are saved; nothing was sent."),
@@ -160,13 +160,10 @@ async fn zeroclaw_delegates_and_spawns_subagents_whose_final_message_alone_retur
     let sub = messages(&seen[2]);
     assert_eq!(sub.len(), 2, "{sub:#?}");
     assert!(text(&sub[0]).starts_with("You are a mail reader.") && text(&sub[0]).contains("## Safety"));
-    assert_eq!(text(&sub[1]), "What does Bo want in m4?");
+    assert_eq!(text(&sub[1]), "[2026-12-03 20:50:02 +00:00] What does Bo want in m4?");
     let sub_tools = tool_names(&seen[2]);
     assert!(sub_tools.starts_with(&["mail_search".to_string(), "mail_read".to_string()]), "{sub_tools:?}");
-    assert!(
-        !sub_tools.contains(&"mail_draft".to_string()) && !sub_tools.contains(&"spawn_subagent".to_string()),
-        "{sub_tools:?}"
-    );
+    assert!(!sub_tools.contains(&"mail_draft".to_string()), "{sub_tools:?}");
     // Only its final message returns; its own calls stay in its conversation.
     let back = messages(&seen[4]);
     let result = back.last().unwrap();
@@ -176,12 +173,15 @@ async fn zeroclaw_delegates_and_spawns_subagents_whose_final_message_alone_retur
     );
     assert!(!seen[4].to_string().contains("\"r1\""), "the subagent's calls leaked into the parent");
 
-    // `spawn_subagent`: the caller's tools, but no spawning of its own.
+    // `spawn_subagent`: the caller's tools, spawn_subagent among them as ZeroClaw offers it, and
+    // refused when the subagent calls it (the depth-1 cap).
     let spawned = tool_names(&seen[5]);
     assert!(
-        spawned.contains(&"mail_draft".to_string()) && !spawned.contains(&"spawn_subagent".to_string()),
+        spawned.contains(&"mail_draft".to_string()) && spawned.contains(&"spawn_subagent".to_string()),
         "{spawned:?}"
     );
+    let refused = messages(&seen[6]).iter().find(|m| m["tool_call_id"] == "s0").cloned().unwrap();
+    assert_eq!(text(&refused), "Error: spawn_subagent: a subagent may not spawn its own subagents (depth-1 cap)");
     assert_eq!(messages(&seen[5]).len(), 2);
     assert_eq!(text(messages(&seen[7]).last().unwrap()), "Draft saved.");
 

@@ -9,7 +9,8 @@
 //! - `delegate {agent, prompt, context?}` runs a configured agent (`agents = {name: {system_prompt,
 //!   tools: [...], max_tool_iterations}}`) as a nested conversation with its own tool subset, up
 //!   to `max_delegation_depth` (3) deep; `spawn_subagent {prompt}` runs an ephemeral copy of the
-//!   caller with the caller's tools, one level deep (a subagent may not spawn). Only the nested
+//!   caller with the caller's tools, one level deep (offered to subagents too, whose call is
+//!   refused with ZeroClaw's depth-1 message). Only the nested
 //!   conversation's final message returns to the caller; each is logged (`subagent-start`/`-end`).
 //! - Compaction when the conversation passes half of `context_tokens` (default 32768), and when the
 //!   endpoint says the context overflowed: the first 3 and the last 4 messages stay, the middle is
@@ -86,6 +87,16 @@ impl Config {
     }
 }
 
+impl Config {
+    /// A user message as ZeroClaw sends it: stamped with the time.
+    fn stamped(&self, text: &str) -> String {
+        match &self.stamp {
+            Some(stamp) => format!("[{stamp} +00:00] {text}"),
+            None => text.to_string(),
+        }
+    }
+}
+
 /// What the agent and its subagents share: memory and the todo list.
 #[derive(Default)]
 struct Shared {
@@ -152,7 +163,8 @@ impl Agent<'_> {
                     "required": ["agent", "prompt"]}),
             ));
         }
-        if self.may_spawn {
+        // Offered to subagents too, as ZeroClaw does; a nested call is refused (depth-1 cap).
+        {
             all.push(spec(
                 "spawn_subagent",
                 "Spawn an ephemeral subagent with your tools and permissions to carry out a focused subtask in its own \
@@ -359,7 +371,8 @@ impl Agent<'_> {
     fn run_nested(&self, task: &str) -> String {
         let tools = self.tools();
         self.me.start(task, &tools);
-        match self.converse(task) {
+        let task = self.config.stamped(task);
+        match self.converse(&task) {
             Ok((status, answer, _, messages)) => {
                 let status_name = match status {
                     RunStatus::Completed => "completed",
@@ -441,11 +454,7 @@ impl Guest for ZeroClaw {
             max_iterations: config.max_iterations,
             identity: raw.get("system_prompt").and_then(Value::as_str).map(str::to_string),
         };
-        let task_message = match &config.stamp {
-            Some(stamp) => format!("[{stamp} +00:00] {}", task.instruction),
-            None => task.instruction.clone(),
-        };
-        let (status, text, turns, _) = main.converse(&task_message)?;
+        let (status, text, turns, _) = main.converse(&config.stamped(&task.instruction))?;
         Ok(Outcome {
             status,
             answer: (status == RunStatus::Completed).then(|| text.clone()),
