@@ -120,6 +120,26 @@ struct LocalSandbox {
 }
 
 impl LocalSandbox {
+    /// A sandbox asked about by itself answers with what is true now: the watching task can be
+    /// a moment late on a loaded host (its init killed, a caller already told 503 by the agent's
+    /// socket), so a ready sandbox whose init is gone is failed from here on. One /proc read, on
+    /// the single-sandbox query only.
+    fn notice_death(&self) {
+        let (pid, start) = {
+            let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+            (r.init_pid, r.init_start)
+        };
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        if status.0 == SandboxStatus::Ready
+            && pid > 0
+            && start > 0
+            && !record::is_alive(pid, start)
+            && !self.deleting.load(Ordering::Relaxed)
+        {
+            *status = (SandboxStatus::Failed, Some("the sandbox exited unexpectedly".into()));
+        }
+    }
+
     fn info(&self) -> SandboxInfo {
         let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
         // Kept current by the task that watches the sandbox's processes: no /proc reads here,
@@ -842,7 +862,9 @@ impl Backend for LocalBackend {
     }
 
     async fn get(&self, id: &str) -> Result<SandboxInfo> {
-        Ok(self.find(id)?.info())
+        let sandbox = self.find(id)?;
+        sandbox.notice_death();
+        Ok(sandbox.info())
     }
 
     async fn fork(&self, id: &str, count: usize) -> Result<orchard_sandbox::Forked> {
