@@ -10,6 +10,7 @@ wit_bindgen::generate!({
     default_bindings_module: "orchard_harness_kit",
 });
 
+pub mod clock;
 pub mod context;
 pub mod nested;
 pub mod text;
