@@ -48,6 +48,10 @@ pub struct Prepared {
     sandbox_disk_bytes: Option<u64>,
     /// Plugins named by path (`orchard eval --harness ./mine.wasm`), loaded once.
     local: HashMap<String, Arc<Plugin>>,
+    /// The tool adapters and graders tasks name (`[agent] tools`, `[verifier] grader`), each
+    /// once: what every rollout's job resolves, without walking the tasks again.
+    task_tools: std::collections::BTreeSet<String>,
+    task_graders: std::collections::BTreeSet<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +92,8 @@ impl Prepared {
             }
         }
         let task_order = tasks.iter().map(|t| t.id.clone()).collect();
+        let task_tools = tasks.iter().flat_map(|t| t.tools.iter().flatten().cloned()).collect();
+        let task_graders = tasks.iter().filter_map(|t| t.grader.clone()).collect();
         let mut grants = Grants::default();
         for g in &spec.grants {
             grants.0.insert(Capability::parse(g).map_err(|e| err(format!("grants: {e}")))?);
@@ -125,6 +131,8 @@ impl Prepared {
             sandbox_pids,
             sandbox_disk_bytes,
             spec,
+            task_tools,
+            task_graders,
         };
         // Every plugin is checked now, so that a bad name fails the job at once.
         for h in &prepared.spec.harnesses {
@@ -180,16 +188,14 @@ impl Prepared {
             harnesses: Vec::new(),
             tools: self.spec.tools.iter().map(|t| self.plugin(t, PluginKind::ToolAdapter)).collect::<Result<_, _>>()?,
             named_tools: self
-                .tasks
-                .values()
-                .flat_map(|t| t.tools.iter().flatten())
+                .task_tools
+                .iter()
                 .map(|name| Ok((name.clone(), self.plugin(name, PluginKind::ToolAdapter)?)))
                 .collect::<Result<_, PrepareError>>()?,
             grader: self.plugin(&self.spec.grader, PluginKind::Grader)?,
             named_graders: self
-                .tasks
-                .values()
-                .filter_map(|t| t.grader.as_ref())
+                .task_graders
+                .iter()
                 .map(|name| Ok((name.clone(), self.plugin(name, PluginKind::Grader)?)))
                 .collect::<Result<_, PrepareError>>()?,
             model: self.model.clone(),
