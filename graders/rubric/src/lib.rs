@@ -44,21 +44,19 @@ fn held(ok: bool, seen: impl Into<String>) -> Seen {
 }
 
 /// What the run did, for the checks on the trajectory.
-struct Run {
+struct Run<'a> {
     calls: Vec<Call>,
     answer: String,
-    instruction: String,
-    transcript: String,
+    instruction: &'a str,
+    messages: &'a [Message],
 }
 
-impl Run {
-    fn new(task: &Task, trajectory: &Trajectory, outcome: &Outcome) -> Run {
-        let text = |m: &Message| -> String {
-            m.content
-                .iter()
-                .filter_map(|p| if let ContentPart::Text(t) = p { Some(t.as_str()) } else { None })
-                .collect()
-        };
+fn text(m: &Message) -> String {
+    m.content.iter().filter_map(|p| if let ContentPart::Text(t) = p { Some(t.as_str()) } else { None }).collect()
+}
+
+impl<'a> Run<'a> {
+    fn new(task: &'a Task, trajectory: &'a Trajectory, outcome: &Outcome) -> Run<'a> {
         let calls = trajectory
             .messages
             .iter()
@@ -71,8 +69,13 @@ impl Run {
         let answer = outcome.answer.clone().unwrap_or_else(|| {
             trajectory.messages.iter().rev().find(|m| m.role == Role::Assistant).map(text).unwrap_or_default()
         });
+        Run { calls, answer, instruction: &task.instruction, messages: &trajectory.messages }
+    }
+
+    /// The run as a judge reads it (only judge checks need it).
+    fn transcript(&self) -> String {
         let mut transcript = String::new();
-        for m in &trajectory.messages {
+        for m in self.messages {
             let who = match m.role {
                 Role::System => continue,
                 Role::User => "user",
@@ -84,7 +87,7 @@ impl Run {
                 transcript += &format!("assistant called {}({})\n", c.name, head_tail(&c.arguments, 600));
             }
         }
-        Run { calls, answer, instruction: task.instruction.clone(), transcript: head_tail(&transcript, 60_000) }
+        head_tail(&transcript, 60_000)
     }
 }
 
@@ -274,7 +277,9 @@ fn judge(run: &Run, rubric: &str, reference: Option<&str>) -> Seen {
     let mut prompt = format!(
         "You grade an AI assistant's work.\n\nThe user's request:\n{}\n\nWhat the assistant did:\n{}\n\
          The assistant's final answer:\n{}\n\nGrading criteria:\n{rubric}\n",
-        run.instruction, run.transcript, run.answer
+        run.instruction,
+        run.transcript(),
+        run.answer
     );
     if let Some(r) = reference {
         prompt += &format!("\nA reference of what a good run does:\n{r}\n");
