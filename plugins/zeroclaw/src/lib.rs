@@ -187,9 +187,8 @@ impl Agent<'_> {
     }
 
     /// Runs a conversation to its end: (status, final text, model turns, messages).
-    fn converse(&self, task: &str) -> Result<(RunStatus, String, u32, Vec<Message>), Error> {
-        let specs = self.tools();
-        let mut messages = vec![message(Role::System, self.system_prompt(&specs)), message(Role::User, task)];
+    fn converse(&self, task: &str, specs: &[ToolSpec]) -> Result<(RunStatus, String, u32, Vec<Message>), Error> {
+        let mut messages = vec![message(Role::System, self.system_prompt(specs)), message(Role::User, task)];
         let mut guard = LoopGuard::new(self.config.loop_window, self.config.loop_repeats);
         let mut last_prompt = 0u32;
         let mut turns = 0;
@@ -197,11 +196,11 @@ impl Agent<'_> {
             if estimate_tokens(&messages).max(last_prompt as usize) > self.config.context_tokens / 2 {
                 self.compact(&mut messages, "half of the context window")?;
             }
-            let completion = match model::complete(&messages, &specs, &self.config.sampling) {
+            let completion = match model::complete(&messages, specs, &self.config.sampling) {
                 Err(e) if nested::is_context_overflow(&e) => {
                     // The endpoint says it did not fit: compact, then try once more.
                     self.compact(&mut messages, "the endpoint reported a context overflow")?;
-                    model::complete(&messages, &specs, &self.config.sampling)?
+                    model::complete(&messages, specs, &self.config.sampling)?
                 }
                 other => other?,
             };
@@ -372,7 +371,7 @@ impl Agent<'_> {
         let tools = self.tools();
         self.me.start(task, &tools);
         let task = self.config.stamped(task);
-        match self.converse(&task) {
+        match self.converse(&task, &tools) {
             Ok((status, answer, _, messages)) => {
                 let status_name = match status {
                     RunStatus::Completed => "completed",
@@ -454,7 +453,7 @@ impl Guest for ZeroClaw {
             max_iterations: config.max_iterations,
             identity: raw.get("system_prompt").and_then(Value::as_str).map(str::to_string),
         };
-        let (status, text, turns, _) = main.converse(&config.stamped(&task.instruction))?;
+        let (status, text, turns, _) = main.converse(&config.stamped(&task.instruction), &main.tools())?;
         Ok(Outcome {
             status,
             answer: (status == RunStatus::Completed).then(|| text.clone()),
