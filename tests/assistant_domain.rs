@@ -6,19 +6,11 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use orchard_tests::evals::{completion, eval, mock_model_with};
+use orchard_tests::evals::{args, completion, eval_async, mock_model_with};
 use serde_json::{Value, json};
 
 fn examples() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/assistant").display().to_string()
-}
-
-async fn eval_async(args: Vec<String>) -> (Value, tempfile::TempDir, String) {
-    tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
-}
-
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
 }
 
 fn call(name: &str, arguments: Value) -> (u16, Value) {

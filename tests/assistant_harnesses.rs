@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use orchard_tests::evals::{check_against_schema, completion, eval, export, mock_model, mock_model_with};
+use orchard_tests::evals::{args, check_against_schema, completion, eval_async, export, mock_model, mock_model_with};
 use serde_json::{Value, json};
 
 fn example(path: &str) -> String {
@@ -25,12 +25,13 @@ fn say(text: &str) -> (u16, Value) {
     completion(json!({"role": "assistant", "content": text}), "stop", (100, 10))
 }
 
-async fn eval_async(args: Vec<String>) -> (Value, tempfile::TempDir, String) {
-    tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
-}
-
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
+/// `examples/tasks/hello-file` under `harness` with the shell adapter, graded by its script,
+/// the model at `url`.
+async fn hello_file(harness: &str, url: &str, config: Option<&str>) -> (Value, tempfile::TempDir, String) {
+    let task = example("tasks/hello-file");
+    let mut list = vec![task.as_str(), "--harness", harness, "--tools", "shell", "--grader", "script", "--model", url];
+    list.extend(config.iter().flat_map(|c| ["--config", *c]));
+    eval_async(args(&list)).await
 }
 
 fn tool_names(request: &Value) -> Vec<String> {
@@ -241,18 +242,7 @@ async fn zeroclaw_delegates_and_spawns_subagents_whose_final_message_alone_retur
 #[tokio::test(flavor = "multi_thread")]
 async fn zeroclaw_warns_refuses_and_breaks_repeated_calls_and_caps_iterations() {
     let (url, seen) = mock_model_with(|_| calls(vec![call("x", "bash", json!({"command": "echo same"}))])).await;
-    let (summary, out, _) = eval_async(args(&[
-        &example("tasks/hello-file"),
-        "--harness",
-        "zeroclaw",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
-        &url,
-    ]))
-    .await;
+    let (summary, out, _) = hello_file("zeroclaw", &url, None).await;
     assert_eq!(summary["passed"], 0);
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 5, "the fifth identical call ends the run");
@@ -278,20 +268,7 @@ async fn zeroclaw_warns_refuses_and_breaks_repeated_calls_and_caps_iterations() 
         calls(vec![call("y", "bash", json!({"command": format!("echo {n}")}))])
     })
     .await;
-    let (_, out, _) = eval_async(args(&[
-        &example("tasks/hello-file"),
-        "--harness",
-        "zeroclaw",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
-        &url,
-        "--config",
-        r#"{"max_tool_iterations": 4}"#,
-    ]))
-    .await;
+    let (_, out, _) = hello_file("zeroclaw", &url, Some(r#"{"max_tool_iterations": 4}"#)).await;
     assert_eq!(seen.lock().unwrap().len(), 4);
     let r = rollout(out.path());
     assert_eq!(r["outcome"]["status"], "limit_reached");
@@ -323,20 +300,7 @@ async fn zeroclaw_compacts_at_half_the_window_and_on_a_context_overflow() {
         }
     })
     .await;
-    let (_, out, _) = eval_async(args(&[
-        &example("tasks/hello-file"),
-        "--harness",
-        "zeroclaw",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
-        &url,
-        "--config",
-        r#"{"context_tokens": 4000}"#,
-    ]))
-    .await;
+    let (_, out, _) = hello_file("zeroclaw", &url, Some(r#"{"context_tokens": 4000}"#)).await;
     let seen = seen.lock().unwrap().clone();
     let roles = |r: &Value| messages(r).iter().map(|m| m["role"].as_str().unwrap().to_string()).collect::<Vec<_>>();
     // 4 turns, the summary, the overflowing call, the summary again, the call again.
@@ -425,18 +389,7 @@ async fn kimi_cli_sends_what_the_real_one_sends_and_runs_agent_subagents() {
         say("hello.txt is written."),
     ])
     .await;
-    let (summary, out, _) = eval_async(args(&[
-        &example("tasks/hello-file"),
-        "--harness",
-        "kimi-cli",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
-        &url,
-    ]))
-    .await;
+    let (summary, out, _) = hello_file("kimi-cli", &url, None).await;
     assert_eq!(summary["passed"], 1, "{summary:#}");
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 9);
@@ -541,20 +494,8 @@ async fn kimi_cli_compacts_keeping_the_last_two_messages_and_retries_a_failing_s
         }
     })
     .await;
-    let (_, out, _) = eval_async(args(&[
-        &example("tasks/hello-file"),
-        "--harness",
-        "kimi-cli",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--model",
-        &url,
-        "--config",
-        r#"{"context_tokens": 4000, "reserved_context_size": 100}"#,
-    ]))
-    .await;
+    let (_, out, _) =
+        hello_file("kimi-cli", &url, Some(r#"{"context_tokens": 4000, "reserved_context_size": 100}"#)).await;
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 8 + 3 + 1 + 1, "8 failures, 3 steps, the compaction, the last step");
     let compaction = &seen[11];

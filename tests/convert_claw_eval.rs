@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use orchard_tests::evals::{completion, eval, mock_model_with};
+use orchard_tests::evals::{args, completion, eval_async, mock_model_with};
 use serde_json::{Value, json};
 
 const REPLY_TASK: &str = r#"
@@ -204,11 +204,8 @@ async fn a_converted_task_runs_over_the_mock_services_and_is_graded() {
     })
     .await;
     let task = out.path().join("T900_budget_reply").display().to_string();
-    let (summary, run, _) = tokio::task::spawn_blocking(move || {
-        eval(&[&task, "--harness", "react", "--grader", "script", "--model", &url])
-    })
-    .await
-    .unwrap();
+    let (summary, run, _) =
+        eval_async(args(&[&task, "--harness", "react", "--grader", "script", "--model", &url])).await;
     assert_eq!(summary["passed"], 1, "{summary:#}");
     let line: Value = serde_json::from_str(
         std::fs::read_to_string(run.path().join("trajectories.jsonl")).unwrap().lines().next().unwrap(),

@@ -5,7 +5,9 @@
 
 use std::path::Path;
 
-use orchard_tests::evals::{check_against_schema, completion, eval, examples, export, mock_model, read_json};
+use orchard_tests::evals::{
+    args, check_against_schema, completion, eval, eval_async, examples, export, mock_model, read_json,
+};
 use orchard_tests::tokens::{render_message, render_prompt};
 use serde_json::{Value, json};
 
@@ -23,11 +25,6 @@ fn call(id: &str, name: &str, arguments: Value) -> Value {
 
 fn calls(text: &str, calls: Vec<Value>) -> Value {
     json!({"role": "assistant", "content": text, "tool_calls": calls})
-}
-
-/// `orchard eval` on a blocking thread (the mock model lives on this test's runtime).
-async fn eval_async(args: Vec<String>) -> (Value, tempfile::TempDir, String) {
-    tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
 }
 
 /// `orchard eval` of one example task under `harness` with `tools`, graded by `script`, the
@@ -48,10 +45,6 @@ async fn eval_with_model(
         list.extend(["--config".to_string(), c.to_string()]);
     }
     eval_async(list).await
-}
-
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
 }
 
 fn last_message(request: &Value) -> Value {

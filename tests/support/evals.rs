@@ -32,6 +32,16 @@ pub fn eval(args: &[&str]) -> (Value, tempfile::TempDir, String) {
     eval_with_env(args, &[])
 }
 
+/// [`eval`] on a blocking thread (a test's mock model lives on the test's own runtime).
+pub async fn eval_async(args: Vec<String>) -> (Value, tempfile::TempDir, String) {
+    tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
+}
+
+/// Owned arguments for [`eval_async`].
+pub fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
 /// [`eval`] with extra environment variables.
 pub fn eval_with_env(args: &[&str], env: &[(&str, &str)]) -> (Value, tempfile::TempDir, String) {
     let out = tempfile::tempdir().unwrap();
