@@ -300,20 +300,8 @@ impl Agent<'_> {
                 if !self.may_spawn {
                     return "Error: spawn_subagent: a subagent may not spawn its own subagents (depth-1 cap)".into();
                 }
-                let child = Agent {
-                    config: self.config,
-                    shared: self.shared,
-                    me: Subagent {
-                        id: call.id.clone(),
-                        parent: Some(self.me.id.clone()),
-                        name: "subagent".into(),
-                        depth: self.me.depth + 1,
-                    },
-                    run_tools: self.run_tools.clone(),
-                    may_spawn: false,
-                    max_iterations: self.max_iterations,
-                    identity: self.identity.clone(),
-                };
+                let child =
+                    self.child(call, "subagent", self.run_tools.clone(), self.max_iterations, self.identity.clone());
                 child.run_nested(&str_arg("prompt"))
             }
             _ => match tools::call(call) {
@@ -323,6 +311,31 @@ impl Agent<'_> {
                 }
                 Err(e) => format!("Error: {e:?}"),
             },
+        }
+    }
+
+    /// A subagent one level below this agent, started by `call`; subagents never spawn.
+    fn child(
+        &self,
+        call: &ToolCall,
+        name: &str,
+        run_tools: Vec<ToolSpec>,
+        max_iterations: u32,
+        identity: Option<String>,
+    ) -> Agent<'_> {
+        Agent {
+            config: self.config,
+            shared: self.shared,
+            me: Subagent {
+                id: call.id.clone(),
+                parent: Some(self.me.id.clone()),
+                name: name.into(),
+                depth: self.me.depth + 1,
+            },
+            run_tools,
+            may_spawn: false,
+            max_iterations,
+            identity,
         }
     }
 
@@ -341,23 +354,13 @@ impl Agent<'_> {
             .filter(|t| allowed.as_ref().is_none_or(|a| a.contains(&t.name.as_str())))
             .cloned()
             .collect();
-        let child = Agent {
-            config: self.config,
-            shared: self.shared,
-            me: Subagent {
-                id: call.id.clone(),
-                parent: Some(self.me.id.clone()),
-                name: name.into(),
-                depth: self.me.depth + 1,
-            },
+        let child = self.child(
+            call,
+            name,
             run_tools,
-            may_spawn: false,
-            max_iterations: agent
-                .get("max_tool_iterations")
-                .and_then(Value::as_u64)
-                .map_or(self.max_iterations, |n| n.max(1) as u32),
-            identity: agent.get("system_prompt").and_then(Value::as_str).map(str::to_string),
-        };
+            agent.get("max_tool_iterations").and_then(Value::as_u64).map_or(self.max_iterations, |n| n.max(1) as u32),
+            agent.get("system_prompt").and_then(Value::as_str).map(str::to_string),
+        );
         let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or("");
         let task = match args.get("context").and_then(Value::as_str).filter(|c| !c.trim().is_empty()) {
             Some(context) => format!("[Context]\n{context}\n\n[Task]\n{prompt}"),
