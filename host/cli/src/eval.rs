@@ -228,6 +228,9 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         datasets: Default::default(),
         local_secrets: args.api_key.iter().map(|k| (CLI_KEY.to_string(), k.clone())).collect(),
         admission: None,
+        upload_limits: Default::default(),
+        // The operator's own machine: any model URL.
+        egress: orchard_egress::Policy::open(),
     });
     let previous = store
         .list_evals(LOCAL_TENANT, &orchard_store::EvalFilter { limit: 1, ..Default::default() })

@@ -76,6 +76,33 @@ pub struct ServeArgs {
     /// A dataset clients may name: NAME=DIR (a folder of Harbor task folders; repeatable).
     #[arg(long = "dataset", value_parser = name_dir)]
     datasets: Vec<(String, PathBuf)>,
+    /// A model endpoint tenants may name (repeatable, or comma-separated): HOST[:PORT],
+    /// *.DOMAIN[:PORT], * (any public address), ADDRESS[:PORT] or CIDR[:PORT] ([v6] in brackets).
+    /// Loopback, link-local and private addresses are reachable only through a rule naming
+    /// them (a network, an address, or the host exactly). Without any, tenants reach no model.
+    #[arg(long = "model-allow", env = "ORCHARD_MODEL_ALLOW", value_delimiter = ',')]
+    model_allow: Vec<String>,
+    /// Most bytes one uploaded dataset may unpack to (file content in all).
+    #[arg(long, default_value = "256Mi", value_parser = bytes)]
+    upload_max_bytes: u64,
+    /// Most entries (files, folders, links) in one uploaded dataset.
+    #[arg(long, default_value_t = 20_000)]
+    upload_max_entries: u64,
+    /// Most bytes of one file in an uploaded dataset.
+    #[arg(long, default_value = "64Mi", value_parser = bytes)]
+    upload_max_file_bytes: u64,
+    /// Per-tenant quota on uploaded datasets (archives and unpacked files), or `none`.
+    #[arg(long, default_value = "2Gi", value_parser = optional_bytes)]
+    tenant_dataset_quota: Option<u64>,
+    /// Per-tenant quota on uploaded plugins (every version kept), or `none`.
+    #[arg(long, default_value = "1Gi", value_parser = optional_bytes)]
+    tenant_plugin_quota: Option<u64>,
+    /// Per-tenant quota on stored results (trajectories), or `none`: over it, new jobs are refused.
+    #[arg(long, default_value = "10Gi", value_parser = optional_bytes)]
+    tenant_result_quota: Option<u64>,
+    /// Datasets no job has named for this many days are deleted (0: kept until deleted).
+    #[arg(long, default_value_t = 30)]
+    dataset_retention_days: u64,
     /// This replica's name in the evaluation queue's leases [default: $POD_NAME or the hostname].
     #[arg(long, env = "POD_NAME")]
     replica: Option<String>,
@@ -84,6 +111,16 @@ pub struct ServeArgs {
 fn name_dir(text: &str) -> Result<(String, PathBuf), String> {
     let (name, dir) = text.split_once('=').ok_or_else(|| format!("{text:?}: expected NAME=DIR"))?;
     Ok((name.to_string(), PathBuf::from(dir)))
+}
+
+/// A size like `2Gi`, `512M` or `1000000`.
+fn bytes(text: &str) -> Result<u64, String> {
+    orchard_sandbox::parse_memory(&text.into()).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// A size, or `none` for no limit.
+fn optional_bytes(text: &str) -> Result<Option<u64>, String> {
+    if text.eq_ignore_ascii_case("none") { Ok(None) } else { bytes(text).map(Some) }
 }
 
 fn image_count(text: &str) -> Result<(String, usize), String> {
@@ -154,7 +191,16 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         datasets: args.datasets.iter().cloned().collect(),
         local_secrets: Default::default(),
         admission: Some(admission.clone()),
+        upload_limits: orchard_scheduler::UploadLimits {
+            total_bytes: args.upload_max_bytes,
+            entries: args.upload_max_entries,
+            file_bytes: args.upload_max_file_bytes,
+        },
+        egress: orchard_egress::Policy::allow(&args.model_allow).map_err(anyhow::Error::msg)?,
     });
+    if args.model_allow.is_empty() {
+        tracing::warn!("no --model-allow rule: jobs and proxy sessions that name a model endpoint will be refused");
+    }
     let replica = args.replica.clone().unwrap_or_else(|| {
         nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "orchard".into())
     });
@@ -170,7 +216,24 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             tenant_quota: args.tenant_rollouts,
         },
     );
-    let service = Arc::new(orchard_evals_api::EvalService { env, runner: runner.clone() });
+    let quotas = orchard_evals_api::StorageQuotas {
+        dataset_bytes: args.tenant_dataset_quota,
+        plugin_bytes: args.tenant_plugin_quota,
+        result_bytes: args.tenant_result_quota,
+    };
+    let service = Arc::new(orchard_evals_api::EvalService { env, runner: runner.clone(), quotas });
+    let retention = (args.dataset_retention_days > 0)
+        .then(|| Duration::from_secs(args.dataset_retention_days * 24 * 3600));
+    let sweeping = {
+        let service = service.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(600));
+            loop {
+                tick.tick().await;
+                orchard_evals_api::sweep_datasets(&service, retention).await;
+            }
+        })
+    };
     let state = AppState::new(backend.clone(), keys, admission, Some(registry)).with_evals(service);
     let housekeeping = orchard_server::spawn_housekeeping(state.clone(), Duration::from_secs(1));
     let (stop_runner, runner_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -197,6 +260,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
     let _ = stop_runner.send(());
     let _ = running.await;
     housekeeping.abort();
+    sweeping.abort();
     if args.backend == BackendKind::Kubernetes {
         tracing::info!("stopping; sandbox pods stay for the other replicas (or this one restarted) to serve");
         backend.shutdown().await;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::separate;
 use crate::task::Task;
+use orchard_task_files::TaskFiles;
 
 pub struct Job {
     pub tasks: Vec<Task>,
@@ -240,11 +241,13 @@ struct VerifierSetup<'a> {
 
 /// A task's environment as its Dockerfile describes it: files copied and archives unpacked.
 pub(crate) async fn prepare_environment(agent: &AgentClient, task: &Task) -> Result<(), String> {
-    for (src, dest) in &task.copies {
-        copy_in(agent, src, dest).await?;
-    }
-    for (archive, dest) in &task.archives {
-        unpack_in(agent, archive, dest).await?;
+    if let Some(context) = &task.context {
+        for (src, dest) in &task.copies {
+            copy_in(agent, context, src, dest).await?;
+        }
+        for (archive, dest) in &task.archives {
+            unpack_in(agent, context, archive, dest).await?;
+        }
     }
     start_service(agent, task).await
 }
@@ -344,11 +347,12 @@ async fn run_in_sandbox(
     // The reference solution reaches the sandbox only for a harness granted it (the oracle).
     let show_solution =
         job.grants.allows(Capability::Solution) && harness.manifest.capabilities.contains(&Capability::Solution);
-    if show_solution && let Some(dir) = &task.solution_dir {
-        upload_dir(agent, dir, "/solution").await?;
+    if show_solution && task.has_solution {
+        upload_dir(agent, &task.files, Path::new("solution"), "/solution").await?;
         // A solution recorded as tool calls (a browsing task's clicks) reaches the harness
         // itself: it has no file access of its own.
-        if let Ok(text) = std::fs::read_to_string(dir.join("calls.json")) {
+        let calls = task.files.read_string(Path::new("solution/calls.json"), crate::MAX_PATCH_BYTES);
+        if let Some(text) = calls.map_err(|e| e.to_string())? {
             let calls: serde_json::Value =
                 serde_json::from_str(&text).map_err(|e| format!("solution/calls.json: not JSON: {e}"))?;
             if let Some(m) = input.metadata.as_object_mut() {
@@ -437,8 +441,8 @@ async fn grade(
             .or_else(ignore_missing)
             .map_err(|e| format!("removing /solution: {e}"))?;
     }
-    if let Some(dir) = &task.tests_dir {
-        upload_dir(sandbox, dir, "/tests").await?;
+    if task.has_tests {
+        upload_dir(sandbox, &task.files, Path::new("tests"), "/tests").await?;
     }
     let prepare = orchard_protocol::ExecRequest::shell("rm -rf /logs/verifier && mkdir -p /logs/verifier");
     sandbox.exec(&prepare).await.map_err(|e| format!("preparing /logs/verifier: {e}"))?;
@@ -509,9 +513,9 @@ fn ignore_missing(e: orchard_agent_client::AgentClientError) -> Result<(), orcha
 
 /// A Dockerfile COPY: a directory lands at `dest`; a file lands at `dest`, or inside it when
 /// `dest` ends in '/' or is a directory already.
-async fn copy_in(agent: &AgentClient, src: &Path, dest: &str) -> Result<(), String> {
-    if src.is_dir() {
-        return upload_dir(agent, src, dest.trim_end_matches('/')).await;
+async fn copy_in(agent: &AgentClient, context: &TaskFiles, src: &Path, dest: &str) -> Result<(), String> {
+    if context.is_dir(src) {
+        return upload_dir(agent, context, src, dest.trim_end_matches('/')).await;
     }
     let into_dir =
         dest.ends_with('/') || agent.stat(dest).await.is_ok_and(|s| s.kind == orchard_protocol::FileKind::Directory);
@@ -524,44 +528,51 @@ async fn copy_in(agent: &AgentClient, src: &Path, dest: &str) -> Result<(), Stri
     } else {
         dest.to_string()
     };
-    let bytes = std::fs::read(src).map_err(|e| format!("COPY {}: {e}", src.display()))?;
-    let mode = {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(src).map(|m| m.permissions().mode() & 0o7777).ok()
-    };
+    let (files, rel) = (context.clone(), src.to_path_buf());
+    let bytes = tokio::task::spawn_blocking(move || files.read(&rel, crate::MAX_COPY_BYTES))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("COPY {e}"))?
+        .ok_or_else(|| format!("COPY {}: no such file", context.display(src)))?;
+    let mode = context.mode(src);
     agent
         .write_file(&target, orchard_agent_client::full(bytes), mode, true)
         .await
-        .map_err(|e| format!("COPY {} {target}: {e}", src.display()))?;
+        .map_err(|e| format!("COPY {} {target}: {e}", context.display(src)))?;
     Ok(())
 }
 
-/// Unpacks a local tar archive (gzipped or not) at `dest` in the sandbox, as Docker's ADD does.
-async fn unpack_in(agent: &AgentClient, archive: &Path, dest: &str) -> Result<(), String> {
-    let path = archive.to_path_buf();
+/// Unpacks a tar archive of the build context (gzipped or not) at `dest` in the sandbox, as
+/// Docker's ADD does.
+async fn unpack_in(agent: &AgentClient, context: &TaskFiles, archive: &Path, dest: &str) -> Result<(), String> {
+    let what = format!("ADD {}", context.display(archive));
+    let (files, rel) = (context.clone(), archive.to_path_buf());
     let read = move || -> std::io::Result<Vec<u8>> {
-        let bytes = std::fs::read(&path)?;
+        let bytes = files
+            .read(&rel, crate::MAX_COPY_BYTES)
+            .map_err(std::io::Error::other)?
+            .ok_or_else(|| std::io::Error::other("no such file"))?;
         if bytes.starts_with(&[0x1f, 0x8b]) {
             let mut out = Vec::new();
-            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out)?;
+            let mut limited =
+                std::io::Read::take(flate2::read::GzDecoder::new(&bytes[..]), crate::MAX_COPY_BYTES + 1);
+            std::io::Read::read_to_end(&mut limited, &mut out)?;
+            if out.len() as u64 > crate::MAX_COPY_BYTES {
+                return Err(std::io::Error::other(format!("unpacks to more than {} bytes", crate::MAX_COPY_BYTES)));
+            }
             Ok(out)
         } else {
             Ok(bytes)
         }
     };
-    let what = format!("ADD {}", archive.display());
     upload_tar(agent, dest, read, &what, &format!("{what} {dest}")).await
 }
 
-/// Copies a host directory into the sandbox (as a tar stream).
-async fn upload_dir(agent: &AgentClient, dir: &Path, to: &str) -> Result<(), String> {
-    let dir = dir.to_path_buf();
-    let pack = move || -> std::io::Result<Vec<u8>> {
-        let mut tar = tar::Builder::new(Vec::new());
-        tar.follow_symlinks(false);
-        tar.append_dir_all(".", &dir)?;
-        tar.into_inner()
-    };
+/// Copies a folder of the task's files into the sandbox (as a tar stream; links kept as links,
+/// never followed on the host).
+async fn upload_dir(agent: &AgentClient, files: &TaskFiles, rel: &Path, to: &str) -> Result<(), String> {
+    let (files, rel) = (files.clone(), rel.to_path_buf());
+    let pack = move || files.pack(&rel, crate::MAX_COPY_BYTES).map_err(std::io::Error::other);
     upload_tar(agent, to, pack, &format!("packing {to}"), &format!("copying {to} into the sandbox")).await
 }
 

@@ -13,4 +13,5 @@ pub use metrics::{pass_at_k, pass_hat_k};
 pub use report::trajectory_line;
 pub use report::{DomainSummary, HarnessSummary, Summary, TaskSummary, summarize, write_outputs};
 pub use separate::verifier_id;
-pub use task::{Task, TaskError, load_tasks};
+pub use orchard_task_files::TaskFiles;
+pub use task::{MAX_COPY_BYTES, MAX_PATCH_BYTES, MAX_TEXT_BYTES, Task, TaskError, load_task, load_tasks, load_tasks_in};

@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use orchard_task_files::{FileError, TaskFiles};
 use serde_json::{Value, json};
 
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +36,9 @@ pub struct Task {
     /// The domain the task belongs to, for summaries: its `[metadata] domain`, else the name
     /// of the folder of tasks it was loaded from (`examples/assistant/x` → `assistant`).
     pub domain: String,
-    pub dir: PathBuf,
+    /// Where the task was read from, as errors and listings name it (relative to what the
+    /// caller named: never a server's own path).
+    pub location: String,
     pub instruction: String,
     pub agent_timeout_sec: f64,
     /// `[agent] tools`: the tool adapters the task names, used instead of the run's.
@@ -50,8 +53,10 @@ pub struct Task {
     pub allow_internet: bool,
     pub workdir: Option<String>,
     pub env: BTreeMap<String, String>,
-    /// Files the Dockerfile copies in: (file or directory on the host, destination).
+    /// Files the Dockerfile copies in: (file or directory in the build context, destination).
     pub copies: Vec<(PathBuf, String)>,
+    /// The build context (`environment/`), its own root: what COPY and ADD read.
+    pub context: Option<TaskFiles>,
     /// The Dockerfile's ENTRYPOINT/CMD: started in the background once the files are in place
     /// (a service the task serves, e.g. a web app on the sandbox's loopback).
     pub start: Option<Vec<String>>,
@@ -60,8 +65,12 @@ pub struct Task {
     /// Local tar archives (`.tar`, `.tar.gz`, `.tgz`) the Dockerfile ADDs: unpacked at the
     /// destination, as Docker does (how a task ships a repository with its git history).
     pub archives: Vec<(PathBuf, String)>,
-    pub tests_dir: Option<PathBuf>,
-    pub solution_dir: Option<PathBuf>,
+    /// Whether the folder has `tests/` (copied into the grading sandbox) and `solution/` (shown
+    /// to a harness granted it).
+    pub has_tests: bool,
+    pub has_solution: bool,
+    /// The task folder itself: every read of it goes through here.
+    pub files: TaskFiles,
     /// task.toml as JSON (all of it), plus what the verifier needs.
     pub metadata: Value,
     /// `[verifier] environment_mode`: where the task is graded (the grader's default if absent).
@@ -76,50 +85,115 @@ pub struct Task {
     pub gold_files: std::collections::BTreeSet<String>,
 }
 
-/// A task folder, or a folder of task folders (sorted by name).
+/// Most bytes of a task's text files the host reads (task.toml, instruction.md, the
+/// Dockerfile): an instruction is not a gigabyte.
+pub const MAX_TEXT_BYTES: u64 = 1 << 20;
+/// Most bytes of a patch or recorded solution read for what it touches or does.
+pub const MAX_PATCH_BYTES: u64 = 16 << 20;
+/// Most bytes of file content copied from a task folder into a sandbox in one go (tests/,
+/// solution/, a COPY).
+pub const MAX_COPY_BYTES: u64 = 512 << 20;
+
+/// A task folder, or a folder of task folders (sorted by name), on the operator's machine:
+/// what the folder's tasks read stays beneath the folder given (beneath its parent when it is a
+/// task folder itself, so that it may share a sibling's `environment/`); errors name paths as
+/// given.
 pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
-    let err = |reason: String| TaskError { path: path.display().to_string(), reason };
+    let label = path.display().to_string();
+    let err = |reason: String| TaskError { path: label.clone(), reason };
     if !path.is_dir() {
         return Err(err("not a directory".into()));
     }
-    if path.join("instruction.md").is_file() || path.join("task.toml").is_file() {
-        return Ok(vec![load_task(path)?]);
+    let is_task = path.join("instruction.md").is_file() || path.join("task.toml").is_file();
+    if is_task {
+        let canonical = path.canonicalize().map_err(|e| err(e.to_string()))?;
+        let (Some(parent), Some(name)) = (canonical.parent(), canonical.file_name()) else {
+            return Err(err("a task folder needs a parent folder".into()));
+        };
+        let parent_label = path.parent().map(|p| p.display().to_string()).unwrap_or_default();
+        let root = TaskFiles::open(parent, parent_label).map_err(|e| err(e.to_string()))?;
+        let files = root.at(Path::new(name)).map_err(|e| err(e.to_string()))?;
+        let mut task = load_task(&files)?;
+        if task.metadata.pointer("/metadata/domain").is_none()
+            && let Some(folder) = parent.file_name()
+        {
+            task.domain = folder.to_string_lossy().into_owned();
+        }
+        return Ok(vec![task]);
     }
     let domain = path
         .canonicalize()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "tasks".into());
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| err(e.to_string()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir() && (p.join("instruction.md").is_file() || p.join("task.toml").is_file()))
-        .collect();
-    dirs.sort();
-    if dirs.is_empty() {
-        return Err(err("holds no task (a task folder has an instruction.md)".into()));
-    }
-    dirs.iter()
-        .map(|d| {
-            let mut task = load_task(d)?;
-            if task.metadata.pointer("/metadata/domain").is_none() {
-                task.domain = domain.clone();
-            }
-            Ok(task)
-        })
-        .collect()
+    let root = TaskFiles::open(path, label.clone()).map_err(|e| err(e.to_string()))?;
+    load_root(&root, &domain)
 }
 
-pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
-    let err = |reason: String| TaskError { path: dir.display().to_string(), reason };
-    let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).ok_or_else(|| err("no folder name".into()))?;
-    let instruction =
-        std::fs::read_to_string(dir.join("instruction.md")).map_err(|e| err(format!("instruction.md: {e}")))?;
-    let config: toml::Table = match std::fs::read_to_string(dir.join("task.toml")) {
-        Ok(text) => toml::from_str(&text).map_err(|e| err(format!("task.toml: {e}")))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => toml::Table::new(),
-        Err(e) => return Err(err(format!("task.toml: {e}"))),
+/// The tasks of a folder someone else gave (an upload, a dataset the server serves): `root` is
+/// the boundary of every read, errors name paths beneath it after `label` alone (never where
+/// it lies on the server), and tasks without a `[metadata] domain` take `domain`.
+pub fn load_tasks_in(root: &Path, label: &str, domain: &str) -> Result<Vec<Task>, TaskError> {
+    let files = TaskFiles::open(root, label)
+        .map_err(|_| TaskError { path: label.to_string(), reason: "the task folders cannot be opened".into() })?;
+    if is_task(&files) {
+        return Ok(vec![load_task(&files)?]);
+    }
+    load_root(&files, domain)
+}
+
+fn is_task(files: &TaskFiles) -> bool {
+    files.is_file(Path::new("instruction.md")) || files.is_file(Path::new("task.toml"))
+}
+
+/// Every task folder directly in `root`, sorted by name.
+fn load_root(root: &TaskFiles, domain: &str) -> Result<Vec<Task>, TaskError> {
+    let err = |reason: String| TaskError { path: root.display(Path::new("")), reason };
+    let mut tasks = Vec::new();
+    for name in root.folders().map_err(|e| err(e.to_string()))? {
+        let files = root.at(Path::new(&name)).map_err(|e| err(e.to_string()))?;
+        if !is_task(&files) {
+            continue;
+        }
+        let mut task = load_task(&files)?;
+        if task.metadata.pointer("/metadata/domain").is_none() {
+            task.domain = domain.to_string();
+        }
+        tasks.push(task);
+    }
+    if tasks.is_empty() {
+        return Err(err("holds no task (a task folder has an instruction.md)".into()));
+    }
+    Ok(tasks)
+}
+
+/// A TOML error as a line and a message, never the text of the line (a task file may be
+/// something it should not be).
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+            format!("line {line}, column {column}: {}", e.message())
+        }
+        None => e.message().to_string(),
+    }
+}
+
+/// One task folder, read through `files` (based at the folder).
+pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
+    let location = files.display(Path::new(""));
+    let err = |reason: String| TaskError { path: location.clone(), reason };
+    let file_err = |e: FileError| TaskError { path: location.clone(), reason: e.to_string() };
+    let id = files.name().ok_or_else(|| err("no folder name".into()))?;
+    let instruction = files
+        .read_string(Path::new("instruction.md"), MAX_TEXT_BYTES)
+        .map_err(file_err)?
+        .ok_or_else(|| err("instruction.md: no such file".into()))?;
+    let config: toml::Table = match files.read_string(Path::new("task.toml"), MAX_TEXT_BYTES).map_err(file_err)? {
+        Some(text) => toml::from_str(&text).map_err(|e| err(format!("task.toml: {}", toml_error(&text, &e))))?,
+        None => toml::Table::new(),
     };
     let section = |name: &str| config.get(name).and_then(|v| v.as_table()).cloned().unwrap_or_default();
     let (agent, verifier, environment) = (section("agent"), section("verifier"), section("environment"));
@@ -137,19 +211,21 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
     let mut copies = Vec::new();
     let mut archives = Vec::new();
     let (mut start, mut healthcheck) = (None, None);
-    let dockerfile = dir.join("environment/Dockerfile");
-    if let Ok(text) = std::fs::read_to_string(&dockerfile) {
+    let mut context = None;
+    let dockerfile = Path::new("environment/Dockerfile");
+    if let Some(text) = files.read_string(dockerfile, MAX_TEXT_BYTES).map_err(file_err)? {
         let parsed = parse_dockerfile(&text);
         start = start_command(&parsed);
         healthcheck = parsed.healthcheck.clone();
         workdir = parsed.workdir;
         env.extend(parsed.env);
-        let context = dir.join("environment");
+        // The build context is its own root: a COPY reads nothing outside environment/.
+        let build = files.confine(Path::new("environment")).map_err(file_err)?;
         let in_context = |src: &str| {
-            let host = context.join(src);
-            host.canonicalize()
-                .ok()
-                .filter(|p| p.starts_with(context.canonicalize().unwrap_or_default()))
+            let rel = PathBuf::from(src.trim_start_matches('/'));
+            build
+                .exists(&rel)
+                .then_some(rel)
                 .ok_or_else(|| err(format!("environment/Dockerfile: COPY {src}: no such file in environment/")))
         };
         for (src, dest) in parsed.copies {
@@ -158,6 +234,7 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
         for (src, dest) in parsed.archives {
             archives.push((in_context(&src)?, dest));
         }
+        context = Some(build);
     }
     if let Some(toml::Value::Table(t)) = environment.get("env") {
         for (k, v) in t {
@@ -200,7 +277,6 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
             m.insert("workdir".into(), w.clone().into());
         }
     }
-    let sub = |name: &str| Some(dir.join(name)).filter(|p| p.is_dir());
     let verifier_mode = match verifier.get("environment_mode") {
         None => None,
         Some(toml::Value::String(m)) => {
@@ -237,27 +313,22 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
     if let Some(patch) = meta_str("patch") {
         gold_files.extend(orchard_verifier::patched_files(&patch));
     }
-    if let Ok(text) = std::fs::read_to_string(dir.join("tests/gold.patch")) {
+    if let Ok(Some(text)) = files.read_string(Path::new("tests/gold.patch"), MAX_PATCH_BYTES) {
         gold_files.extend(orchard_verifier::patched_files(&text));
     }
-    if let Some(solution) = sub("solution") {
-        for entry in std::fs::read_dir(&solution).into_iter().flatten().flatten() {
-            if let Ok(text) = std::fs::read_to_string(entry.path()) {
+    let has_solution = files.is_dir(Path::new("solution"));
+    if has_solution {
+        for name in files.files_in(Path::new("solution")) {
+            if let Ok(Some(text)) = files.read_string(&Path::new("solution").join(name), MAX_PATCH_BYTES) {
                 gold_files.extend(orchard_verifier::patched_files(&text));
             }
         }
     }
-    let domain = meta_str("domain")
-        .or_else(|| {
-            dir.canonicalize()
-                .ok()
-                .and_then(|p| p.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()))
-        })
-        .unwrap_or_else(|| "tasks".into());
+    let domain = meta_str("domain").unwrap_or_else(|| "tasks".into());
     Ok(Task {
         id,
         domain,
-        dir: dir.to_path_buf(),
+        location: location.clone(),
         instruction,
         agent_timeout_sec,
         tools,
@@ -275,10 +346,12 @@ pub fn load_task(dir: &Path) -> Result<Task, TaskError> {
         env,
         copies,
         archives,
+        context,
         start,
         healthcheck,
-        tests_dir: sub("tests"),
-        solution_dir: sub("solution"),
+        has_tests: files.is_dir(Path::new("tests")),
+        has_solution,
+        files: files.clone(),
         metadata,
         verifier_mode,
         verifier_artifacts,
@@ -527,12 +600,42 @@ mod tests {
         assert_eq!(task.memory_bytes, Some(1 << 30));
         assert_eq!(task.workdir.as_deref(), Some("/w"));
         assert_eq!(task.env.get("K").map(String::as_str), Some("v"));
-        assert!(task.allow_internet && task.tests_dir.is_some() && task.solution_dir.is_none());
+        assert!(task.allow_internet && task.has_tests && !task.has_solution);
         assert_eq!(task.metadata["verifier_timeout_sec"], 12.5);
         assert_eq!(task.metadata["metadata"]["difficulty"], "easy");
         let bad = dir.path().join("bad");
         std::fs::create_dir_all(&bad).unwrap();
         std::fs::write(bad.join("task.toml"), "[agent\n").unwrap();
-        assert!(load_task(&bad).unwrap_err().to_string().contains("instruction.md"));
+        assert!(load_tasks(&bad).unwrap_err().to_string().contains("instruction.md"));
+    }
+
+    #[test]
+    fn a_broken_task_toml_is_named_by_line_without_quoting_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t1");
+        std::fs::create_dir_all(&t).unwrap();
+        std::fs::write(t.join("instruction.md"), "x").unwrap();
+        std::fs::write(t.join("task.toml"), "[agent]\nroot:$6$secrethash:19000:0:99999:7:::\n").unwrap();
+        let err = load_tasks_in(dir.path(), "", "tasks").unwrap_err().to_string();
+        assert!(err.contains("task.toml: line 2"), "{err}");
+        assert!(!err.contains("secrethash"), "quotes the file: {err}");
+        assert!(!err.contains(&dir.path().display().to_string()), "names the server's path: {err}");
+    }
+
+    #[test]
+    fn a_task_reads_nothing_above_its_root_through_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("upload");
+        let t = root.join("t1");
+        std::fs::create_dir_all(&t).unwrap();
+        std::fs::write(dir.path().join("outside.md"), "the host's words").unwrap();
+        std::os::unix::fs::symlink("..", t.join("up")).unwrap();
+        std::os::unix::fs::symlink("up/t1/up/../outside.md", t.join("instruction.md")).unwrap();
+        // The link text alone stays inside; the chain does not. Not a task, or an error — never
+        // the outside file as an instruction.
+        match load_tasks_in(&root, "", "tasks") {
+            Ok(tasks) => assert!(tasks.iter().all(|t| !t.instruction.contains("host's words"))),
+            Err(e) => assert!(!e.to_string().contains("host's words"), "{e}"),
+        }
     }
 }

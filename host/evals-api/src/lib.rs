@@ -30,12 +30,34 @@ pub struct TenantId(pub String);
 pub struct EvalService {
     pub env: Arc<Env>,
     pub runner: Arc<Runner>,
+    /// What each tenant may keep on the server.
+    pub quotas: StorageQuotas,
 }
 
+/// Per-tenant storage quotas (`None`: unlimited). Over one, an upload or a job is refused with
+/// 413 naming the quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StorageQuotas {
+    /// Uploaded datasets: archives and their unpacked files.
+    pub dataset_bytes: Option<u64>,
+    /// Uploaded plugins, every version kept.
+    pub plugin_bytes: Option<u64>,
+    /// Stored results: trajectories of the tenant's jobs.
+    pub result_bytes: Option<u64>,
+}
+
+pub use datasets::sweep as sweep_datasets;
+
 pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<EvalService>) -> Router<S> {
-    use axum::routing::{get, post, put};
+    use axum::routing::{delete, get, post, put};
+    // The compressed upload is bounded like what it unpacks to.
+    let upload_limit = usize::try_from(service.env.upload_limits.total_bytes).unwrap_or(usize::MAX);
     Router::new()
-        .route("/datasets", post(datasets::upload))
+        .route(
+            "/datasets",
+            post(datasets::upload).layer(axum::extract::DefaultBodyLimit::max(upload_limit)).get(datasets::list),
+        )
+        .route("/datasets/{id}", delete(datasets::delete))
         .route("/evals", post(evals::submit).get(evals::list))
         .route("/evals/{id}", get(evals::get_one))
         .route("/evals/{id}/rollouts", get(evals::rollouts))

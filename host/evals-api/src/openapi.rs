@@ -16,6 +16,8 @@ pub struct Problem {
 #[openapi(
     paths(
         crate::datasets::upload,
+        crate::datasets::list,
+        crate::datasets::delete,
         crate::evals::submit,
         crate::evals::list,
         crate::evals::get_one,

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use orchard_model::{Completion, ModelClient, ModelConfig};
+use orchard_model::{Completion, ModelClient};
 use orchard_scheduler::{Env, ModelSpec};
 use serde::Serialize;
 use serde_json::Value;
@@ -75,24 +75,13 @@ impl ProxyService {
 
     /// Opens a session forwarding to `spec`'s endpoint.
     pub async fn open(&self, tenant: &str, spec: ModelSpec) -> Result<Arc<Session>, ProxyError> {
-        if !(spec.url.starts_with("http://") || spec.url.starts_with("https://")) {
-            return Err(ProxyError::Invalid(format!("model.url: {:?} is not an http(s) URL", spec.url)));
-        }
         if spec.sampling.as_ref().is_some_and(|s| !s.is_object()) {
             return Err(ProxyError::Invalid("model.sampling: expected a JSON object".into()));
         }
-        let mut config = ModelConfig::new(&spec.url, &spec.name);
+        let mut config = orchard_scheduler::model_config(&self.env, tenant, &spec, "model")
+            .await
+            .map_err(|e| ProxyError::Invalid(e.0))?;
         config.logprobs = true;
-        config.sampling = spec.sampling.clone();
-        config.policy_version = spec.policy_version.clone();
-        config.tokenizer = spec.tokenize_url.clone();
-        config.concurrency = spec.concurrency.max(1);
-        if let Some(name) = &spec.api_key_secret {
-            let key = self.env.store.secret(tenant, name).await.map_err(|e| ProxyError::Upstream(e.to_string()))?;
-            config.api_key = Some(
-                key.ok_or_else(|| ProxyError::Invalid(format!("model.api_key_secret: no secret named {name:?}")))?,
-            );
-        }
         let client = ModelClient::new(config).map_err(|e| ProxyError::Invalid(e.to_string()))?;
         let id = format!("px-{}", uuid::Uuid::new_v4().simple());
         let session = Arc::new(Session {

@@ -169,6 +169,14 @@ pub struct ModelConfig {
     /// logprobs but no token ids: the ids are then recovered where they can be exactly (see
     /// [`tokenizer`]).
     pub tokenizer: Option<String>,
+    /// The endpoint (and tokenizer) as the server's egress policy checked them: the client
+    /// connects to their checked addresses only and follows no redirect. Empty on the
+    /// operator's own machine.
+    pub destinations: Vec<orchard_egress::Destination>,
+    /// Whether errors may quote what the endpoint answered. A server's tenants get a status and
+    /// a message of ours instead (the body goes to the server's log): a URL they named must not
+    /// become a way to read what answers there.
+    pub upstream_detail: bool,
 }
 
 impl ModelConfig {
@@ -184,6 +192,8 @@ impl ModelConfig {
             sampling: None,
             policy_version: None,
             tokenizer: None,
+            destinations: Vec::new(),
+            upstream_detail: true,
         }
     }
 }
@@ -200,8 +210,11 @@ impl ModelClient {
     pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
         // reqwest is built without a default TLS provider in this workspace: pick ring.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout)
+        let mut builder = reqwest::Client::builder().timeout(config.timeout);
+        for destination in &config.destinations {
+            builder = destination.pin(builder);
+        }
+        let http = builder
             .build()
             .map_err(|e| ModelError::Unavailable(format!("HTTP client: {e}")))?;
         let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
@@ -239,6 +252,17 @@ impl ModelClient {
         self.send(&serde_json::Value::Object(body)).await
     }
 
+    /// A protocol error as a tenant may see it: without the endpoint's words.
+    fn redacted(&self, e: ModelError) -> ModelError {
+        match e {
+            ModelError::Protocol(detail) if !self.config.upstream_detail => {
+                tracing::warn!("model endpoint answered nonsense: {detail}");
+                ModelError::Protocol("the answer is not an OpenAI chat completion".into())
+            }
+            other => other,
+        }
+    }
+
     async fn send(&self, body: &serde_json::Value) -> Result<(Completion, serde_json::Value), ModelError> {
         let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
         let _slot = self.slots.acquire().await.map_err(|_| ModelError::Unavailable("client closed".into()))?;
@@ -263,7 +287,7 @@ impl ModelClient {
                     let text = response.text().await.unwrap_or_default();
                     if status.is_success() {
                         orchard_metrics::metrics().model_request("ok", sent.elapsed());
-                        let mut completion = wire::parse_response(&text)?;
+                        let mut completion = wire::parse_response(&text).map_err(|e| self.redacted(e))?;
                         completion.attempts = attempt;
                         completion.policy_version = self.config.policy_version.clone();
                         if let (true, None, Some(url)) =
@@ -275,7 +299,12 @@ impl ModelClient {
                         let raw = serde_json::from_str(&text).unwrap_or_default();
                         return Ok((completion, raw));
                     }
-                    let message = format!("HTTP {status}: {}", text.chars().take(500).collect::<String>());
+                    let message = if self.config.upstream_detail {
+                        format!("HTTP {status}: {}", text.chars().take(500).collect::<String>())
+                    } else {
+                        tracing::warn!(%status, body = %text.chars().take(2000).collect::<String>(), "model endpoint refused a request");
+                        format!("HTTP {} from the model endpoint", status.as_u16())
+                    };
                     if status.as_u16() == 429 || status.is_server_error() {
                         (ModelError::Unavailable(message), retry_after)
                     } else {
@@ -283,7 +312,11 @@ impl ModelClient {
                     }
                 }
                 Err(e) if e.is_timeout() => (ModelError::Timeout(self.config.timeout), None),
-                Err(e) => (ModelError::Unavailable(format!("{url}: {e}")), None),
+                Err(e) if self.config.upstream_detail => (ModelError::Unavailable(format!("{url}: {e}")), None),
+                Err(e) => {
+                    tracing::warn!("model endpoint {url}: {e}");
+                    (ModelError::Unavailable("the model endpoint did not answer".into()), None)
+                }
             };
             if attempt > self.config.max_retries {
                 orchard_metrics::metrics().model_request("failed", sent.elapsed());

@@ -4,7 +4,7 @@
 //! model clients (API keys read from the tenant's secrets), limits and grants.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,10 @@ pub struct Env {
     /// The server's rules for what clients may ask of sandboxes: every task's image and
     /// resources pass them (`None` for the operator's own `orchard eval`).
     pub admission: Option<Arc<orchard_admission::Admission>>,
+    /// What one uploaded task archive may hold unpacked.
+    pub upload_limits: orchard_task_files::Limits,
+    /// Where a model URL a job names may point (`Policy::open` for the operator's own runs).
+    pub egress: orchard_egress::Policy,
 }
 
 /// A job ready to run rollouts.
@@ -48,6 +52,10 @@ pub struct Prepared {
     sandbox_disk_bytes: Option<u64>,
     /// Plugins named by path (`orchard eval --harness ./mine.wasm`), loaded once.
     local: HashMap<String, Arc<Plugin>>,
+    /// A server's tenants name plugins, never files: every reference (the job's, a task's) is
+    /// looked up by name in the tenant's and the shared registry, with one error for "no such
+    /// plugin" whatever lies on disk.
+    names_only: bool,
     /// The tool adapters and graders tasks name (`[agent] tools`, `[verifier] grader`), each
     /// once: what every rollout's job resolves, without walking the tasks again.
     task_tools: std::collections::BTreeSet<String>,
@@ -64,14 +72,7 @@ fn err(message: impl Into<String>) -> PrepareError {
 
 impl Prepared {
     pub async fn new(env: &Env, eval_id: &str, tenant: &str, mut spec: EvalSpec) -> Result<Prepared, PrepareError> {
-        let dirs = match &spec.tasks {
-            TaskSource::Dirs(dirs) if dirs.is_empty() => return Err(err("tasks.dirs: no folder")),
-            TaskSource::Dirs(dirs) => dirs.iter().map(PathBuf::from).collect(),
-            source => vec![tasks_dir(env, tenant, source).await?],
-        };
-        let mut tasks = tokio::task::spawn_blocking(move || load_all(&dirs))
-            .await
-            .map_err(|e| err(format!("loading tasks: {e}")))??;
+        let mut tasks = load_source(env, tenant, &spec.tasks).await?;
         let (mut sandbox_pids, mut sandbox_disk_bytes) = (None, None);
         if let Some(admission) = &env.admission {
             // What a client may not ask of a sandbox directly, it may not ask through a task.
@@ -103,18 +104,19 @@ impl Prepared {
         let model = model_client(env, tenant, spec.model.as_ref(), "model").await?;
         let grader_model = model_client(env, tenant, spec.grader_model.as_ref(), "grader_model").await?;
         let mut local = HashMap::new();
-        for arg in spec.harnesses.iter().chain(&spec.tools).chain(std::iter::once(&spec.grader)) {
-            if arg.ends_with(".wasm") || Path::new(arg).is_file() {
-                if env.admission.is_some() {
-                    // The server's files are not a client's to name.
-                    return Err(err(format!("{arg}: a server runs plugins by name; upload it with PUT /v1/plugins")));
+        // Paths are the operator's to name: a server's tenants name plugins (and learn nothing of
+        // what lies on its disk from how a name is refused).
+        if env.admission.is_none() {
+            for arg in spec.harnesses.iter().chain(&spec.tools).chain(std::iter::once(&spec.grader)) {
+                if arg.ends_with(".wasm") || std::path::Path::new(arg).is_file() {
+                    let plugin = env.registry.resolve(arg).map_err(|e| err(format!("{arg}: {e}")))?;
+                    local.insert(arg.clone(), plugin);
                 }
-                let plugin = env.registry.resolve(arg).map_err(|e| err(format!("{arg}: {e}")))?;
-                local.insert(arg.clone(), plugin);
             }
         }
         let prepared = Prepared {
             local,
+            names_only: env.admission.is_some(),
             eval_id: eval_id.to_string(),
             tenant: tenant.to_string(),
             tasks: tasks.into_iter().map(|t| (t.id.clone(), t)).collect(),
@@ -170,7 +172,7 @@ impl Prepared {
                 .registry
                 .by_hash_for(&self.tenant, hash)
                 .ok_or_else(|| err(format!("pins: no plugin with sha256 {hash} is loaded here")))?,
-            None if arg.ends_with(".wasm") => self.registry.resolve(arg).map_err(err)?,
+            None if arg.ends_with(".wasm") && !self.names_only => self.registry.resolve(arg).map_err(err)?,
             None => self.registry.resolve_for(&self.tenant, name).map_err(err)?,
         };
         let fits =
@@ -224,12 +226,28 @@ async fn model_client(
     field: &str,
 ) -> Result<Option<Arc<ModelClient>>, PrepareError> {
     let Some(spec) = spec else { return Ok(None) };
+    let config = model_config(env, tenant, spec, field).await?;
+    Ok(Some(Arc::new(ModelClient::new(config).map_err(|e| err(format!("{field}: {e}")))?)))
+}
+
+/// The client configuration for a model endpoint a job (or a proxy session) names as `field`:
+/// its URLs checked against the server's egress policy and pinned to the addresses checked, its
+/// API key read from the tenant's secrets.
+pub async fn model_config(env: &Env, tenant: &str, spec: &ModelSpec, field: &str) -> Result<ModelConfig, PrepareError> {
     let mut config = ModelConfig::new(&spec.url, &spec.name);
     config.concurrency = spec.concurrency.max(1);
     config.logprobs = spec.logprobs;
     config.sampling = spec.sampling.clone();
     config.policy_version = spec.policy_version.clone();
     config.tokenizer = spec.tokenize_url.clone();
+    config.upstream_detail = env.egress.is_open();
+    let checked = env.egress.check(&format!("{field}.url"), &spec.url).await.map_err(|e| err(e.to_string()))?;
+    config.destinations.push(checked);
+    if let Some(url) = &spec.tokenize_url {
+        let checked =
+            env.egress.check(&format!("{field}.tokenize_url"), url).await.map_err(|e| err(e.to_string()))?;
+        config.destinations.push(checked);
+    }
     if let Some(name) = &spec.api_key_secret {
         let key = match env.local_secrets.get(name) {
             Some(key) => Some(key.clone()),
@@ -237,7 +255,7 @@ async fn model_client(
         };
         config.api_key = Some(key.ok_or_else(|| err(format!("{field}.api_key_secret: no secret named {name:?}")))?);
     }
-    Ok(Some(Arc::new(ModelClient::new(config).map_err(|e| err(format!("{field}: {e}")))?)))
+    Ok(config)
 }
 
 /// The tasks of every folder, in order; a task id met twice is refused (results are keyed by it).
@@ -248,9 +266,7 @@ fn load_all(dirs: &[PathBuf]) -> Result<Vec<Task>, PrepareError> {
             if let Some(other) = all.iter().find(|t| t.id == task.id) {
                 return Err(err(format!(
                     "tasks: two tasks named {:?} ({} and {}); task ids must be unique across folders",
-                    task.id,
-                    other.dir.display(),
-                    task.dir.display()
+                    task.id, other.location, task.location
                 )));
             }
             all.push(task);
@@ -259,109 +275,61 @@ fn load_all(dirs: &[PathBuf]) -> Result<Vec<Task>, PrepareError> {
     Ok(all)
 }
 
-/// The folder holding the job's tasks, unpacking an uploaded archive the first time this
-/// replica needs it.
-async fn tasks_dir(env: &Env, tenant: &str, source: &TaskSource) -> Result<PathBuf, PrepareError> {
-    match source {
-        TaskSource::Dir(dir) => Ok(PathBuf::from(dir)),
-        TaskSource::Dirs(dirs) => dirs.first().map(PathBuf::from).ok_or_else(|| err("tasks.dirs: no folder")),
-        TaskSource::Dataset(name) => env
-            .datasets
-            .get(name)
-            .cloned()
-            .ok_or_else(|| err(format!("tasks: no dataset named {name:?} on this server"))),
-        TaskSource::Archive(id) => {
-            let safe: String = id.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-            let dir = env.datasets_dir.join(&safe);
-            // Another tenant's archive is as good as absent, even when it is unpacked here.
-            let owner = env.store.blob_owner(id).await.map_err(|e| err(format!("tasks: {e}")))?;
-            if owner.as_deref() != Some(tenant) {
-                return Err(err(format!("tasks.archive: no uploaded archive {id}")));
-            }
-            if dir.join(".complete").is_file() {
-                return Ok(dir);
-            }
-            let (owner, bytes) = env
-                .store
-                .blob(id)
-                .await
-                .map_err(|e| err(format!("tasks: {e}")))?
-                .ok_or_else(|| err(format!("tasks: no uploaded archive {id}")))?;
-            if owner != tenant {
-                return Err(err(format!("tasks.archive: no uploaded archive {id}")));
-            }
-            let target = dir.clone();
-            tokio::task::spawn_blocking(move || unpack(&bytes, &target))
-                .await
-                .map_err(|e| err(format!("tasks: {e}")))?
-                .map_err(|e| err(format!("tasks: the archive {id}: {e}")))?;
-            Ok(dir)
+/// The tasks a job's source names: folders on this machine read as the operator gave them; a
+/// registered dataset or an upload read beneath its own root, named without server paths.
+async fn load_source(env: &Env, tenant: &str, source: &TaskSource) -> Result<Vec<Task>, PrepareError> {
+    let (root, label, domain) = match source {
+        TaskSource::Dirs(dirs) if dirs.is_empty() => return Err(err("tasks.dirs: no folder")),
+        TaskSource::Dirs(dirs) => {
+            let dirs: Vec<PathBuf> = dirs.iter().map(PathBuf::from).collect();
+            return blocking(move || load_all(&dirs)).await?;
         }
-    }
+        TaskSource::Dir(dir) => {
+            let dirs = vec![PathBuf::from(dir)];
+            return blocking(move || load_all(&dirs)).await?;
+        }
+        TaskSource::Dataset(name) => {
+            let dir = env.datasets.get(name).cloned().ok_or_else(|| err(format!("tasks: no dataset named {name:?}")))?;
+            (dir, name.clone(), name.clone())
+        }
+        TaskSource::Archive(id) => (archive_dir(env, tenant, id).await?, String::new(), "tasks".to_string()),
+    };
+    blocking(move || orchard_eval::load_tasks_in(&root, &label, &domain).map_err(|e| err(format!("tasks: {e}")))).await?
 }
 
-/// Whether a symlink at `name` (relative to the archive's root) pointing at `target` resolves
-/// inside the archive, by its text (nothing on disk is consulted).
-fn link_stays_inside(name: &Path, target: &Path) -> bool {
-    if target.is_absolute() {
-        return false;
-    }
-    let mut depth: i64 = name.components().filter(|c| matches!(c, std::path::Component::Normal(_))).count() as i64 - 1;
-    for c in target.components() {
-        match c {
-            std::path::Component::Normal(_) => depth += 1,
-            std::path::Component::ParentDir => depth -= 1,
-            std::path::Component::CurDir => {}
-            _ => return false,
-        }
-        if depth < 0 {
-            return false;
-        }
-    }
-    true
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, PrepareError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| err(format!("loading tasks: {e}")))
 }
 
-/// Unpacks a task archive into `dir` (atomically: a half-unpacked folder is never used).
-pub fn unpack(gz: &[u8], dir: &Path) -> std::io::Result<()> {
-    let staging = dir.with_extension(format!("partial-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    std::fs::create_dir_all(&staging)?;
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(gz));
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        // Refuses absolute names and `..` (tar's own check), links that lead out of the archive
-        // (a task's files are read on the host: a link to /etc/shadow must not become an
-        // instruction), and anything but files, folders and such links.
-        match entry.header().entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Directory => {}
-            tar::EntryType::Symlink => {
-                let name = entry.path()?.into_owned();
-                let target = entry.link_name()?.map(|t| t.into_owned()).unwrap_or_default();
-                if !link_stays_inside(&name, &target) {
-                    return Err(std::io::Error::other(format!(
-                        "entry {} links to {}, outside the archive",
-                        name.display(),
-                        target.display()
-                    )));
-                }
-            }
-            _ => continue,
-        }
-        if !entry.unpack_in(&staging)? {
-            return Err(std::io::Error::other(format!(
-                "entry {} would land outside the archive's folder",
-                entry.path().map(|p| p.display().to_string()).unwrap_or_default()
-            )));
-        }
+/// Where `tenant`'s upload `id` is unpacked on this replica: beneath a folder of the tenant's own
+/// (named by a hash of the tenant), so that no path in one tenant's upload names another's.
+pub fn dataset_dir(env: &Env, tenant: &str, id: &str) -> PathBuf {
+    use sha2::Digest;
+    let owner = hex::encode(&sha2::Sha256::digest(tenant.as_bytes())[..12]);
+    let safe: String = id.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    env.datasets_dir.join(owner).join(safe)
+}
+
+/// The folder of the tenant's uploaded archive, unpacking it the first time this replica
+/// needs it.
+async fn archive_dir(env: &Env, tenant: &str, id: &str) -> Result<PathBuf, PrepareError> {
+    let missing = || err(format!("tasks.archive: no uploaded archive {id}"));
+    let dir = dataset_dir(env, tenant, id);
+    // Another tenant's archive is as good as absent.
+    let owner = env.store.blob_owner(id).await.map_err(|e| err(format!("tasks: {e}")))?;
+    if owner.as_deref() != Some(tenant) {
+        return Err(missing());
     }
-    std::fs::write(staging.join(".complete"), b"")?;
-    match std::fs::rename(&staging, dir) {
-        Ok(()) => Ok(()),
-        // Another runner of this replica unpacked it first.
-        Err(_) if dir.join(".complete").is_file() => {
-            let _ = std::fs::remove_dir_all(&staging);
-            Ok(())
-        }
-        Err(e) => Err(e),
+    if dir.join(".complete").is_file() {
+        return Ok(dir);
     }
+    let (owner, bytes) = env.store.blob(id).await.map_err(|e| err(format!("tasks: {e}")))?.ok_or_else(missing)?;
+    if owner != tenant {
+        return Err(missing());
+    }
+    let (target, limits) = (dir.clone(), env.upload_limits);
+    blocking(move || orchard_task_files::unpack(&bytes, &target, limits))
+        .await?
+        .map_err(|e| err(format!("tasks: the archive {id}: {e}")))?;
+    Ok(dir)
 }

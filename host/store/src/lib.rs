@@ -14,12 +14,14 @@ mod plugins;
 mod queue;
 mod schema;
 mod secrets;
+mod sessions;
 
 use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+pub use blobs::DatasetRow;
 pub use evals::{EvalFilter, EvalRow, NewEval, NewRollout, RolloutFilter, RolloutRow, TaskCell};
 pub use plugins::{PluginVersion, StoredPlugin};
 pub use queue::{Claim, Finished};

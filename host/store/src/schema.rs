@@ -81,6 +81,23 @@ pub async fn migrate(store: &Store) -> Result<()> {
                 created_at DOUBLE PRECISION NOT NULL
             )"
         ),
+        // What each uploaded task archive costs its tenant (the archive in `blobs`, its files
+        // unpacked on each replica), and when a job last named it (for retention).
+        "CREATE TABLE IF NOT EXISTS datasets (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            bytes BIGINT NOT NULL,
+            unpacked_bytes BIGINT NOT NULL,
+            tasks BIGINT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            used_at DOUBLE PRECISION NOT NULL
+        )",
+        "CREATE INDEX IF NOT EXISTS datasets_by_tenant ON datasets (tenant, created_at)",
+        // Web UI sessions ended before their expiry (signed out), until then.
+        "CREATE TABLE IF NOT EXISTS revoked_sessions (
+            id TEXT PRIMARY KEY,
+            expires_at DOUBLE PRECISION NOT NULL
+        )",
         // Uploaded plugins, every version: `tenant` is '' for shared ones (an admin's). The
         // current version of a name is its newest row.
         &format!(
@@ -139,6 +156,14 @@ pub async fn migrate(store: &Store) -> Result<()> {
         .execute(&mut *tx)
         .await?;
     }
+    // Archives uploaded before `datasets` existed: counted by their stored size.
+    sqlx::query(
+        "INSERT INTO datasets (id, tenant, bytes, unpacked_bytes, tasks, created_at, used_at)
+         SELECT id, tenant, LENGTH(data), 0, 0, created_at, created_at FROM blobs
+         WHERE id NOT IN (SELECT id FROM datasets)",
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(())
 }
