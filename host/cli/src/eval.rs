@@ -220,7 +220,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
     let runtime = crate::plugins::runtime(&state_dir)?;
-    let registry = Arc::new(crate::plugins::registry(runtime.clone(), args.plugin_dir.as_deref())?);
+    let registry = Arc::new(crate::plugins::deferred_registry(runtime.clone(), args.plugin_dir.as_deref())?);
     let env = Arc::new(Env {
         store: store.clone(),
         registry,

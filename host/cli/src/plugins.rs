@@ -31,14 +31,13 @@ pub fn runtime(state_dir: &Path) -> anyhow::Result<Arc<Runtime>> {
     Ok(Arc::new(Runtime::new(config).map_err(anyhow::Error::msg)?))
 }
 
-/// A registry holding the shipped plugins (or those of `dir`); load failures are reported.
-pub fn registry(runtime: Arc<Runtime>, dir: Option<&Path>) -> anyhow::Result<Registry> {
+/// A registry that knows the shipped plugins (or those of `dir`) by name and compiles them
+/// when a job first asks for one (`orchard eval`: only what the run uses is compiled) or in the
+/// background (`orchard serve`).
+pub fn deferred_registry(runtime: Arc<Runtime>, dir: Option<&Path>) -> anyhow::Result<Registry> {
     let registry = Registry::new(runtime);
-    let dir = dir.map(Path::to_path_buf).or_else(default_dir);
-    if let Some(dir) = dir {
-        for (path, e) in registry.load_dir(&dir).map_err(anyhow::Error::msg)? {
-            tracing::warn!("plugin {path} not loaded: {e}");
-        }
+    if let Some(dir) = dir.map(Path::to_path_buf).or_else(default_dir) {
+        registry.defer_dir(&dir).map_err(anyhow::Error::msg)?;
     }
     Ok(registry)
 }

@@ -103,6 +103,22 @@ pub struct ServeArgs {
     /// Datasets no job has named for this many days are deleted (0: kept until deleted).
     #[arg(long, default_value_t = 30)]
     dataset_retention_days: u64,
+    /// The credential `/metrics` answers (as `Authorization: Bearer TOKEN`), besides an admin
+    /// tenant's key. Without API keys (a loopback server), `/metrics` is open.
+    #[arg(long, env = "ORCHARD_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
+    /// Most connections open at once.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
+    /// Most connections open at once from one client address.
+    #[arg(long, default_value_t = 256)]
+    max_connections_per_client: usize,
+    /// Seconds a client has to send a request's head (and a kept-alive connection may idle).
+    #[arg(long, default_value_t = 30.0)]
+    header_timeout: f64,
+    /// Seconds a request body may send nothing before it is cut off.
+    #[arg(long, default_value_t = 30.0)]
+    body_idle_timeout: f64,
     /// This replica's name in the evaluation queue's leases [default: $POD_NAME or the hostname].
     #[arg(long, env = "POD_NAME")]
     replica: Option<String>,
@@ -177,11 +193,26 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         }
     };
     let runtime = crate::plugins::runtime(&state_dir)?;
-    let registry = Arc::new(crate::plugins::registry(runtime.clone(), args.plugin_dir.as_deref())?);
-    tracing::info!("{} plugins loaded", registry.list().len());
+    // Known at once, compiled in the background (the most used first) or when a job first
+    // needs one: the server answers while they compile.
+    let registry = Arc::new(crate::plugins::deferred_registry(runtime.clone(), args.plugin_dir.as_deref())?);
+    tracing::info!("{} plugins known; compiling them in the background", registry.deferred_count());
     let database =
         args.database.clone().unwrap_or_else(|| format!("sqlite:{}", state_dir.join("orchard.db").display()));
     let store = orchard_store::Store::open(&database).await.map_err(|e| anyhow::anyhow!("--database: {e}"))?;
+    let compiling = {
+        let (registry, store) = (registry.clone(), store.clone());
+        tokio::spawn(async move {
+            let first = store.harness_usage().await.unwrap_or_default();
+            let started = std::time::Instant::now();
+            let failed = tokio::task::spawn_blocking(move || registry.load_deferred(&first)).await.unwrap_or_default();
+            tracing::info!(
+                seconds = started.elapsed().as_secs_f64(),
+                failed = failed.len(),
+                "shipped plugins compiled"
+            );
+        })
+    };
     // Plugins uploaded before this start (or to another replica) run here too.
     orchard_scheduler::sync_plugins(&store, &registry).await.map_err(|e| anyhow::anyhow!("--database: {e}"))?;
     let env = Arc::new(orchard_scheduler::Env {
@@ -222,8 +253,8 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         result_bytes: args.tenant_result_quota,
     };
     let service = Arc::new(orchard_evals_api::EvalService { env, runner: runner.clone(), quotas });
-    let retention = (args.dataset_retention_days > 0)
-        .then(|| Duration::from_secs(args.dataset_retention_days * 24 * 3600));
+    let retention =
+        (args.dataset_retention_days > 0).then(|| Duration::from_secs(args.dataset_retention_days * 24 * 3600));
     let sweeping = {
         let service = service.clone();
         tokio::spawn(async move {
@@ -234,7 +265,9 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             }
         })
     };
-    let state = AppState::new(backend.clone(), keys, admission, Some(registry)).with_evals(service);
+    let state = AppState::new(backend.clone(), keys, admission, Some(registry))
+        .with_evals(service)
+        .with_metrics_token(args.metrics_token.clone());
     let housekeeping = orchard_server::spawn_housekeeping(state.clone(), Duration::from_secs(1));
     let (stop_runner, runner_stopped) = tokio::sync::oneshot::channel::<()>();
     let running = {
@@ -255,12 +288,19 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         listener.local_addr()?,
         backend.name()
     );
-    orchard_server::serve(listener, state, shutdown_signal()).await?;
+    let limits = orchard_server::ConnectionLimits {
+        total: args.max_connections.max(1),
+        per_client: args.max_connections_per_client.max(1),
+        header_timeout: Duration::from_secs_f64(args.header_timeout.max(0.1)),
+        body_idle: Duration::from_secs_f64(args.body_idle_timeout.max(0.1)),
+    };
+    orchard_server::serve_with(listener, state, limits, shutdown_signal()).await?;
     // Claims go back to the queue (another replica, or this one restarted, runs them).
     let _ = stop_runner.send(());
     let _ = running.await;
     housekeeping.abort();
     sweeping.abort();
+    compiling.abort();
     if args.backend == BackendKind::Kubernetes {
         tracing::info!("stopping; sandbox pods stay for the other replicas (or this one restarted) to serve");
         backend.shutdown().await;

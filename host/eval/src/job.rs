@@ -554,8 +554,7 @@ async fn unpack_in(agent: &AgentClient, context: &TaskFiles, archive: &Path, des
             .ok_or_else(|| std::io::Error::other("no such file"))?;
         if bytes.starts_with(&[0x1f, 0x8b]) {
             let mut out = Vec::new();
-            let mut limited =
-                std::io::Read::take(flate2::read::GzDecoder::new(&bytes[..]), crate::MAX_COPY_BYTES + 1);
+            let mut limited = std::io::Read::take(flate2::read::GzDecoder::new(&bytes[..]), crate::MAX_COPY_BYTES + 1);
             std::io::Read::read_to_end(&mut limited, &mut out)?;
             if out.len() as u64 > crate::MAX_COPY_BYTES {
                 return Err(std::io::Error::other(format!("unpacks to more than {} bytes", crate::MAX_COPY_BYTES)));

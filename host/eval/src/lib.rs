@@ -10,8 +10,10 @@ mod task;
 
 pub use job::{Job, Placement, RolloutResult, RolloutStatus, VerifierRecord, rollout};
 pub use metrics::{pass_at_k, pass_hat_k};
+pub use orchard_task_files::TaskFiles;
 pub use report::trajectory_line;
 pub use report::{DomainSummary, HarnessSummary, Summary, TaskSummary, summarize, write_outputs};
 pub use separate::verifier_id;
-pub use orchard_task_files::TaskFiles;
-pub use task::{MAX_COPY_BYTES, MAX_PATCH_BYTES, MAX_TEXT_BYTES, Task, TaskError, load_task, load_tasks, load_tasks_in};
+pub use task::{
+    MAX_COPY_BYTES, MAX_PATCH_BYTES, MAX_TEXT_BYTES, Task, TaskError, load_task, load_tasks, load_tasks_in,
+};

@@ -80,7 +80,10 @@ pub async fn upload(
 
 #[utoipa::path(get, path = "/v1/datasets", tag = "datasets", summary = "Your uploaded datasets, with what each takes and your quota",
     responses((status = 200, description = "{datasets: [...], used_bytes, quota_bytes}", body = serde_json::Value)))]
-pub async fn list(State(service): State<Arc<EvalService>>, Extension(tenant): Extension<TenantId>) -> ApiResult<Response> {
+pub async fn list(
+    State(service): State<Arc<EvalService>>,
+    Extension(tenant): Extension<TenantId>,
+) -> ApiResult<Response> {
     let datasets = service.env.store.datasets(&tenant.0).await?;
     let used: u64 = datasets.iter().map(|d| d.bytes + d.unpacked_bytes).sum();
     Ok(Json(json!({"datasets": datasets, "used_bytes": used, "quota_bytes": service.quotas.dataset_bytes}))

@@ -214,9 +214,7 @@ impl ModelClient {
         for destination in &config.destinations {
             builder = destination.pin(builder);
         }
-        let http = builder
-            .build()
-            .map_err(|e| ModelError::Unavailable(format!("HTTP client: {e}")))?;
+        let http = builder.build().map_err(|e| ModelError::Unavailable(format!("HTTP client: {e}")))?;
         let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
         Ok(ModelClient { config, http, slots, backoff: Duration::from_millis(500) })
     }

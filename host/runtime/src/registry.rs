@@ -5,6 +5,11 @@
 //! Plugins are shared (shipped with the server, or replaced for everybody by an admin) or belong
 //! to one tenant (its uploads): a tenant sees the shared ones and its own, its own shadowing a
 //! shared one of the same name, and never another tenant's.
+//!
+//! A server starts before its shipped plugins are compiled ([`Registry::defer_dir`]): each is
+//! known by name at once, compiled in the background ([`Registry::load_deferred`]), and compiled
+//! on the spot when a job asks for it first — so a fresh replica answers at once and runs its
+//! first rollout without waiting for the rest.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -23,6 +28,11 @@ pub struct Registry {
     current: RwLock<HashMap<Owner, BTreeMap<String, Arc<Plugin>>>>,
     /// Every version loaded since start, by owner and content hash (jobs may pin one).
     versions: RwLock<HashMap<(Owner, String), Arc<Plugin>>>,
+    /// Shared plugins known by name but not compiled yet: name → component file.
+    deferred: std::sync::Mutex<BTreeMap<String, std::path::PathBuf>>,
+    /// Held while a deferred plugin compiles: the background loader and a job asking for the
+    /// same plugin never compile it twice.
+    compiling: std::sync::Mutex<()>,
 }
 
 /// A plugin as one tenant sees it.
@@ -44,7 +54,13 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 
 impl Registry {
     pub fn new(runtime: Arc<Runtime>) -> Self {
-        Registry { runtime, current: RwLock::new(HashMap::new()), versions: RwLock::new(HashMap::new()) }
+        Registry {
+            runtime,
+            current: RwLock::new(HashMap::new()),
+            versions: RwLock::new(HashMap::new()),
+            deferred: Default::default(),
+            compiling: Default::default(),
+        }
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
@@ -66,6 +82,66 @@ impl Registry {
             }
         }
         Ok(failed)
+    }
+
+    /// Makes every `*.wasm` in `dir` known as a shared plugin by its manifest's name (the file's
+    /// stem without one), compiled later: by [`Registry::load_deferred`] or when first asked for.
+    pub fn defer_dir(&self, dir: &Path) -> Result<usize, String> {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("plugin directory {}: {e}", dir.display()))?;
+        let mut deferred = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+        for path in entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "wasm")) {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = Manifest::beside(&path).ok().flatten().map(|m| m.name).unwrap_or(stem);
+            deferred.insert(name, path);
+        }
+        Ok(deferred.len())
+    }
+
+    /// How many deferred plugins are still to compile.
+    pub fn deferred_count(&self) -> usize {
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Compiles every deferred plugin, those named in `first` first (the most used); returns
+    /// what failed.
+    pub fn load_deferred(&self, first: &[String]) -> Vec<(String, PluginError)> {
+        let mut order: Vec<String> = first.iter().filter(|n| self.is_deferred(n)).cloned().collect();
+        let rest: Vec<String> = self.deferred.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        order.extend(rest.into_iter().filter(|n| !first.contains(n)));
+        let mut failed = Vec::new();
+        for name in order {
+            if let Err(e) = self.compile_deferred(&name) {
+                failed.push((name, e));
+            }
+        }
+        failed
+    }
+
+    fn is_deferred(&self, name: &str) -> bool {
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner()).contains_key(name)
+    }
+
+    /// Compiles the deferred plugin `name` now (a no-op when it is not deferred).
+    fn compile_deferred(&self, name: &str) -> Result<(), PluginError> {
+        let _one_at_a_time = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(path) = self.deferred.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned() else {
+            return Ok(());
+        };
+        let loaded = self.runtime.load_file(&path);
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        match loaded {
+            Ok(plugin) => {
+                // An admin's replacement uploaded meanwhile stays current.
+                if !read(&self.current).get(&None).is_some_and(|m| m.contains_key(name)) {
+                    self.put(None, plugin);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!("plugin {} not loaded: {e}", path.display());
+                Err(e)
+            }
+        }
     }
 
     /// Swaps in an already loaded plugin under its name for `owner`.
@@ -114,19 +190,21 @@ impl Registry {
             .cloned()
     }
 
-    /// The shared plugin `name`.
+    /// The shared plugin `name` (compiled now if it was deferred).
     pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
+        if let Some(plugin) = read(&self.current).get(&None).and_then(|m| m.get(name)).cloned() {
+            return Some(plugin);
+        }
+        if self.is_deferred(name) {
+            let _ = self.compile_deferred(name);
+        }
         read(&self.current).get(&None).and_then(|m| m.get(name)).cloned()
     }
 
     /// The plugin `name` as `tenant` sees it: its own upload, else the shared one.
     pub fn get_for(&self, tenant: &str, name: &str) -> Option<Arc<Plugin>> {
-        let current = read(&self.current);
-        current
-            .get(&Some(tenant.to_string()))
-            .and_then(|m| m.get(name))
-            .or_else(|| current.get(&None).and_then(|m| m.get(name)))
-            .cloned()
+        let own = read(&self.current).get(&Some(tenant.to_string())).and_then(|m| m.get(name)).cloned();
+        own.or_else(|| self.get(name))
     }
 
     /// Whether `tenant` has an upload of its own named `name`.
@@ -164,8 +242,13 @@ impl Registry {
 
     /// A plugin name as `tenant` sees it (no paths: a tenant of a server names plugins).
     pub fn resolve_for(&self, tenant: &str, name: &str) -> Result<Arc<Plugin>, String> {
-        self.get_for(tenant, name)
-            .ok_or_else(|| unknown(name, self.list_for(tenant).into_iter().map(|p| p.info.name).collect(), ""))
+        self.get_for(tenant, name).ok_or_else(|| {
+            let mut names: Vec<String> = self.list_for(tenant).into_iter().map(|p| p.info.name).collect();
+            names.extend(self.deferred.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned());
+            names.sort();
+            names.dedup();
+            unknown(name, names, "")
+        })
     }
 }
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use orchard_eval::{RolloutResult, Summary};
 use orchard_store::{EvalRow, NewEval, NewRollout, Store, StoreError};
 
-pub use plugin_sync::sync_plugins;
 pub use orchard_task_files::{Limits as UploadLimits, UnpackError, unpack};
+pub use plugin_sync::sync_plugins;
 pub use prepare::{Env, PrepareError, Prepared, dataset_dir, model_config};
 pub use runner::{FinishedEvent, Runner, RunnerConfig};
 pub use spec::{EvalSpec, ModelSpec, TaskSource};

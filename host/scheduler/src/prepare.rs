@@ -244,8 +244,7 @@ pub async fn model_config(env: &Env, tenant: &str, spec: &ModelSpec, field: &str
     let checked = env.egress.check(&format!("{field}.url"), &spec.url).await.map_err(|e| err(e.to_string()))?;
     config.destinations.push(checked);
     if let Some(url) = &spec.tokenize_url {
-        let checked =
-            env.egress.check(&format!("{field}.tokenize_url"), url).await.map_err(|e| err(e.to_string()))?;
+        let checked = env.egress.check(&format!("{field}.tokenize_url"), url).await.map_err(|e| err(e.to_string()))?;
         config.destinations.push(checked);
     }
     if let Some(name) = &spec.api_key_secret {
@@ -289,12 +288,14 @@ async fn load_source(env: &Env, tenant: &str, source: &TaskSource) -> Result<Vec
             return blocking(move || load_all(&dirs)).await?;
         }
         TaskSource::Dataset(name) => {
-            let dir = env.datasets.get(name).cloned().ok_or_else(|| err(format!("tasks: no dataset named {name:?}")))?;
+            let dir =
+                env.datasets.get(name).cloned().ok_or_else(|| err(format!("tasks: no dataset named {name:?}")))?;
             (dir, name.clone(), name.clone())
         }
         TaskSource::Archive(id) => (archive_dir(env, tenant, id).await?, String::new(), "tasks".to_string()),
     };
-    blocking(move || orchard_eval::load_tasks_in(&root, &label, &domain).map_err(|e| err(format!("tasks: {e}")))).await?
+    blocking(move || orchard_eval::load_tasks_in(&root, &label, &domain).map_err(|e| err(format!("tasks: {e}"))))
+        .await?
 }
 
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, PrepareError> {

@@ -329,10 +329,16 @@ impl Runner {
                     RolloutStatus::Unknown => "unknown",
                     RolloutStatus::Error => "error",
                 };
+                // Label values are the operator's plugin names only: a tenant's own upload is
+                // `private` (its name is the tenant's choice, and labels must stay bounded).
+                let shared = |id: &str| {
+                    let name = id.split('@').next().unwrap_or(id);
+                    if this.env.registry.get(name).is_some() { name.to_string() } else { "private".to_string() }
+                };
                 metrics.rollout_finished(
                     status,
-                    &result.harness,
-                    &result.grader,
+                    &shared(&result.harness),
+                    &shared(&result.grader),
                     Duration::from_secs_f64(result.total_seconds.max(0.0)),
                     Duration::from_secs_f64(result.grade_seconds.max(0.0)),
                 );

@@ -101,9 +101,9 @@ impl AppState {
 
     /// Deletes the tenant's sandbox and gives its room back to the tenant's quota.
     pub async fn delete_sandbox(&self, tenant: &Tenant, id: &str) -> ApiResult<()> {
-        self.sandbox(tenant, id).await?;
-        self.backend.delete(id).await?;
-        self.admission.quotas.release(id);
+        let info = self.sandbox(tenant, id).await?;
+        self.backend.delete(&info.id).await?;
+        self.admission.quotas.release(&info.id);
         Ok(())
     }
 

@@ -94,12 +94,47 @@ fn redact(item: &str) -> String {
 
 /// Paths anyone may call: probes and the service banner.
 fn is_public(path: &str) -> bool {
-    // /metrics: for Prometheus; its labels name no tenant and no job.
-    matches!(path, "/" | "/health" | "/v1/health" | "/v1/ready" | "/v1/openapi.json" | "/metrics")
+    matches!(path, "/" | "/health" | "/v1/health" | "/ready" | "/v1/ready" | "/v1/openapi.json")
+}
+
+/// `/metrics` is the operator's: it answers the metrics token (`--metrics-token`, as a bearer
+/// token) or an admin tenant's key; without API keys (a loopback server) anyone on the machine.
+fn metrics_allowed(state: &AppState, request: &Request) -> bool {
+    if state.keys.is_empty() {
+        return true;
+    }
+    let headers = request.headers();
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).or(bearer);
+    if let (Some(token), Some(given)) = (&state.metrics_token, bearer)
+        && constant_time_eq(token.as_bytes(), given.as_bytes())
+    {
+        return true;
+    }
+    key.and_then(|k| state.keys.tenant_of(k)).is_some_and(|t| state.keys.is_admin(t))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path().to_string();
+    if path == "/metrics" {
+        if metrics_allowed(&state, &request) {
+            return next.run(request).await;
+        }
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "denied",
+            "metrics are the operator's: send the metrics token as Authorization: Bearer, or an admin's key",
+        )
+        .into_response();
+    }
     // The web UI signs its own requests in (a session cookie; CSRF tokens on its forms).
     if is_public(&path) || path == "/ui" || path.starts_with("/ui/") {
         return next.run(request).await;

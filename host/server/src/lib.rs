@@ -11,6 +11,7 @@ mod auth;
 mod error;
 mod extract;
 mod jobs;
+mod listener;
 mod openapi;
 mod pty_proxy;
 mod routes_files;
@@ -33,6 +34,7 @@ use orchard_sandbox::{Backend, SandboxInfo};
 
 pub use auth::{ApiKeys, DEFAULT_TENANT, Tenant};
 pub use error::{ApiError, ApiResult};
+pub use listener::ConnectionLimits;
 pub use openapi::document_value as openapi_document;
 
 pub struct AppState {
@@ -49,6 +51,8 @@ pub struct AppState {
     pub groups: Option<Arc<orchard_groups::GroupService>>,
     /// The recording OpenAI-compatible proxy (`/v1/proxy`).
     pub proxy: Option<Arc<orchard_model_proxy::ProxyService>>,
+    /// The operator's credential for `/metrics` (besides an admin tenant's key).
+    pub metrics_token: Option<String>,
 }
 
 impl AppState {
@@ -67,7 +71,16 @@ impl AppState {
             evals: None,
             groups: None,
             proxy: None,
+            metrics_token: None,
         })
+    }
+
+    /// The same state, with `/metrics` also answering `token`.
+    pub fn with_metrics_token(self: Arc<Self>, token: Option<String>) -> Arc<Self> {
+        let mut state =
+            Arc::try_unwrap(self).unwrap_or_else(|_| panic!("with_metrics_token before the state is shared"));
+        state.metrics_token = token.filter(|t| !t.is_empty());
+        Arc::new(state)
     }
 
     /// The same state, serving evaluations too.
@@ -79,20 +92,43 @@ impl AppState {
         Arc::new(state)
     }
 
-    /// The sandbox, if it exists and belongs to `tenant`; otherwise 404 either way, so that one
-    /// tenant cannot even learn which ids another uses.
+    /// The sandbox the tenant calls `id` (a name it chose, or one the server gave), if it
+    /// exists and is the tenant's; otherwise 404 either way, so that one tenant cannot even learn
+    /// which ids another uses. The answer's `id` is the backend's: use it for the backend.
     pub async fn sandbox(&self, tenant: &Tenant, id: &str) -> ApiResult<SandboxInfo> {
-        match self.backend.get(id).await {
-            Ok(info) if info.tenant == tenant.0 => Ok(info),
-            _ => Err(ApiError::not_found(format!("sandbox {id} not found"))),
+        for candidate in [scoped_id(&tenant.0, id), id.to_string()] {
+            if let Ok(info) = self.backend.get(&candidate).await
+                && info.tenant == tenant.0
+            {
+                return Ok(info);
+            }
         }
+        Err(ApiError::not_found(format!("sandbox {id} not found")))
     }
 
     /// The sandbox's agent client, after the tenant check.
     pub async fn agent(&self, tenant: &Tenant, id: &str) -> ApiResult<Arc<orchard_agent_client::AgentClient>> {
-        self.sandbox(tenant, id).await?;
-        Ok(self.backend.agent(id).await?)
+        let info = self.sandbox(tenant, id).await?;
+        Ok(self.backend.agent(&info.id).await?)
     }
+}
+
+/// Ids clients choose are their tenant's own: two tenants may both name a sandbox `web`. The
+/// backend keeps a chosen id under a prefix derived from the tenant (ids the server makes up are
+/// random and kept as they are); clients only ever see the id they chose.
+pub fn scoped_id(tenant: &str, id: &str) -> String {
+    use sha2::Digest;
+    let tag = hex::encode(&sha2::Sha256::digest(tenant.as_bytes())[..4]);
+    format!("t{tag}-{id}")
+}
+
+/// Longest id a client may choose (the backend's limit less the tenant's prefix).
+pub const MAX_CLIENT_ID: usize = 63 - 10;
+
+/// The id the sandbox's tenant calls it by.
+pub fn client_id(info: &SandboxInfo) -> String {
+    let prefix = scoped_id(&info.tenant, "");
+    info.id.strip_prefix(&prefix).map(str::to_string).unwrap_or_else(|| info.id.clone())
 }
 
 /// JSON bodies of the compatible API (base64 file contents) may be large.
@@ -120,6 +156,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/", get(routes_sandboxes::banner))
         .route("/health", get(routes_sandboxes::health))
         .route("/v1/ready", get(ready))
+        .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/v1/openapi.json", get(openapi::document))
         .merge(routes_sandboxes::routes())
@@ -166,12 +203,19 @@ async fn metrics(axum::extract::State(state): axum::extract::State<Arc<AppState>
     ([(axum::http::header::CONTENT_TYPE, orchard_metrics::CONTENT_TYPE)], m.encode()).into_response()
 }
 
-/// Readiness: the database answers (when the server runs evaluations).
-#[utoipa::path(get, path = "/v1/ready", tag = "service", summary = "Readiness: the database answers", security(()),
+/// Readiness (also at `/ready`): the shipped plugins are compiled and the database answers.
+/// Liveness is `/health`, which answers from the moment the server listens.
+#[utoipa::path(get, path = "/v1/ready", tag = "service", summary = "Readiness: plugins compiled and the database answers", security(()),
     responses((status = 200, description = "Ready", body = serde_json::Value),
-        (status = 503, description = "The database does not answer", body = orchard_evals_api::openapi::Problem)))]
+        (status = 503, description = "Plugins still compiling, or the database does not answer", body = orchard_evals_api::openapi::Problem)))]
 async fn ready(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
     use axum::response::IntoResponse;
+    if let Some(registry) = &state.plugins {
+        let left = registry.deferred_count();
+        if left > 0 {
+            return ApiError::unavailable(format!("{left} plugins still compiling")).into_response();
+        }
+    }
     if let Some(evals) = &state.evals
         && let Err(e) = evals.env.store.ping().await
     {
@@ -229,12 +273,21 @@ pub fn check_listen_policy(addr: &SocketAddr, keys: &ApiKeys, allow_no_auth: boo
     Ok(())
 }
 
-/// Serves until `shutdown` resolves.
+/// Serves until `shutdown` resolves, with the default connection limits.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(state);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    serve_with(listener, state, ConnectionLimits::default(), shutdown).await
+}
+
+/// Serves until `shutdown` resolves, under `limits` (see [`ConnectionLimits`]).
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    limits: ConnectionLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    listener::serve(listener, router(state), limits, shutdown).await
 }

@@ -71,7 +71,13 @@ fn yes() -> bool {
 impl CreateBody {
     pub fn to_spec(&self, tenant: &Tenant) -> ApiResult<SandboxSpec> {
         let mut spec = SandboxSpec::new(tenant.0.clone(), self.image.clone());
-        spec.id = self.sandbox_id.clone();
+        if let Some(id) = &self.sandbox_id {
+            orchard_sandbox::valid_sandbox_id(id).map_err(ApiError::bad_request)?;
+            if id.len() > crate::MAX_CLIENT_ID {
+                return Err(ApiError::bad_request(format!("sandbox_id: at most {} characters", crate::MAX_CLIENT_ID)));
+            }
+            spec.id = Some(crate::scoped_id(&tenant.0, id));
+        }
         spec.block_network = self.block_network;
         spec.cpu =
             self.cpu.as_ref().map(parse_cpu).transpose().map_err(|e| ApiError::bad_request(format!("cpu: {e}")))?;
@@ -113,7 +119,7 @@ fn status_name(s: SandboxStatus) -> &'static str {
 /// Orchard's own view of a sandbox (`/v1`): amounts as numbers (bytes, cores).
 pub fn sandbox_view(info: &SandboxInfo) -> Value {
     json!({
-        "sandbox_id": info.id,
+        "sandbox_id": crate::client_id(info),
         "namespace": info.tenant,
         "image": info.image,
         "pod_name": info.id,
@@ -168,7 +174,7 @@ async fn create(
     Ok((
         StatusCode::OK,
         Json(json!({
-            "sandbox_id": info.id,
+            "sandbox_id": crate::client_id(&info),
             "namespace": info.tenant,
             "image": info.image,
             "block_network": info.block_network,
@@ -206,9 +212,9 @@ async fn wait(
     Path(id): Path<String>,
     Query(q): Query<WaitQuery>,
 ) -> ApiResult<Json<Value>> {
-    state.sandbox(&tenant, &id).await?;
+    let found = state.sandbox(&tenant, &id).await?;
     let timeout = Duration::from_secs_f64(q.timeout.unwrap_or(300.0).clamp(0.0, 3600.0));
-    let info = state.backend.wait_ready(&id, timeout).await?;
+    let info = state.backend.wait_ready(&found.id, timeout).await?;
     Ok(Json(compat_view(&info)))
 }
 
@@ -226,7 +232,7 @@ async fn heartbeat(
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    state.sandbox(&tenant, &id).await?;
-    let info = state.backend.heartbeat(&id).await?;
+    let found = state.sandbox(&tenant, &id).await?;
+    let info = state.backend.heartbeat(&found.id).await?;
     Ok(Json(json!({"sandbox_id": id, "status": "ok", "expires_at": info.expires_at()})))
 }

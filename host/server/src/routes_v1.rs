@@ -135,7 +135,7 @@ async fn fork(
     (shape.memory_bytes, shape.cpu) = (source.memory_bytes, source.cpu);
     let mut reservation = state.admission.quotas.reserve(&shape, body.count)?;
     let started = std::time::Instant::now();
-    let forked = state.backend.fork(&id, body.count).await?;
+    let forked = state.backend.fork(&source.id, body.count).await?;
     for child in &forked.sandboxes {
         reservation.commit(&child.id);
     }

@@ -22,7 +22,14 @@ pub struct DatasetRow {
 impl Store {
     /// Keeps an uploaded dataset: the archive (by its content hash `id`) and what it costs.
     /// A second upload of the same id is a no-op.
-    pub async fn put_dataset(&self, id: &str, tenant: &str, data: &[u8], unpacked_bytes: u64, tasks: u64) -> Result<()> {
+    pub async fn put_dataset(
+        &self,
+        id: &str,
+        tenant: &str,
+        data: &[u8],
+        unpacked_bytes: u64,
+        tasks: u64,
+    ) -> Result<()> {
         let mut tx = self.write.begin().await?;
         let at = now();
         sqlx::query(

@@ -204,6 +204,24 @@ async fn insert_rollouts(
 }
 
 impl Store {
+    /// Harness names by how many rollouts ran them, most first (what a fresh replica compiles
+    /// first).
+    pub async fn harness_usage(&self) -> Result<Vec<String>> {
+        let rows =
+            sqlx::query("SELECT harness, COUNT(*) AS n FROM rollouts GROUP BY harness ORDER BY n DESC LIMIT 100")
+                .fetch_all(&self.read)
+                .await?;
+        let mut names: Vec<String> = Vec::new();
+        for row in &rows {
+            let id = get_str(row, "harness")?;
+            let name = id.split('@').next().unwrap_or(&id).to_string();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
     /// Creates the job with every rollout queued, in one transaction.
     pub async fn create_eval(&self, eval: &NewEval) -> Result<EvalRow> {
         if eval.rollouts.is_empty() {

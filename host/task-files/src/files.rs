@@ -41,9 +41,7 @@ fn reason(e: &std::io::Error) -> String {
         // cap-std's answer to a path (or link) leading out of the root.
         std::io::ErrorKind::PermissionDenied => "leads outside the task folders, or is not readable".into(),
         _ if e.raw_os_error() == Some(40) => "too many levels of links".into(),
-        _ if e.raw_os_error() == Some(18) || e.raw_os_error() == Some(1) => {
-            "leads outside the task folders".into()
-        }
+        _ if e.raw_os_error() == Some(18) || e.raw_os_error() == Some(1) => "leads outside the task folders".into(),
         _ => e.kind().to_string(),
     }
 }

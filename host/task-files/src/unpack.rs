@@ -160,8 +160,15 @@ fn unpack_into(gz: &[u8], staging: &Path, limits: Limits) -> Result<u64, UnpackE
             }
             // Metadata of the next entry (long names, pax records): tar reads them itself.
             tar::EntryType::XGlobalHeader | tar::EntryType::XHeader => continue,
-            tar::EntryType::Link => return Err(refused(&name, "is a hard link; task folders hold files, folders and symlinks")),
-            other => return Err(refused(&name, format!("is a {other:?} entry; task folders hold files, folders and symlinks"))),
+            tar::EntryType::Link => {
+                return Err(refused(&name, "is a hard link; task folders hold files, folders and symlinks"));
+            }
+            other => {
+                return Err(refused(
+                    &name,
+                    format!("is a {other:?} entry; task folders hold files, folders and symlinks"),
+                ));
+            }
         }
         let landed = entry.unpack_in(staging).map_err(|e| {
             if e.to_string().contains(BOMB) {
