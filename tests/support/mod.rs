@@ -150,6 +150,8 @@ impl Server {
             .env("ORCHARD_PLUGIN_CACHE", workspace_target("test-plugin-cache"))
             .env("RUST_LOG", "info,orchard_sandbox_local=debug,orchard_sandbox_k8s=debug")
             .env_remove("ORCHARD_API_KEYS")
+            // The tests' mock models listen on loopback; a test of the allowlist sets its own.
+            .env("ORCHARD_MODEL_ALLOW", "127.0.0.0/8")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if let Some(keys) = &opts.api_keys {

@@ -64,7 +64,7 @@ fn name_ref(text: &str) -> Result<(String, String), String> {
     Ok((name.trim().to_string(), reference.trim().to_string()))
 }
 
-fn optional<T>(
+pub(crate) fn optional<T>(
     flag: &str,
     text: &str,
     parse: impl Fn(&serde_json::Value) -> Result<T, String>,

@@ -94,6 +94,12 @@ pub struct EvalArgs {
     /// `browser={"mode":"marks"}`); repeatable.
     #[arg(long = "tool-config", value_name = "NAME=JSON")]
     pub(crate) tool_config: Vec<String>,
+    /// Memory of each rollout's sandbox when its task names none ("none": no limit).
+    #[arg(long, default_value = "2Gi")]
+    pub(crate) sandbox_memory: String,
+    /// Writable-layer size of each rollout's sandbox ("none": no limit).
+    #[arg(long, default_value = "10Gi")]
+    pub(crate) sandbox_disk: String,
     /// Per plugin instance: CPU seconds and memory.
     #[arg(long, default_value_t = 120.0)]
     pub(crate) plugin_cpu: f64,
@@ -231,6 +237,14 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         upload_limits: Default::default(),
         // The operator's own machine: any model URL.
         egress: orchard_egress::Policy::open(),
+        sandbox_defaults: orchard_scheduler::SandboxDefaults {
+            memory_bytes: crate::admission_args::optional(
+                "sandbox-memory",
+                &args.sandbox_memory,
+                orchard_sandbox::parse_memory,
+            )?,
+            disk_bytes: crate::admission_args::optional("sandbox-disk", &args.sandbox_disk, orchard_sandbox::parse_memory)?,
+        },
     });
     let previous = store
         .list_evals(LOCAL_TENANT, &orchard_store::EvalFilter { limit: 1, ..Default::default() })

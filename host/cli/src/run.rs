@@ -16,15 +16,17 @@ pub struct RunArgs {
     /// registry reference.
     #[arg(long, default_value = "host")]
     image: String,
-    /// Memory limit, e.g. `512Mi`.
-    #[arg(long)]
-    memory: Option<String>,
+    /// Memory limit, e.g. `512Mi` ("none": no limit). The default is `orchard serve`'s: a
+    /// command's runaway code fills the sandbox, not the host.
+    #[arg(long, default_value = "2Gi")]
+    memory: String,
     /// CPU limit in cores, e.g. `0.5`.
     #[arg(long)]
     cpu: Option<String>,
-    /// Size limit of the sandbox's writable layer, e.g. `10Gi` (ENOSPC past it).
-    #[arg(long)]
-    disk: Option<String>,
+    /// Size limit of the sandbox's writable layer, e.g. `10Gi` (ENOSPC past it; "none": no
+    /// limit).
+    #[arg(long, default_value = "10Gi")]
+    disk: String,
     /// Open the network (NAT; the host itself stays unreachable).
     #[arg(long)]
     network: bool,
@@ -46,14 +48,8 @@ pub async fn run(args: RunArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32> 
     let backend = LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?;
     let mut spec = SandboxSpec::new("default", &args.image);
     spec.block_network = !args.network;
-    spec.memory_bytes =
-        args.memory.as_ref().map(|m| parse_memory(&m.as_str().into())).transpose().map_err(anyhow::Error::msg)?;
-    spec.disk_bytes = args
-        .disk
-        .as_ref()
-        .map(|d| parse_memory(&d.as_str().into()))
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("--disk: {e}"))?;
+    spec.memory_bytes = crate::admission_args::optional("memory", &args.memory, parse_memory)?;
+    spec.disk_bytes = crate::admission_args::optional("disk", &args.disk, parse_memory)?;
     spec.cpu = args.cpu.as_ref().map(|c| parse_cpu(&c.as_str().into())).transpose().map_err(anyhow::Error::msg)?;
     let info = backend.create(spec).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let outcome = stream(&*backend, &info.id, &args).await;

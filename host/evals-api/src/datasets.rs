@@ -19,9 +19,7 @@ use serde_json::json;
 use crate::error::{ApiError, ApiResult};
 use crate::{EvalService, TenantId};
 
-fn too_large(detail: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", detail)
-}
+use crate::quota::too_large;
 
 #[utoipa::path(post, path = "/v1/datasets", tag = "datasets", summary = "Upload Harbor task folders (.tar.gz); answers the dataset id and its tasks", request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "A .tar.gz of task folders (any content type)"), responses((status = 201, description = "Stored", body = serde_json::Value), (status = 413, description = "Over an upload limit or the tenant's dataset quota (named)", body = crate::openapi::Problem), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn upload(

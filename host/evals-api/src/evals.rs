@@ -47,6 +47,7 @@ pub fn eval_view(e: &EvalRow) -> Value {
 pub async fn submit(State(service): S, Extension(tenant): T, body: Bytes) -> ApiResult<Response> {
     let spec: EvalSpec = parse(&body)?;
     check_client_tasks(&spec.tasks)?;
+    crate::quota::check_results(&service, &tenant).await?;
     let row = submit_spec(&service, &tenant, spec).await?;
     Ok((StatusCode::CREATED, Json(eval_view(&row))).into_response())
 }
@@ -195,6 +196,19 @@ pub async fn cancel_eval(service: &EvalService, tenant: &TenantId, id: &str) -> 
     service.runner.stop_eval(id).await;
     tracing::info!(eval = %id, tenant = %tenant.0, "evaluation cancelled");
     owned(service, tenant, id).await
+}
+
+#[utoipa::path(delete, path = "/v1/evals/{id}", tag = "evals", summary = "Delete a finished or cancelled evaluation and its stored results (frees the results quota)", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "Deleted", body = serde_json::Value), (status = 409, description = "Still running: cancel it first", body = crate::openapi::Problem), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+pub async fn delete(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let eval = owned(&service, &tenant, &id).await?;
+    let busy = || {
+        ApiError::new(StatusCode::CONFLICT, "conflict", format!("evaluation {id} is still running: cancel it first"))
+    };
+    if !matches!(eval.status.as_str(), "done" | "cancelled") || !service.env.store.delete_eval(&id).await? {
+        return Err(busy());
+    }
+    tracing::info!(eval = %id, tenant = %tenant.0, "evaluation deleted");
+    Ok(Json(json!({"deleted": id})))
 }
 
 #[utoipa::path(post, path = "/v1/evals/{id}/retry", tag = "evals", summary = "Queue the errored and unknown rollouts again", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]

@@ -7,6 +7,7 @@
 mod datasets;
 mod error;
 mod evals;
+pub mod quota;
 mod events;
 pub mod openapi;
 mod secrets;
@@ -59,7 +60,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<EvalService>) -> Ro
         )
         .route("/datasets/{id}", delete(datasets::delete))
         .route("/evals", post(evals::submit).get(evals::list))
-        .route("/evals/{id}", get(evals::get_one))
+        .route("/evals/{id}", get(evals::get_one).delete(evals::delete))
         .route("/evals/{id}/rollouts", get(evals::rollouts))
         .route("/evals/{id}/rollouts/{rid}", get(evals::rollout))
         .route("/evals/{id}/events", get(events::stream))

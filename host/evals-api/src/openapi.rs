@@ -24,6 +24,7 @@ pub struct Problem {
         crate::evals::rollouts,
         crate::evals::rollout,
         crate::evals::cancel,
+        crate::evals::delete,
         crate::evals::retry,
         crate::evals::export,
         crate::events::stream,

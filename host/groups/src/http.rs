@@ -45,6 +45,7 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let request: GroupRequest = orchard_evals_api::parse(&body)?;
     orchard_evals_api::check_client_tasks(&request.tasks)?;
+    orchard_evals_api::quota::check_results(&service.evals, &tenant).await?;
     let groups = request.task_ids.len();
     let rx = service.start(&tenant.0, request).await?;
     tracing::info!(tenant = %tenant.0, groups, "rollout groups started");

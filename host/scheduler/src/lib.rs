@@ -15,7 +15,7 @@ use orchard_store::{EvalRow, NewEval, NewRollout, Store, StoreError};
 
 pub use orchard_task_files::{Limits as UploadLimits, UnpackError, unpack};
 pub use plugin_sync::sync_plugins;
-pub use prepare::{Env, PrepareError, Prepared, dataset_dir, model_config};
+pub use prepare::{Env, PrepareError, Prepared, SandboxDefaults, dataset_dir, model_config};
 pub use runner::{FinishedEvent, Runner, RunnerConfig};
 pub use spec::{EvalSpec, ModelSpec, TaskSource};
 

@@ -33,6 +33,16 @@ pub struct Env {
     pub upload_limits: orchard_task_files::Limits,
     /// Where a model URL a job names may point (`Policy::open` for the operator's own runs).
     pub egress: orchard_egress::Policy,
+    /// Sandbox limits where there is no admission (the operator's own `orchard eval`): a task
+    /// that names no memory gets this much, and every sandbox this much writable layer.
+    pub sandbox_defaults: SandboxDefaults,
+}
+
+/// Limits for sandboxes of jobs without admission rules (`None`: unlimited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SandboxDefaults {
+    pub memory_bytes: Option<u64>,
+    pub disk_bytes: Option<u64>,
 }
 
 /// A job ready to run rollouts.
@@ -91,6 +101,12 @@ impl Prepared {
                 sandbox_pids = probe.pids;
                 sandbox_disk_bytes = probe.disk_bytes;
             }
+        } else {
+            let defaults = env.sandbox_defaults;
+            for task in &mut tasks {
+                task.memory_bytes = task.memory_bytes.or(defaults.memory_bytes);
+            }
+            sandbox_disk_bytes = defaults.disk_bytes;
         }
         let task_order = tasks.iter().map(|t| t.id.clone()).collect();
         let task_tools = tasks.iter().flat_map(|t| t.tools.iter().flatten().cloned()).collect();
@@ -320,6 +336,10 @@ async fn archive_dir(env: &Env, tenant: &str, id: &str) -> Result<PathBuf, Prepa
     let owner = env.store.blob_owner(id).await.map_err(|e| err(format!("tasks: {e}")))?;
     if owner.as_deref() != Some(tenant) {
         return Err(missing());
+    }
+    // Retention counts from the last job that used it, not from the upload.
+    if let Err(e) = env.store.touch_dataset(id).await {
+        tracing::warn!(dataset = %id, error = %e, "could not note a dataset's use");
     }
     if dir.join(".complete").is_file() {
         return Ok(dir);

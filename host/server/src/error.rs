@@ -37,6 +37,12 @@ impl ApiError {
     }
 }
 
+impl From<orchard_evals_api::ApiError> for ApiError {
+    fn from(e: orchard_evals_api::ApiError) -> Self {
+        ApiError::new(e.status, e.kind, e.detail)
+    }
+}
+
 impl From<SandboxError> for ApiError {
     fn from(e: SandboxError) -> Self {
         let message = e.to_string();

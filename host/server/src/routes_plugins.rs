@@ -97,6 +97,9 @@ async fn upload(
             m.name
         )));
     }
+    if let (Some(evals), Some(t)) = (&state.evals, &owner) {
+        orchard_evals_api::quota::check_plugins(evals, t, bytes.len() as u64).await?;
+    }
     let replaced = match &owner {
         Some(t) => registry.owns(t, &name),
         None => registry.get(&name).is_some(),

@@ -204,6 +204,21 @@ async fn insert_rollouts(
 }
 
 impl Store {
+    /// Bytes `tenant`'s stored results take: trajectories and result documents of its jobs (what
+    /// the results quota counts).
+    pub async fn result_usage(&self, tenant: &str) -> Result<u64> {
+        let row = sqlx::query(
+            "SELECT CAST(COALESCE((SELECT SUM(LENGTH(t.doc)) FROM trajectories t JOIN evals e ON e.id = t.eval_id
+                                   WHERE e.tenant = $1), 0)
+                       + COALESCE((SELECT SUM(LENGTH(r.result)) FROM rollouts r WHERE r.tenant = $1), 0) AS BIGINT)
+                    AS used",
+        )
+        .bind(tenant)
+        .fetch_one(&self.read)
+        .await?;
+        Ok(crate::get_i64(&row, "used")?.max(0) as u64)
+    }
+
     /// Harness names by how many rollouts ran them, most first (what a fresh replica compiles
     /// first).
     pub async fn harness_usage(&self) -> Result<Vec<String>> {
@@ -434,6 +449,30 @@ impl Store {
                 Ok((rollout_row(row)?, doc))
             })
             .collect()
+    }
+
+    /// Forgets a job and everything it stored (rollouts, trajectories, counters), in one
+    /// transaction. Only a job with nothing running: a runner's late write would land nowhere.
+    /// `false`: it still has rollouts running.
+    pub async fn delete_eval(&self, eval_id: &str) -> Result<bool> {
+        let mut tx = self.write.begin().await?;
+        let running = sqlx::query("SELECT 1 AS one FROM rollouts WHERE eval_id = $1 AND state = 'running' LIMIT 1")
+            .bind(eval_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if running.is_some() {
+            return Ok(false);
+        }
+        for statement in [
+            "DELETE FROM trajectories WHERE eval_id = $1",
+            "DELETE FROM cells WHERE eval_id = $1",
+            "DELETE FROM rollouts WHERE eval_id = $1",
+        ] {
+            sqlx::query(statement).bind(eval_id).execute(&mut *tx).await?;
+        }
+        sqlx::query("DELETE FROM evals WHERE id = $1").bind(eval_id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// Stops a job: queued rollouts are cancelled now; running ones when their runner sees it.

@@ -54,6 +54,15 @@ impl Store {
         Ok(())
     }
 
+    /// Bytes `tenant`'s uploaded plugins take, every version kept (what the plugin quota counts).
+    pub async fn plugin_usage(&self, tenant: &str) -> Result<u64> {
+        let row = sqlx::query("SELECT CAST(COALESCE(SUM(LENGTH(data)), 0) AS BIGINT) AS used FROM plugins WHERE tenant = $1")
+            .bind(tenant)
+            .fetch_one(&self.read)
+            .await?;
+        Ok(crate::get_i64(&row, "used")?.max(0) as u64)
+    }
+
     /// The current version of every uploaded plugin, of every tenant (what a replica syncs).
     pub async fn current_plugins(&self) -> Result<Vec<PluginVersion>> {
         let rows = sqlx::query(

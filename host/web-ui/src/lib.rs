@@ -30,7 +30,7 @@ use axum::{Form, Router};
 use orchard_evals_api::{ApiError, EvalService, TenantId};
 use serde::Deserialize;
 
-pub use session::{KeyCheck, Sessions};
+pub use session::{KeyCheck, Session, Sessions};
 
 pub struct UiState {
     pub service: Arc<EvalService>,
@@ -90,19 +90,27 @@ pub struct Signed {
     pub tenant: TenantId,
     pub csrf: String,
     pub open: bool,
+    pub session: Session,
 }
 
 impl FromRequestParts<Arc<UiState>> for Signed {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<UiState>) -> Result<Self, Self::Rejection> {
-        match state.sessions.tenant(&parts.headers) {
-            Some(t) => Ok(Signed {
-                tenant: TenantId(t),
+        let session = state.sessions.session(&parts.headers);
+        let revoked = match session.as_ref().and_then(|s| s.id.as_deref()) {
+            // A store that cannot answer fails closed: sign in again.
+            Some(id) => state.service.env.store.session_revoked(id).await.unwrap_or(true),
+            None => false,
+        };
+        match session {
+            Some(s) if !revoked => Ok(Signed {
+                tenant: TenantId(s.tenant.clone()),
                 csrf: state.sessions.csrf(&parts.headers),
                 open: state.sessions.is_open(),
+                session: s,
             }),
-            None => {
+            _ => {
                 // The path as the browser asked for it (this router is nested at /ui).
                 let original = parts.extensions.get::<axum::extract::OriginalUri>().map(|u| u.0.clone());
                 let uri = original.as_ref().unwrap_or(&parts.uri);
@@ -201,6 +209,10 @@ struct LoginForm {
 
 async fn login(State(state): S, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
     let next = safe_next(form.next.as_deref());
+    if !Sessions::same_origin(&headers) {
+        // Login CSRF: another site posting its own key would sign this browser in as it.
+        return error_page(StatusCode::FORBIDDEN, "Sign in from Orchard's own sign-in page.");
+    }
     match state.sessions.sign_in(&form.api_key) {
         Some((tenant, cookie)) => {
             tracing::info!(%tenant, "signed in to the web UI");
@@ -223,6 +235,13 @@ pub(crate) struct CsrfForm {
 async fn logout(State(state): S, signed: Signed, headers: HeaderMap, Form(form): Form<CsrfForm>) -> Response {
     if let Err(r) = signed.check_csrf(&state, &headers, &form.csrf) {
         return r;
+    }
+    if let Some(id) = &signed.session.id {
+        // Revoked for every replica until it would have expired anyway.
+        if let Err(e) = state.service.env.store.revoke_session(id, signed.session.expires_at as f64).await {
+            tracing::error!(error = %e, "could not revoke a web UI session");
+            return error_page(StatusCode::SERVICE_UNAVAILABLE, "Signing out failed: try again.");
+        }
     }
     ([(header::SET_COOKIE, Sessions::clear_cookie())], Redirect::to("/ui/login")).into_response()
 }

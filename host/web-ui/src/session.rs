@@ -1,8 +1,11 @@
 //! Signing in with an API key: the key is checked once and the browser keeps a signed session
-//! cookie (HttpOnly, SameSite=Strict), never the key. Sessions are stateless — a tenant, an
-//! expiry and an HMAC over both — so every replica with the same keys accepts them, and changing
-//! the keys ends them. Forms carry a CSRF token derived from the session; a form posted without
-//! the right one is refused.
+//! cookie (HttpOnly, SameSite=Strict), never the key. A session is a tenant, a random id, an
+//! expiry and an HMAC over them, so every replica with the same keys accepts it and changing the
+//! keys ends every session. Signing out records the id as revoked in the store every replica
+//! reads ([`Session::id`]); a revoked id never opens a page again, even before it expires.
+//! Forms carry a CSRF token derived from the session; a form posted without the right one is
+//! refused. The sign-in form itself has no session yet: it is accepted only from this origin
+//! (`Sec-Fetch-Site`/`Origin`), so another site cannot sign a browser in as its own tenant.
 
 use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
@@ -12,6 +15,16 @@ pub const COOKIE: &str = "orchard_session";
 
 /// Checks an API key: the tenant it belongs to.
 pub type KeyCheck = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// A request's valid session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub tenant: String,
+    /// What sign-out revokes (`None` on an open server, where nobody signs in).
+    pub id: Option<String>,
+    /// Unix seconds: a revocation is kept until then.
+    pub expires_at: u64,
+}
 
 pub struct Sessions {
     secret: Vec<u8>,
@@ -52,7 +65,8 @@ impl Sessions {
     pub fn sign_in(&self, key: &str) -> Option<(String, String)> {
         let tenant = (self.check)(key.trim())?;
         let expiry = now() + self.lifetime_secs;
-        let body = format!("{}.{expiry}", hex::encode(tenant.as_bytes()));
+        let id = hex::encode(rand::random::<[u8; 16]>());
+        let body = format!("{}.{id}.{expiry}", hex::encode(tenant.as_bytes()));
         let tag = self.mac(&format!("session|{body}"));
         Some((tenant, format!("{body}.{tag}")))
     }
@@ -80,9 +94,10 @@ impl Sessions {
     }
 
     /// The tenant of a request's session: a valid, unexpired cookie (or the open tenant).
-    pub fn tenant(&self, headers: &HeaderMap) -> Option<String> {
+    /// Whether it was revoked is the caller's question to the store ([`Session::id`]).
+    pub fn session(&self, headers: &HeaderMap) -> Option<Session> {
         if let Some(t) = &self.open_tenant {
-            return Some(t.clone());
+            return Some(Session { tenant: t.clone(), id: None, expires_at: 0 });
         }
         let value = Self::cookie_value(headers)?;
         let mut parts = value.rsplitn(2, '.');
@@ -90,11 +105,28 @@ impl Sessions {
         if !self.verify_mac(&format!("session|{body}"), tag) {
             return None;
         }
-        let (tenant_hex, expiry) = body.split_once('.')?;
-        if expiry.parse::<u64>().ok()? < now() {
+        let mut fields = body.split('.');
+        let (tenant_hex, id, expiry) = (fields.next()?, fields.next()?, fields.next()?);
+        let expires_at = expiry.parse::<u64>().ok()?;
+        if fields.next().is_some() || expires_at < now() {
             return None;
         }
-        String::from_utf8(hex::decode(tenant_hex).ok()?).ok()
+        let tenant = String::from_utf8(hex::decode(tenant_hex).ok()?).ok()?;
+        Some(Session { tenant, id: Some(id.to_string()), expires_at })
+    }
+
+    /// Whether a form that has no session yet (the sign-in form) was posted by this server's own
+    /// page: browsers send `Sec-Fetch-Site` (or at least `Origin`) on every cross-site POST.
+    /// Clients that send neither (curl, scripts) are not browsers another site can drive.
+    pub fn same_origin(headers: &HeaderMap) -> bool {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        if let Some(site) = header("sec-fetch-site") {
+            return matches!(site, "same-origin" | "none");
+        }
+        let Some(origin) = header("origin") else { return true };
+        // `Origin: null` (sandboxed frames, data: URLs) is never this server.
+        let Some(host) = header("x-forwarded-host").or_else(|| header("host")) else { return false };
+        origin.split_once("://").is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host))
     }
 
     /// The CSRF token of the request's session (what its forms must post back).
@@ -130,16 +162,41 @@ mod tests {
         assert!(s.sign_in("wrong").is_none());
         let (tenant, cookie) = s.sign_in("alice-key-123").unwrap();
         assert_eq!(tenant, "alice");
-        assert_eq!(s.tenant(&with_cookie(&cookie)).as_deref(), Some("alice"));
+        let session = s.session(&with_cookie(&cookie)).unwrap();
+        assert_eq!(session.tenant, "alice");
+        assert_eq!(session.id.as_ref().map(String::len), Some(32));
+        // Each sign-in is its own session (sign-out revokes one, not the tenant's others).
+        let (_, again) = s.sign_in("alice-key-123").unwrap();
+        assert_ne!(s.session(&with_cookie(&again)).unwrap().id, session.id);
         // Another tenant's name with alice's signature, or a changed expiry: refused.
         let forged = cookie.replacen(&hex::encode("alice"), &hex::encode("bob"), 1);
-        assert_eq!(s.tenant(&with_cookie(&forged)), None);
+        assert_eq!(s.session(&with_cookie(&forged)), None);
         let (body, tag) = cookie.rsplit_once('.').unwrap();
-        let (t, _) = body.split_once('.').unwrap();
-        assert_eq!(s.tenant(&with_cookie(&format!("{t}.99999999999.{tag}"))), None);
+        let (t, _) = body.rsplit_once('.').unwrap();
+        assert_eq!(s.session(&with_cookie(&format!("{t}.99999999999.{tag}"))), None);
         // Another server's (other keys) sessions are not this one's.
         let other = Sessions::new(b"other".to_vec(), Box::new(|_| None), None);
-        assert_eq!(other.tenant(&with_cookie(&cookie)), None);
+        assert_eq!(other.session(&with_cookie(&cookie)), None);
+    }
+
+    #[test]
+    fn the_sign_in_form_is_accepted_only_from_this_origin() {
+        let headers = |pairs: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+            }
+            h
+        };
+        assert!(Sessions::same_origin(&headers(&[("sec-fetch-site", "same-origin")])));
+        assert!(!Sessions::same_origin(&headers(&[("sec-fetch-site", "cross-site")])));
+        assert!(!Sessions::same_origin(&headers(&[("sec-fetch-site", "same-site")])));
+        let host = ("host", "orchard.example:8080");
+        assert!(Sessions::same_origin(&headers(&[host, ("origin", "https://orchard.example:8080")])));
+        assert!(!Sessions::same_origin(&headers(&[host, ("origin", "https://evil.example")])));
+        assert!(!Sessions::same_origin(&headers(&[host, ("origin", "null")])));
+        // Not a browser: nothing another site could forge.
+        assert!(Sessions::same_origin(&headers(&[host])));
     }
 
     #[test]
