@@ -91,3 +91,21 @@ fn raise_fd_limit() {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand's defaults parse into its fields (a flag whose parser and field disagree
+    /// panics only when read).
+    #[test]
+    fn every_command_parses_with_its_defaults() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let parsed = |args: &[&str]| Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        parsed(&["orchard", "serve"]);
+        parsed(&["orchard", "run", "--", "true"]);
+        parsed(&["orchard", "run", "--memory", "none", "--disk", "1Gi", "--", "true"]);
+        parsed(&["orchard", "serve", "--tenant-dataset-quota", "none", "--tenant-result-quota", "1"]);
+    }
+}

@@ -93,13 +93,13 @@ pub struct ServeArgs {
     upload_max_file_bytes: u64,
     /// Per-tenant quota on uploaded datasets (archives and unpacked files), or `none`.
     #[arg(long, default_value = "2Gi", value_parser = optional_bytes)]
-    tenant_dataset_quota: Option<u64>,
+    tenant_dataset_quota: Quota,
     /// Per-tenant quota on uploaded plugins (every version kept), or `none`.
     #[arg(long, default_value = "1Gi", value_parser = optional_bytes)]
-    tenant_plugin_quota: Option<u64>,
+    tenant_plugin_quota: Quota,
     /// Per-tenant quota on stored results (trajectories), or `none`: over it, new jobs are refused.
     #[arg(long, default_value = "10Gi", value_parser = optional_bytes)]
-    tenant_result_quota: Option<u64>,
+    tenant_result_quota: Quota,
     /// Datasets no job has named for this many days are deleted (0: kept until deleted).
     #[arg(long, default_value_t = 30)]
     dataset_retention_days: u64,
@@ -131,12 +131,15 @@ fn name_dir(text: &str) -> Result<(String, PathBuf), String> {
 
 /// A size like `2Gi`, `512M` or `1000000`.
 fn bytes(text: &str) -> Result<u64, String> {
-    orchard_sandbox::parse_memory(&text.into()).map_err(|e| format!("{text:?}: {e}"))
+    orchard_sandbox::parse_bytes(&text.into()).map_err(|e| format!("{text:?}: {e}"))
 }
 
-/// A size, or `none` for no limit.
-fn optional_bytes(text: &str) -> Result<Option<u64>, String> {
-    if text.eq_ignore_ascii_case("none") { Ok(None) } else { bytes(text).map(Some) }
+/// A size, or `none` for no limit (a type of its own: clap reads `Option<T>` as "T, if given").
+#[derive(Debug, Clone, Copy)]
+struct Quota(Option<u64>);
+
+fn optional_bytes(text: &str) -> Result<Quota, String> {
+    if text.eq_ignore_ascii_case("none") { Ok(Quota(None)) } else { bytes(text).map(|b| Quota(Some(b))) }
 }
 
 fn image_count(text: &str) -> Result<(String, usize), String> {
@@ -250,9 +253,9 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         },
     );
     let quotas = orchard_evals_api::StorageQuotas {
-        dataset_bytes: args.tenant_dataset_quota,
-        plugin_bytes: args.tenant_plugin_quota,
-        result_bytes: args.tenant_result_quota,
+        dataset_bytes: args.tenant_dataset_quota.0,
+        plugin_bytes: args.tenant_plugin_quota.0,
+        result_bytes: args.tenant_result_quota.0,
     };
     let service = Arc::new(orchard_evals_api::EvalService { env, runner: runner.clone(), quotas });
     let retention =

@@ -43,7 +43,15 @@ pub async fn upload(
     let (bytes, target, limits) = (body.clone(), dir.clone(), env.upload_limits);
     let unpacked = tokio::task::spawn_blocking(move || -> Result<(u64, Vec<String>), ApiError> {
         let unpacked = orchard_scheduler::unpack(&bytes, &target, limits).map_err(|e| match e {
-            UnpackError::TooLarge { .. } => too_large(format!("body: {e}")),
+            UnpackError::TooLarge { what, .. } => {
+                // The operator's flag, so a tenant can ask for the right one to be raised.
+                let flag = match what {
+                    "entries" => "--upload-max-entries",
+                    "bytes in one file" => "--upload-max-file-bytes",
+                    _ => "--upload-max-bytes",
+                };
+                too_large(format!("body: {e} (the server's {flag})"))
+            }
             UnpackError::Storage(io) => {
                 tracing::error!("storing an upload: {io}");
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the server could not store the upload")

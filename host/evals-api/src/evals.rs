@@ -198,8 +198,8 @@ pub async fn cancel_eval(service: &EvalService, tenant: &TenantId, id: &str) -> 
     owned(service, tenant, id).await
 }
 
-#[utoipa::path(delete, path = "/v1/evals/{id}", tag = "evals", summary = "Delete a finished or cancelled evaluation and its stored results (frees the results quota)", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "Deleted", body = serde_json::Value), (status = 409, description = "Still running: cancel it first", body = crate::openapi::Problem), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
-pub async fn delete(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+#[utoipa::path(delete, path = "/v1/evals/{id}", tag = "evals", summary = "Delete a finished or cancelled evaluation and its stored results (frees the results quota)", params(("id" = String, Path, description = "The evaluation id")), responses((status = 204, description = "Deleted"), (status = 409, description = "Still running: cancel it first", body = crate::openapi::Problem), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+pub async fn delete(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let eval = owned(&service, &tenant, &id).await?;
     let busy = || {
         ApiError::new(StatusCode::CONFLICT, "conflict", format!("evaluation {id} is still running: cancel it first"))
@@ -208,7 +208,7 @@ pub async fn delete(State(service): S, Extension(tenant): T, Path(id): Path<Stri
         return Err(busy());
     }
     tracing::info!(eval = %id, tenant = %tenant.0, "evaluation deleted");
-    Ok(Json(json!({"deleted": id})))
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(post, path = "/v1/evals/{id}/retry", tag = "evals", summary = "Queue the errored and unknown rollouts again", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]

@@ -13,7 +13,7 @@ use orchard_agent_client::AgentClient;
 
 pub use error::SandboxError;
 pub use pool::{POOL_TENANT, PoolShape};
-pub use quantity::{parse_cpu, parse_memory};
+pub use quantity::{parse_bytes, parse_cpu, parse_memory};
 pub use spec::{SandboxInfo, SandboxSpec, SandboxStatus, valid_sandbox_id};
 
 pub type Result<T> = std::result::Result<T, SandboxError>;

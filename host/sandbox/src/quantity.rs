@@ -21,8 +21,18 @@ pub fn parse_cpu(value: &Value) -> Result<f64, String> {
     Ok(cores)
 }
 
-/// Memory in bytes: `1073741824`, `"512Mi"`, `"2Gi"`, `"1G"`, `"256M"`, `"1g"`.
+/// Memory in bytes: `1073741824`, `"512Mi"`, `"2Gi"`, `"1G"`, `"256M"`, `"1g"` — at least
+/// 4 MiB, less than any process needs.
 pub fn parse_memory(value: &Value) -> Result<u64, String> {
+    let bytes = parse_bytes(value)?;
+    if bytes < 4 * 1024 * 1024 {
+        return Err(format!("{bytes} bytes is too little memory for a sandbox (at least 4Mi)"));
+    }
+    Ok(bytes)
+}
+
+/// A size in bytes, written like memory (`"64Ki"`, `"2Gi"`, `1000`), with no lower bound.
+pub fn parse_bytes(value: &Value) -> Result<u64, String> {
     let bytes = match value {
         Value::Number(n) => n.as_u64().ok_or_else(|| format!("{n} is not a whole number of bytes"))?,
         Value::String(s) => {
@@ -46,9 +56,6 @@ pub fn parse_memory(value: &Value) -> Result<u64, String> {
         }
         other => return Err(format!("{other} is not a memory amount")),
     };
-    if bytes < 4 * 1024 * 1024 {
-        return Err(format!("{bytes} bytes is too little memory for a sandbox (at least 4Mi)"));
-    }
     Ok(bytes)
 }
 

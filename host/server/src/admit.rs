@@ -34,7 +34,14 @@ impl AppState {
             return Ok(existing);
         }
         let (spec, mut reservation) = self.admission.admit(spec, 1)?;
-        let info = self.backend.create(spec).await?;
+        let client = spec.id.as_deref().map(|id| id.split_once('-').map_or(id, |(_, rest)| rest).to_string());
+        let info = self.backend.create(spec).await.map_err(|e| match (e, client) {
+            // Named as the client named it, not by the server's scoped id.
+            (orchard_sandbox::SandboxError::AlreadyExists(_), Some(id)) => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", format!("sandbox_id: {id} is already in use"))
+            }
+            (e, _) => e.into(),
+        })?;
         reservation.commit(&info.id);
         Ok(info)
     }

@@ -28,8 +28,10 @@ impl Default for Limits {
 /// Why an archive was refused. `TooLarge` is the caller's 413; the rest its 422.
 #[derive(Debug, thiserror::Error)]
 pub enum UnpackError {
-    #[error("the archive is over the limit of {limit} {what}")]
-    TooLarge { what: &'static str, limit: u64 },
+    /// `what` is the limit's unit ("bytes unpacked", "entries", "bytes in one file"); `entry`
+    /// the file that crossed it, where one did.
+    #[error("{}over the limit of {limit} {what}", entry.as_ref().map(|e| format!("{e}: ")).unwrap_or_default())]
+    TooLarge { what: &'static str, limit: u64, entry: Option<String> },
     #[error("entry {entry}: {reason}")]
     Refused { entry: String, reason: String },
     #[error("not a .tar.gz: {0}")]
@@ -128,7 +130,7 @@ fn unpack_into(gz: &[u8], staging: &Path, limits: Limits) -> Result<u64, UnpackE
     let (mut count, mut total) = (0u64, 0u64);
     let io = |e: std::io::Error| {
         if e.to_string().contains(BOMB) {
-            UnpackError::TooLarge { what: "bytes unpacked", limit: limits.total_bytes }
+            UnpackError::TooLarge { what: "bytes unpacked", limit: limits.total_bytes, entry: None }
         } else {
             UnpackError::Malformed(e.to_string())
         }
@@ -138,17 +140,25 @@ fn unpack_into(gz: &[u8], staging: &Path, limits: Limits) -> Result<u64, UnpackE
         let name = entry.path().map_err(io)?.into_owned();
         count += 1;
         if count > limits.entries {
-            return Err(UnpackError::TooLarge { what: "entries", limit: limits.entries });
+            return Err(UnpackError::TooLarge { what: "entries", limit: limits.entries, entry: None });
         }
         let size = entry.header().size().map_err(io)?;
         match entry.header().entry_type() {
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 if size > limits.file_bytes {
-                    return Err(UnpackError::TooLarge { what: "bytes in one file", limit: limits.file_bytes });
+                    return Err(UnpackError::TooLarge {
+                        what: "bytes in one file",
+                        limit: limits.file_bytes,
+                        entry: Some(name.display().to_string()),
+                    });
                 }
                 total += size;
                 if total > limits.total_bytes {
-                    return Err(UnpackError::TooLarge { what: "bytes unpacked", limit: limits.total_bytes });
+                    return Err(UnpackError::TooLarge {
+                        what: "bytes unpacked",
+                        limit: limits.total_bytes,
+                        entry: Some(name.display().to_string()),
+                    });
                 }
             }
             tar::EntryType::Directory => {}
@@ -172,7 +182,7 @@ fn unpack_into(gz: &[u8], staging: &Path, limits: Limits) -> Result<u64, UnpackE
         }
         let landed = entry.unpack_in(staging).map_err(|e| {
             if e.to_string().contains(BOMB) {
-                UnpackError::TooLarge { what: "bytes unpacked", limit: limits.total_bytes }
+                UnpackError::TooLarge { what: "bytes unpacked", limit: limits.total_bytes, entry: None }
             } else {
                 refused(&name, "could not be unpacked")
             }
@@ -283,14 +293,14 @@ mod tests {
         let gz = archive(&[("a/instruction.md", Ok(&zeros))]);
         let small = Limits { total_bytes: 1 << 30, entries: 100, file_bytes: 1000 };
         let err = unpack(&gz, &tmp.path().join("d"), small).unwrap_err();
-        assert!(matches!(err, UnpackError::TooLarge { what: "bytes in one file", limit: 1000 }), "{err}");
+        assert!(matches!(err, UnpackError::TooLarge { what: "bytes in one file", limit: 1000, .. }), "{err}");
         let total = Limits { total_bytes: 1500, entries: 100, file_bytes: 1000 };
         let gz = archive(&[("a/1", Ok(&zeros[..900])), ("a/2", Ok(&zeros[..900]))]);
         assert!(matches!(unpack(&gz, &tmp.path().join("e"), total), Err(UnpackError::TooLarge { .. })));
         let few = Limits { total_bytes: 1 << 20, entries: 2, file_bytes: 1000 };
         let gz = archive(&[("a/1", Ok(b"1")), ("a/2", Ok(b"2")), ("a/3", Ok(b"3"))]);
         let err = unpack(&gz, &tmp.path().join("f"), few).unwrap_err();
-        assert!(matches!(err, UnpackError::TooLarge { what: "entries", limit: 2 }), "{err}");
+        assert!(matches!(err, UnpackError::TooLarge { what: "entries", limit: 2, .. }), "{err}");
     }
 
     #[test]
