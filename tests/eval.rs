@@ -260,3 +260,52 @@ fn a_killed_eval_resumes_without_redoing_finished_rollouts() {
     let lines = std::fs::read_to_string(out_dir.join("trajectories.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 30, "one trajectory per rollout, none twice");
 }
+
+/// The sandbox's memory limit (cgroup v2 or v1) and its root's size in KiB, as a shell test
+/// that rewards 1 when they are `memory` and under `disk_kib`.
+fn limits_test(memory: &str, disk_below_kib: u64) -> String {
+    format!(
+        "mem=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)\n\
+         disk=$(df -k / | tail -1 | awk '{{print $2}}')\n\
+         echo \"memory $mem disk $disk\"\n\
+         if [ \"$mem\" = \"{memory}\" ] && [ \"$disk\" -lt {disk_below_kib} ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+    )
+}
+
+#[test]
+fn cli_sandboxes_have_the_servers_memory_and_disk_limits_unless_lifted() {
+    // `orchard eval`: 2 GiB and a 10 GiB writable layer by default.
+    let root = tempfile::tempdir().unwrap();
+    write_task(root.path(), "limits", "mode = \"answer\"\nanswer = \"fine\"", &limits_test("2147483648", 11 << 20));
+    let harness = orchard_tests::test_plugin_dir().join("test-harness.wasm").display().to_string();
+    let root_s = root.path().display().to_string();
+    let (summary, _, _) = eval(&[&root_s, "--harness", &harness, "--grader", "script"]);
+    assert_eq!(summary["passed"], 1, "default limits: {summary:#}");
+    let (summary, _, _) = eval(&[
+        &root_s,
+        "--harness",
+        &harness,
+        "--grader",
+        "script",
+        "--sandbox-memory",
+        "1Gi",
+        "--sandbox-disk",
+        "1Gi",
+    ]);
+    assert_eq!(summary["passed"], 0, "the flags change them: {summary:#}");
+
+    // `orchard run`: the same defaults, `none` lifts them.
+    let state = tempfile::tempdir().unwrap();
+    let state_s = state.path().display().to_string();
+    let probe = "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; \
+                 df -k / | tail -1 | awk '{print $2}'";
+    let (code, out, err) = orchard_tests::orchard(&["run", "--state-dir", &state_s, "--", probe]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "2147483648", "{out}");
+    assert!(lines[1].parse::<u64>().unwrap() < 11 << 20, "{out}");
+    let (code, out, err) =
+        orchard_tests::orchard(&["run", "--state-dir", &state_s, "--memory", "none", "--disk", "none", "--", probe]);
+    assert_eq!(code, 0, "{err}");
+    assert_ne!(out.lines().next(), Some("2147483648"), "{out}");
+}

@@ -98,7 +98,11 @@ async fn uploaded_links_never_reach_outside_their_dataset() {
     let attacks: Vec<(&str, Vec<u8>)> = vec![
         (
             "task.toml through a chain",
-            archive(&[Entry::Link("t1/up", ".."), Entry::Link("t1/task.toml", &deep), Entry::File("t1/tests/test.sh", TEST_SH)]),
+            archive(&[
+                Entry::Link("t1/up", ".."),
+                Entry::Link("t1/task.toml", &deep),
+                Entry::File("t1/tests/test.sh", TEST_SH),
+            ]),
         ),
         (
             "instruction.md through a chain",
@@ -119,7 +123,10 @@ async fn uploaded_links_never_reach_outside_their_dataset() {
                 Entry::Link("t1/solution", "up/.."),
             ]),
         ),
-        ("an absolute link", archive(&[Entry::File("t1/task.toml", TASK_TOML), Entry::Link("t1/instruction.md", "/etc/shadow")])),
+        (
+            "an absolute link",
+            archive(&[Entry::File("t1/task.toml", TASK_TOML), Entry::Link("t1/instruction.md", "/etc/shadow")]),
+        ),
     ];
     for (what, body) in attacks {
         let (status, v) = post_dataset(&alice, body).await;
@@ -290,7 +297,11 @@ async fn tenants_reach_only_the_model_endpoints_the_operator_allows() {
     assert_eq!(status, 201, "{session}");
     let base = session["base_url"].as_str().unwrap();
     let (status, v) = alice
-        .call(Method::POST, &format!("{base}/chat/completions"), Some(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})))
+        .call(
+            Method::POST,
+            &format!("{base}/chat/completions"),
+            Some(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})),
+        )
         .await;
     assert!(status >= 400, "{status} {v}");
     eprintln!("the tenant saw: {status} {v}");
@@ -324,7 +335,8 @@ async fn uploads_are_bounded_while_unpacking_and_quotas_hold() {
     std::fs::create_dir_all(&task).unwrap();
     std::fs::write(task.join("task.toml"), TASK_TOML).unwrap();
     std::fs::File::create(task.join("instruction.md")).unwrap().set_len(1 << 30).unwrap();
-    let out = std::process::Command::new("tar").arg("-czf").arg("-").arg("-C").arg(tmp.path()).arg("t1").output().unwrap();
+    let out =
+        std::process::Command::new("tar").arg("-czf").arg("-").arg("-C").arg(tmp.path()).arg("t1").output().unwrap();
     assert!(out.status.success());
     assert!(out.stdout.len() < 4 << 20, "{}", out.stdout.len());
     let before = du(&server.state_dir);
@@ -393,12 +405,18 @@ async fn uploads_are_bounded_while_unpacking_and_quotas_hold() {
     assert!(v.to_string().contains("plugins"), "{v}");
 
     // The results quota (1 byte): the first job runs, the next waits for a delete.
-    let id = v_id(&post_dataset(&alice, archive(&[
-        Entry::File("t2/task.toml", TASK_TOML),
-        Entry::File("t2/instruction.md", b"hi"),
-        Entry::File("t2/tests/test.sh", TEST_SH),
-        Entry::File("t2/solution/solve.sh", b"#!/bin/sh\ntrue\n"),
-    ])).await);
+    let id = v_id(
+        &post_dataset(
+            &alice,
+            archive(&[
+                Entry::File("t2/task.toml", TASK_TOML),
+                Entry::File("t2/instruction.md", b"hi"),
+                Entry::File("t2/tests/test.sh", TEST_SH),
+                Entry::File("t2/solution/solve.sh", b"#!/bin/sh\ntrue\n"),
+            ]),
+        )
+        .await,
+    );
     let job = json!({"tasks": {"archive": id}, "harnesses": ["oracle"], "tools": ["shell"], "grader": "script",
                      "grants": ["solution"]});
     let (status, v) = alice.call(Method::POST, "/v1/evals", Some(job.clone())).await;
@@ -478,7 +496,9 @@ fn closed(stream: &mut std::net::TcpStream) -> bool {
         match stream.read(&mut buf) {
             Ok(0) => return true,
             Ok(_) => continue, // a 408 or 503 before the close
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return false,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return false;
+            }
             Err(_) => return true,
         }
     }
@@ -546,9 +566,11 @@ async fn tenants_learn_nothing_of_each_other_from_names_or_metrics() {
     let server = Server::start_with(options(&["--metrics-token", "ops-token-123456"])).await;
     let alice = as_tenant(&server, "alice-key-1234");
     let bob = as_tenant(&server, "bob-key-123456");
-    let (status, a) = alice.call(Method::POST, "/sandboxes", Some(json!({"sandbox_id": "worker-1", "image": "host"}))).await;
+    let (status, a) =
+        alice.call(Method::POST, "/sandboxes", Some(json!({"sandbox_id": "worker-1", "image": "host"}))).await;
     assert_eq!(status, 200, "{a}");
-    let (status, b) = bob.call(Method::POST, "/sandboxes", Some(json!({"sandbox_id": "worker-1", "image": "host"}))).await;
+    let (status, b) =
+        bob.call(Method::POST, "/sandboxes", Some(json!({"sandbox_id": "worker-1", "image": "host"}))).await;
     assert_eq!(status, 200, "another tenant's id is free for bob: {b}");
     assert_eq!(a["sandbox_id"], "worker-1", "{a}");
     assert_eq!(b["sandbox_id"], "worker-1", "{b}");
@@ -560,8 +582,9 @@ async fn tenants_learn_nothing_of_each_other_from_names_or_metrics() {
     let (status, v) = alice.call(Method::GET, "/sandboxes/worker-1", None).await;
     assert_eq!(status, 200, "bob's delete took alice's sandbox: {v}");
     // Her own id is hers: the same create again is the same sandbox, another one a conflict.
-    let (status, v) =
-        alice.call(Method::POST, "/sandboxes", Some(json!({"sandbox_id": "worker-1", "image": "host", "memory": "1Gi"}))).await;
+    let (status, v) = alice
+        .call(Method::POST, "/sandboxes", Some(json!({"sandbox_id": "worker-1", "image": "host", "memory": "1Gi"})))
+        .await;
     assert_eq!(status, 409, "alice's own id is taken: {v}");
     assert!(!v.to_string().contains("-worker-1"), "the server's name for it: {v}");
     let (status, _) = alice.call(Method::DELETE, "/sandboxes/worker-1", None).await;
@@ -601,7 +624,8 @@ async fn web_sessions_end_at_sign_out_and_sign_in_is_only_from_this_origin() {
     let server = Server::start_with(options(&[])).await;
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let login = |headers: Vec<(&'static str, String)>| {
-        let mut req = http.post(format!("{}/ui/login", server.url))
+        let mut req = http
+            .post(format!("{}/ui/login", server.url))
             .header("content-type", "application/x-www-form-urlencoded")
             .body("api_key=alice-key-1234&next=%2Fui");
         for (k, v) in headers {
@@ -621,7 +645,8 @@ async fn web_sessions_end_at_sign_out_and_sign_in_is_only_from_this_origin() {
         assert!(session_cookie(&resp).is_none(), "{headers:?}");
     }
     // From this server's own page.
-    let resp = login(vec![("origin", format!("http://{host}")), ("sec-fetch-site", "same-origin".into())]).await.unwrap();
+    let resp =
+        login(vec![("origin", format!("http://{host}")), ("sec-fetch-site", "same-origin".into())]).await.unwrap();
     assert_eq!(resp.status(), 303);
     let cookie = session_cookie(&resp).expect("a session");
     let page = http.get(format!("{}/ui", server.url)).header("cookie", &cookie).send().await.unwrap();

@@ -243,7 +243,11 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
                 &args.sandbox_memory,
                 orchard_sandbox::parse_memory,
             )?,
-            disk_bytes: crate::admission_args::optional("sandbox-disk", &args.sandbox_disk, orchard_sandbox::parse_memory)?,
+            disk_bytes: crate::admission_args::optional(
+                "sandbox-disk",
+                &args.sandbox_disk,
+                orchard_sandbox::parse_memory,
+            )?,
         },
     });
     let previous = store

@@ -7,9 +7,9 @@
 mod datasets;
 mod error;
 mod evals;
-pub mod quota;
 mod events;
 pub mod openapi;
+pub mod quota;
 mod secrets;
 mod summary;
 

@@ -56,10 +56,11 @@ impl Store {
 
     /// Bytes `tenant`'s uploaded plugins take, every version kept (what the plugin quota counts).
     pub async fn plugin_usage(&self, tenant: &str) -> Result<u64> {
-        let row = sqlx::query("SELECT CAST(COALESCE(SUM(LENGTH(data)), 0) AS BIGINT) AS used FROM plugins WHERE tenant = $1")
-            .bind(tenant)
-            .fetch_one(&self.read)
-            .await?;
+        let row =
+            sqlx::query("SELECT CAST(COALESCE(SUM(LENGTH(data)), 0) AS BIGINT) AS used FROM plugins WHERE tenant = $1")
+                .bind(tenant)
+                .fetch_one(&self.read)
+                .await?;
         Ok(crate::get_i64(&row, "used")?.max(0) as u64)
     }
 
