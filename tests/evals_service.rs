@@ -514,8 +514,19 @@ async fn plugins_belong_to_tenants_swap_mid_job_pin_by_hash_and_survive_a_restar
     assert!(versions[..first_new].iter().all(|v| *v == ("shell@7.0.0".to_string(), v7.clone())), "{versions:?}");
     assert!(versions[first_new..].iter().all(|v| *v == ("shell@8.0.0".to_string(), v8.clone())), "{versions:?}");
 
-    // Prometheus sees them (no key needed, no tenant in any label) ...
-    let metrics = server.http.get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
+    // Prometheus sees them (with the operator's credential; no tenant in any label) ...
+    let refused = server.http.get(format!("{}/metrics", server.url)).send().await.unwrap();
+    assert_eq!(refused.status(), 401, "metrics without the operator's credential");
+    let metrics = server
+        .http
+        .get(format!("{}/metrics", server.url))
+        .header("x-api-key", "root-key-123456")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let graded = metrics
         .lines()
         .find(|l| l.starts_with(r#"orchard_rollouts_total{status="graded",harness="oracle",grader="script"}"#))

@@ -34,7 +34,7 @@ impl AppState {
             return Ok(existing);
         }
         let (spec, mut reservation) = self.admission.admit(spec, 1)?;
-        let client = spec.id.as_deref().map(|id| id.split_once('-').map_or(id, |(_, rest)| rest).to_string());
+        let client = spec.id.as_deref().map(|id| crate::unscoped(&spec.tenant, id).to_string());
         let info = self.backend.create(spec).await.map_err(|e| match (e, client) {
             // Named as the client named it, not by the server's scoped id.
             (orchard_sandbox::SandboxError::AlreadyExists(_), Some(id)) => {

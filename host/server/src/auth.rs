@@ -37,6 +37,10 @@ impl ApiKeys {
             if tenant.is_empty() || key.is_empty() {
                 return Err(format!("API key entry {:?}: tenant and key must both be non-empty", redact(item)));
             }
+            if tenant == DEFAULT_TENANT {
+                // The one tenant of a server without keys: its sandbox ids are not scoped.
+                return Err(format!("API key entry for tenant {DEFAULT_TENANT:?}: that name is reserved"));
+            }
             if key.len() < 8 {
                 return Err(format!("API key for tenant {tenant:?} is shorter than 8 characters"));
             }

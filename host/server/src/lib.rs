@@ -115,9 +115,14 @@ impl AppState {
 
 /// Ids clients choose are their tenant's own: two tenants may both name a sandbox `web`. The
 /// backend keeps a chosen id under a prefix derived from the tenant (ids the server makes up are
-/// random and kept as they are); clients only ever see the id they chose.
+/// random and kept as they are); clients only ever see the id they chose. A server without keys
+/// has one tenant (`default`, a name keys may not use): its ids are kept as chosen, so pods and
+/// sandboxes keep the names their operator gave them.
 pub fn scoped_id(tenant: &str, id: &str) -> String {
     use sha2::Digest;
+    if tenant == auth::DEFAULT_TENANT {
+        return id.to_string();
+    }
     let tag = hex::encode(&sha2::Sha256::digest(tenant.as_bytes())[..4]);
     format!("t{tag}-{id}")
 }
@@ -127,8 +132,13 @@ pub const MAX_CLIENT_ID: usize = 63 - 10;
 
 /// The id the sandbox's tenant calls it by.
 pub fn client_id(info: &SandboxInfo) -> String {
-    let prefix = scoped_id(&info.tenant, "");
-    info.id.strip_prefix(&prefix).map(str::to_string).unwrap_or_else(|| info.id.clone())
+    unscoped(&info.tenant, &info.id).to_string()
+}
+
+/// The id `tenant` chose, from the backend's.
+pub fn unscoped<'a>(tenant: &str, id: &'a str) -> &'a str {
+    let prefix = scoped_id(tenant, "");
+    id.strip_prefix(&prefix).filter(|_| !prefix.is_empty()).unwrap_or(id)
 }
 
 /// JSON bodies of the compatible API (base64 file contents) may be large.
