@@ -36,6 +36,30 @@ async fn call(server: &Server, id: &str, port: u16, method: &str, path: &str, bo
     (status, body)
 }
 
+/// A grader's request, as the host sends one for a grader plugin: through the sandbox's agent,
+/// marked `grader`, so the agent makes it over the service's grader socket.
+async fn as_grader(server: &Server, id: &str, port: u16, method: &str, path: &str) -> (u16, Value) {
+    let record = server.record(id);
+    let socket = server.state_dir.join("run/sandboxes").join(id).join("agent.sock");
+    let agent = orchard_agent_client::AgentClient::new(
+        orchard_agent_client::AgentAddr::Unix(socket),
+        record["token"].as_str().unwrap(),
+    );
+    let request = orchard_protocol::HttpRequest {
+        port,
+        method: method.into(),
+        path: path.into(),
+        headers: vec![],
+        body_base64: String::new(),
+        timeout_ms: Some(10_000),
+        grader: true,
+    };
+    let r = agent.http(&request).await.unwrap();
+    use base64::Engine;
+    let body = base64::engine::general_purpose::STANDARD.decode(&r.body_base64).unwrap();
+    (r.status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
 async fn start(server: &Server, id: &str, port: u16, extra: &[&str]) {
     let mut command = vec![
         "/opt/mock/orchard-mock-services".to_string(),
@@ -101,23 +125,47 @@ async fn the_services_run_in_the_sandbox_and_keep_an_audit_of_every_call() {
     // The fixture is gone from the sandbox once loaded: the agent cannot read the answers.
     assert_ne!(server.sh(&id, "test -e /opt/mock/fixture-8900.json").await.exit_code, 0);
 
-    // The audit: every call, in order, with its arguments and result (the grader's view).
-    let (_, audit) = call(&server, &id, 8900, "GET", "/mail/audit", None).await;
+    // The audit and reset are the grader's: the agent can neither read nor wipe its record, and
+    // trying is on it.
+    let (status, _) = call(&server, &id, 8900, "GET", "/mail/audit", None).await;
+    assert_eq!(status, 403);
+    let (status, _) = call(&server, &id, 8900, "POST", "/mail/reset", None).await;
+    assert_eq!(status, 403);
+    // Nor does a header, a Unix socket of its own, or the grader socket from another process.
+    let forged = server
+        .sh(
+            &id,
+            "curl -s -o /dev/null -w '%{http_code}' -H 'X-Orchard-Grader: 1' http://127.0.0.1:8900/mail/audit; echo; \
+             curl -s -m 2 -o /dev/null -w '%{http_code}' --abstract-unix-socket orchard-grader-8900 http://x/mail/audit; echo",
+        )
+        .await;
+    assert_eq!(forged.stdout.text.lines().next(), Some("403"), "{forged:?}");
+    assert_ne!(forged.stdout.text.lines().nth(1), Some("200"), "another process on the grader socket: {forged:?}");
+
+    // The audit as the grader reads it: every call of the agent's, in order, with its arguments
+    // and result — and none of the grader's own reads.
+    let (status, sent) = as_grader(&server, &id, 8900, "GET", "/mail/sent").await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent["sent"].as_array().unwrap().len(), 1, "{sent}");
+    let (status, audit) = as_grader(&server, &id, 8900, "GET", "/mail/audit").await;
+    assert_eq!(status, 200, "{audit}");
     let calls = audit["calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 3, "{audit:#}");
+    assert_eq!(calls.len(), 6, "{audit:#}");
     assert_eq!(calls[0]["query"]["q"], "budget");
     assert_eq!(calls[1]["path"], "/mail/send");
     assert_eq!(calls[1]["body"]["in_reply_to"], "m1");
     assert_eq!(calls[1]["status"], 201);
     assert_eq!(calls[2]["status"], 400);
-    let (_, contacts_audit) = call(&server, &id, 8900, "GET", "/contacts/audit", None).await;
+    assert_eq!((calls[3]["path"].as_str(), calls[3]["status"].as_u64()), (Some("/mail/audit"), Some(403)));
+    assert!(calls.iter().all(|c| c["path"] != "/mail/sent"), "the grader's read is on the agent's record: {audit:#}");
+    let (_, contacts_audit) = as_grader(&server, &id, 8900, "GET", "/contacts/audit").await;
     assert_eq!(contacts_audit["calls"].as_array().unwrap().len(), 1, "each service keeps its own");
     // Reset: the fixture's state, an empty audit.
-    call(&server, &id, 8900, "POST", "/mail/reset", None).await;
-    let (_, sent_now) = call(&server, &id, 8900, "GET", "/mail/sent", None).await;
+    as_grader(&server, &id, 8900, "POST", "/mail/reset").await;
+    let (_, sent_now) = as_grader(&server, &id, 8900, "GET", "/mail/sent").await;
     assert_eq!(sent_now["sent"], json!([]));
-    let (_, audit) = call(&server, &id, 8900, "GET", "/mail/audit", None).await;
-    assert_eq!(audit["calls"].as_array().unwrap().len(), 1, "only the listing just made");
+    let (_, audit) = as_grader(&server, &id, 8900, "GET", "/mail/audit").await;
+    assert_eq!(audit["calls"].as_array().unwrap().len(), 0, "{audit:#}");
 
     // Faults: with rate 1 every call gets one (500, 429 with Retry-After, or a 504 after a wait).
     start(&server, &id, 8901, &["--faults", "7:1.0:200"]).await;
@@ -126,8 +174,13 @@ async fn the_services_run_in_the_sandbox_and_keep_an_audit_of_every_call() {
         statuses.push(call(&server, &id, 8901, "GET", "/mail/messages", None).await.0);
     }
     assert!(statuses.iter().all(|s| [500, 429, 504].contains(s)), "{statuses:?}");
-    let (_, audit) = call(&server, &id, 8901, "GET", "/mail/audit", None).await;
-    assert!(audit["calls"].as_array().unwrap().iter().all(|c| c["injected"].is_string()), "{audit:#}");
+    // The grader's reads draw none.
+    let (status, messages) = as_grader(&server, &id, 8901, "GET", "/mail/messages").await;
+    assert_eq!(status, 200, "{messages}");
+    let (_, audit) = as_grader(&server, &id, 8901, "GET", "/mail/audit").await;
+    let calls = audit["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 6, "{audit:#}");
+    assert!(calls.iter().all(|c| c["injected"].is_string()), "{audit:#}");
 }
 
 const ASSISTANT_TOOLS: &str = r#"

@@ -3,7 +3,13 @@
 //! the actions (`POST /mail/send`, `POST /mail/drafts/<id>/send`, `POST /mail/messages/<id>/labels`,
 //! `GET /calendar/freebusy`, `POST /calendar/events/<id>/invite`, `POST /helpdesk/tickets/<id>/reply`),
 //! `GET /<svc>/audit` and `POST /<svc>/reset`. Every answer is JSON; errors are
-//! `{"error": ...}` with 400 or 404. Every call but the audit's own is recorded.
+//! `{"error": ...}` with 400 or 404.
+//!
+//! Two doors, one state: [`router`] is the agent's (TCP on the sandbox's loopback): every call is
+//! recorded and may draw an injected fault; the audit and reset are not served there.
+//! [`grader_router`] is the grader's (a socket only the in-sandbox agent process reaches, see
+//! `main.rs`): its reads are never recorded, never faulted, and it alone reads the audit and
+//! resets. So the audit holds the agent's calls alone, whatever either side sends.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,12 +37,30 @@ impl App {
     }
 }
 
+/// Who is calling: decided by the door a connection came in by, never by the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    Agent,
+    Grader,
+}
+
+/// The agent's door.
 pub fn router(app: Arc<App>) -> Router {
+    routes(app, Caller::Agent)
+}
+
+/// The grader's door.
+pub fn grader_router(app: Arc<App>) -> Router {
+    routes(app, Caller::Grader)
+}
+
+fn routes(app: Arc<App>, caller: Caller) -> Router {
     Router::new()
         .route("/", axum::routing::get(index))
         .route("/{svc}/{a}", axum::routing::any(call))
         .route("/{svc}/{a}/{b}", axum::routing::any(call))
         .route("/{svc}/{a}/{b}/{c}", axum::routing::any(call))
+        .layer(axum::Extension(caller))
         .with_state(app)
 }
 
@@ -61,6 +85,7 @@ impl From<CallError> for (StatusCode, Value) {
 
 async fn call(
     State(app): State<Arc<App>>,
+    axum::Extension(caller): axum::Extension<Caller>,
     method: Method,
     Path(parts): Path<Vec<String>>,
     Query(query): Query<BTreeMap<String, String>>,
@@ -82,14 +107,35 @@ async fn call(
         }
     };
     let mut store = app.store.lock().await;
-    // The grader's own calls: not recorded, never faulted.
-    match (&method, rest.as_slice()) {
-        (&Method::GET, ["audit"]) => return axum::Json(json!({ "calls": store.audit(&service) })).into_response(),
-        (&Method::POST, ["reset"]) => {
+    match (caller, &method, rest.as_slice()) {
+        (Caller::Grader, &Method::GET, ["audit"]) => {
+            return axum::Json(json!({ "calls": store.audit(&service) })).into_response();
+        }
+        (Caller::Grader, &Method::POST, ["reset"]) => {
             return match store.reset(&service) {
                 Ok(()) => axum::Json(json!({"reset": service})).into_response(),
                 Err(e) => (StatusCode::BAD_REQUEST, axum::Json(json!({"error": e}))).into_response(),
             };
+        }
+        (Caller::Agent, _, ["audit"] | ["reset"]) => {
+            // Recorded like any call: an agent that tries to read or wipe its record is seen.
+            let (status, result) = error(StatusCode::FORBIDDEN, format!("/{service}/{}: the grader's, not a service route", rest[0]));
+            store.record(&service, AuditEntry {
+                seq: 0,
+                method: method.to_string(),
+                path: format!("/{}", parts.join("/")),
+                query,
+                body,
+                status: status.as_u16(),
+                result: result.clone(),
+                injected: None,
+            });
+            return (status, axum::Json(result)).into_response();
+        }
+        // The grader's reads: answered from the state, not recorded, never faulted.
+        (Caller::Grader, _, _) => {
+            let (status, result) = dispatch(&mut store, &service, &method, &rest, &query, body);
+            return (status, axum::Json(result)).into_response();
         }
         _ => {}
     }

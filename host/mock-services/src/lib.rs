@@ -11,7 +11,7 @@ pub mod http;
 pub mod store;
 
 pub use faults::{Fault, Faults};
-pub use http::{App, router};
+pub use http::{App, Caller, grader_router, router};
 pub use store::{AuditEntry, CallError, SERVICES, Store};
 
 #[cfg(test)]

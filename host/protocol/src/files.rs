@@ -60,7 +60,23 @@ pub struct HttpRequest {
     pub body_base64: String,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// A grader's own read. The agent sends it itself over the service's grader socket (the
+    /// abstract Unix socket `orchard-grader-PORT`) where one listens, so that the service can
+    /// tell it from the agent's calls by the connecting process — which nothing the agent runs
+    /// can be — rather than by anything in the request. Elsewhere it goes over TCP as any call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grader: bool,
 }
+
+/// The abstract Unix socket name on which a service in the sandbox takes a grader's reads for
+/// its TCP `port`.
+pub fn grader_socket_name(port: u16) -> String {
+    format!("orchard-grader-{port}")
+}
+
+/// Set in the environment of the image's entrypoint: the in-sandbox agent's pid, the only
+/// process whose connections to a grader socket are the grader's.
+pub const AGENT_PID_ENV: &str = "ORCHARD_AGENT_PID";
 
 /// Answer of `POST /http`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -14,7 +14,7 @@ use crate::bindings::{ContentPart, ToolCall, ToolOutput, WitError};
 use crate::convert;
 use crate::engine::Runtime;
 use crate::host::{HostState, ToolRouter};
-use crate::manifest::Capability;
+use crate::manifest::{Capability, PluginKind};
 use crate::plugin::{Plugin, Pre};
 use crate::trajectory::{Step, Trajectory};
 
@@ -505,7 +505,7 @@ impl Runtime {
             .memories(16)
             .trap_on_grow_failure(true)
             .build();
-        let state = HostState::new(plugin.id(), granted, ctx.clone(), store_limits, limits.cpu);
+        let state = HostState::new(plugin.id(), plugin.kind() == PluginKind::Grader, granted, ctx.clone(), store_limits, limits.cpu);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         // Checked every tick: over budget traps; otherwise yield, so that one busy plugin does

@@ -72,6 +72,8 @@ pub struct HostState {
     /// `name@version`, for errors and the trajectory.
     pub(crate) plugin: String,
     granted: BTreeSet<Capability>,
+    /// A grader's sandbox reads are its own, never the agent's (see `HttpRequest::grader`).
+    pub(crate) grader: bool,
     pub(crate) run: Arc<RolloutContext>,
     pub(crate) meter: CpuMeter,
     pub(crate) stdout: MemoryOutputPipe,
@@ -87,6 +89,7 @@ impl WasiView for HostState {
 impl HostState {
     pub(crate) fn new(
         plugin: String,
+        grader: bool,
         granted: BTreeSet<Capability>,
         run: Arc<RolloutContext>,
         limits: StoreLimits,
@@ -102,6 +105,7 @@ impl HostState {
             table: ResourceTable::new(),
             limits,
             plugin,
+            grader,
             granted,
             run,
             meter: CpuMeter { used_ns: 0, budget_ns: cpu_budget.as_nanos() as u64, last: None },

@@ -281,6 +281,7 @@ macro_rules! sandbox_host {
                     headers: request.headers,
                     body_base64: base64_encode(&request.body),
                     timeout_ms: request.timeout_ms,
+                    grader: self.grader,
                 };
                 let result = self.waiting(agent.http(&req)).await;
                 self.record_sandbox(
