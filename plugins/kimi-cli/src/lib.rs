@@ -244,6 +244,7 @@ impl Soul<'_> {
             specs.retain(|t| allowed.iter().any(|a| a == &t.name));
         }
         let mut vars = variables(self.config);
+        vars.extend(prompt::tool_variables(specs.iter().map(|t| t.name.as_str())));
         vars.insert("ROLE_ADDITIONAL", prompt::SUBAGENT_ROLE.to_string());
         let child = Soul {
             config: self.config,
@@ -374,12 +375,14 @@ impl Guest for KimiCli {
         let subagents: Vec<(String, String)> =
             config.subagents.iter().map(|(n, d, _)| (n.clone(), d.clone())).collect();
         let todos = RefCell::new(json!([]));
+        let specs = tools::specs(&run, &[], &subagents, config.subagent_tool);
+        vars.extend(prompt::tool_variables(specs.iter().map(|t| t.name.as_str())));
         let soul = Soul {
             config: &config,
             todos: &todos,
             me: Subagent { id: "main".into(), parent: None, name: "main".into(), depth: 0 },
             system: prompt::render(&config.template, &vars),
-            specs: tools::specs(&run, &[], &subagents, config.subagent_tool),
+            specs,
         };
         let mut history = vec![message(Role::User, task.instruction.clone())];
         let mut steps = 0;

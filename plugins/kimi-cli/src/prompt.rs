@@ -2,7 +2,8 @@
 //! blocks (also `{% if NAME == "value" %}`), rendered as Kimi-CLI renders its `system.md`. The
 //! default template is ours, in the shape of Kimi-CLI's (role, prompt and tool use, coding and
 //! research guidelines, working environment, project information); `system_prompt_template`
-//! takes the text of your own copy of Kimi-CLI's `system.md` instead.
+//! takes the text of your own copy of Kimi-CLI's `system.md` instead. The default names only the
+//! tools the model was given ([`tool_variables`]): on a task without a shell, no `Shell`.
 
 use std::collections::BTreeMap;
 
@@ -20,9 +21,9 @@ Read the user's request and do what it asks. Simple greetings and questions that
 directory or the internet may be answered directly; for everything else, act with tools. When a request could be a \
 question or a task, treat it as a task.
 
-When the request involves creating, changing or running code or files, make the changes with the tools (`WriteFile`, \
-`StrReplaceFile`, `Shell`) instead of describing them. Do not explain tool calls: they speak for themselves. Follow \
-each tool's description and parameters.
+When the request involves creating, changing or running code or files, make the changes with the tools\
+{% if KIMI_CHANGE_TOOLS %} (${KIMI_CHANGE_TOOLS}){% endif %} instead of describing them. Do not explain tool calls: they \
+speak for themselves. Follow each tool's description and parameters.
 
 If the `Task` tool is available, you can hand a narrow, self-contained subtask to a subagent. A subagent starts with \
 a fresh context and sees nothing of yours, so give it every piece of context it needs; you will only see its final \
@@ -39,9 +40,9 @@ Answer in the same language as the user unless told otherwise.
 
 # General Guidelines for Coding
 
-- Understand the requirements and the existing code (read it with `ReadFile`, `Glob` and `Grep`) before changing it.
+- Understand the requirements and the existing code{% if KIMI_READ_TOOLS %} (read it with ${KIMI_READ_TOOLS}){% endif %} before changing it.
 - For a bug, find the root cause from the errors or failing tests, fix it, and make sure the tests pass.
-- Make minimal changes and follow the project's style. Run the code and the tests with `Shell` after changing it.
+- Make minimal changes and follow the project's style.{% if KIMI_SHELL_TOOL %} Run the code and the tests with `Shell` after changing it.{% endif %}
 - Do not commit, push, reset or otherwise change git history unless asked.
 
 # General Guidelines for Research and Data Processing
@@ -54,11 +55,11 @@ Answer in the same language as the user unless told otherwise.
 
 ## Operating System
 
-You are running on **${KIMI_OS}**. The Shell tool runs commands with **${KIMI_SHELL}**.{% if KIMI_OS == \"Windows\" %} Use Unix shell syntax inside Shell commands.{% endif %}
+You are running on **${KIMI_OS}**.{% if KIMI_SHELL_TOOL %} The Shell tool runs commands with **${KIMI_SHELL}**.{% endif %}
 
 ## Date and Time
 
-The current date and time in ISO format is `${KIMI_NOW}`. Use it as a reference; ask the Shell for the exact time.
+The current date and time in ISO format is `${KIMI_NOW}`. Use it as a reference.
 
 ## Working Directory
 
@@ -94,6 +95,28 @@ ${KIMI_SKILLS}
 - Never invent results: base every claim on what the tools returned.
 - Be careful: actions on the user's system take effect at once.
 ";
+
+/// The variables that name the model's own tools in the default template: `KIMI_CHANGE_TOOLS`
+/// (`WriteFile`, `StrReplaceFile`, `Shell` among those given), `KIMI_READ_TOOLS` (`ReadFile`,
+/// `Glob`, `Grep`) and `KIMI_SHELL_TOOL` (set when `Shell` is); empty when none is given.
+pub fn tool_variables<'a>(given: impl IntoIterator<Item = &'a str>) -> BTreeMap<&'static str, String> {
+    let given: Vec<&str> = given.into_iter().collect();
+    let list = |names: &[&str]| {
+        let present: Vec<String> =
+            names.iter().filter(|n| given.contains(n)).map(|n| format!("`{n}`")).collect();
+        match present.as_slice() {
+            [] => String::new(),
+            [one] => one.clone(),
+            [init @ .., last] => format!("{} and {last}", init.join(", ")),
+        }
+    };
+    [
+        ("KIMI_CHANGE_TOOLS", list(&["WriteFile", "StrReplaceFile", "Shell"])),
+        ("KIMI_READ_TOOLS", list(&["ReadFile", "Glob", "Grep"])),
+        ("KIMI_SHELL_TOOL", if given.contains(&"Shell") { "Shell".to_string() } else { String::new() }),
+    ]
+    .into()
+}
 
 /// What a subagent is told on top of the template (Kimi-CLI's `coder` subagent's
 /// `ROLE_ADDITIONAL`, in our words).
@@ -208,5 +231,23 @@ mod tests {
         );
         let full = render(DEFAULT_TEMPLATE, &vars);
         assert!(full.contains("running on **Linux**") && !full.contains("${") && !full.contains("{%"), "{full}");
+    }
+
+    #[test]
+    fn the_prompt_names_only_the_tools_given() {
+        let render_with = |tools: &[&str]| {
+            let mut vars: BTreeMap<&str, String> = [("KIMI_OS", "Linux".to_string())].into();
+            vars.extend(tool_variables(tools.iter().copied()));
+            render(DEFAULT_TEMPLATE, &vars)
+        };
+        let coding = render_with(&["Shell", "ReadFile", "Glob", "Grep", "WriteFile", "StrReplaceFile"]);
+        for name in ["`Shell`", "`ReadFile`", "`WriteFile`", "`StrReplaceFile`", "The Shell tool"] {
+            assert!(coding.contains(name), "{name} missing:\n{coding}");
+        }
+        // An assistant task's tools: none of the coding tools is named.
+        let assistant = render_with(&["calendar_events", "calendar_freebusy"]);
+        for name in ["Shell", "ReadFile", "WriteFile", "StrReplaceFile", "Glob", "Grep"] {
+            assert!(!assistant.contains(name), "{name} named without being given:\n{assistant}");
+        }
     }
 }
