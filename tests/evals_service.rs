@@ -576,3 +576,40 @@ async fn plugins_belong_to_tenants_swap_mid_job_pin_by_hash_and_survive_a_restar
     assert_ne!(listed(&theirs, "shell").unwrap().0, "8.0.0");
     assert_eq!(listed(&theirs, "extra-tools"), Some(("1.0.0".into(), "shared".into())));
 }
+
+/// A field the API does not have is refused by name (400), never silently ignored — on every
+/// `/v1` body: jobs, rollout groups (and their `bar` options), the proxy, secrets, plugins.
+#[tokio::test]
+async fn fields_the_api_does_not_have_are_refused_by_name() {
+    let server = Server::start_with(keys()).await.with_key("alice-key-1234");
+    let dataset = upload(&server, examples_archive()).await;
+    let model = json!({"url": "http://127.0.0.1:9/v1", "name": "m"});
+    let group = json!({"tasks": {"archive": dataset}, "task_ids": ["hello-file"], "harness": "oracle",
+                       "tools": ["shell"], "grader": "script", "model": model});
+    let with = |mut body: Value, pointer: &str, key: &str| {
+        body.pointer_mut(pointer).unwrap().as_object_mut().unwrap().insert(key.into(), json!(3));
+        body
+    };
+    let cases = [
+        (Method::POST, "/v1/evals", with(oracle_job(&dataset, 1, 1), "", "budget"), "budget"),
+        (Method::POST, "/v1/evals", with(oracle_job(&dataset, 1, 1), "/tasks", "filter"), "filter"),
+        (Method::POST, "/v1/groups", with(group.clone(), "", "budget"), "budget"),
+        (Method::POST, "/v1/groups", with(with(group.clone(), "", "bar"), "", "size"), "bar"),
+        (Method::POST, "/v1/groups", with(group.clone(), "/model", "temperature"), "temperature"),
+        (Method::POST, "/v1/proxy", json!({"model": model, "stream": true}), "stream"),
+        (Method::PUT, "/v1/secrets/k", json!({"value": "v", "scope": "all"}), "scope"),
+    ];
+    for (method, path, body, field) in cases {
+        let (status, v) = server.call(method, path, Some(body.clone())).await;
+        let detail = v["detail"].as_str().unwrap_or_default();
+        // `bar: 3` is the wrong type rather than unknown: 422, still naming it.
+        let expected = if field == "bar" { 422 } else { 400 };
+        assert_eq!(status, expected, "{path} {body}: {v}");
+        assert!(detail.contains(field), "{path}: {detail}");
+    }
+    let mut nested = group;
+    nested["bar"] = json!({"budget": 3});
+    let (status, v) = server.call(Method::POST, "/v1/groups", Some(nested)).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("bar.budget: unknown field `budget`"), "{v}");
+}

@@ -107,13 +107,12 @@ impl AgentState {
         if self.config.entrypoint.is_empty() {
             return Ok(());
         }
-        let req =
-            ProcessStart {
-                command: Command::Argv(self.config.entrypoint.clone()),
-                cwd: None,
-                // The services it starts learn whose connections are the grader's.
-                env: [(orchard_protocol::AGENT_PID_ENV.to_string(), std::process::id().to_string())].into(),
-            };
+        let req = ProcessStart {
+            command: Command::Argv(self.config.entrypoint.clone()),
+            cwd: None,
+            // The services it starts learn whose connections are the grader's.
+            env: [(orchard_protocol::AGENT_PID_ENV.to_string(), std::process::id().to_string())].into(),
+        };
         let process = start(self, "entrypoint".into(), req).map_err(|e| anyhow::anyhow!("entrypoint: {e}"))?;
         self.processes.try_lock().expect("no contention at start").insert("entrypoint".into(), process);
         Ok(())

@@ -57,9 +57,18 @@ pub fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
     }
     // Names the field that failed (`body: attempts: invalid type …`).
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| match e.path().to_string().as_str() {
-        "." => ApiError::invalid(format!("body: {}", e.inner())),
-        path => ApiError::invalid(format!("body: {path}: {}", e.inner())),
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let detail = match e.path().to_string().as_str() {
+            "." => format!("body: {}", e.inner()),
+            path => format!("body: {path}: {}", e.inner()),
+        };
+        // A field the API does not have is a malformed request, never ignored (`budget` sent
+        // where the API has none would otherwise be silently not honoured).
+        if e.inner().to_string().starts_with("unknown field") {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", detail)
+        } else {
+            ApiError::invalid(detail)
+        }
     })
 }
 

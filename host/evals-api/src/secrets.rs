@@ -12,6 +12,7 @@ use crate::error::{ApiError, ApiResult, parse};
 use crate::{EvalService, TenantId};
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SecretBody {
     value: String,
 }

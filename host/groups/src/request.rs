@@ -7,6 +7,7 @@ use orchard_scheduler::{EvalSpec, ModelSpec, TaskSource};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GroupRequest {
     /// Where the tasks are: an uploaded archive or a registered dataset.
     pub tasks: TaskSource,
@@ -46,6 +47,7 @@ pub struct GroupRequest {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct BarOptions {
     /// At least a quarter of each outcome per group, not just one.
     #[serde(default)]

@@ -119,17 +119,21 @@ async fn call(
         }
         (Caller::Agent, _, ["audit"] | ["reset"]) => {
             // Recorded like any call: an agent that tries to read or wipe its record is seen.
-            let (status, result) = error(StatusCode::FORBIDDEN, format!("/{service}/{}: the grader's, not a service route", rest[0]));
-            store.record(&service, AuditEntry {
-                seq: 0,
-                method: method.to_string(),
-                path: format!("/{}", parts.join("/")),
-                query,
-                body,
-                status: status.as_u16(),
-                result: result.clone(),
-                injected: None,
-            });
+            let (status, result) =
+                error(StatusCode::FORBIDDEN, format!("/{service}/{}: the grader's, not a service route", rest[0]));
+            store.record(
+                &service,
+                AuditEntry {
+                    seq: 0,
+                    method: method.to_string(),
+                    path: format!("/{}", parts.join("/")),
+                    query,
+                    body,
+                    status: status.as_u16(),
+                    result: result.clone(),
+                    injected: None,
+                },
+            );
             return (status, axum::Json(result)).into_response();
         }
         // The grader's reads: answered from the state, not recorded, never faulted.

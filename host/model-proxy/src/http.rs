@@ -44,6 +44,7 @@ pub fn openapi_paths() -> utoipa::openapi::OpenApi {
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct OpenSession {
     /// The policy's OpenAI-compatible endpoint (`sampling` and `policy_version` apply to every
     /// call through the session).

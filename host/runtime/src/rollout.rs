@@ -505,7 +505,14 @@ impl Runtime {
             .memories(16)
             .trap_on_grow_failure(true)
             .build();
-        let state = HostState::new(plugin.id(), plugin.kind() == PluginKind::Grader, granted, ctx.clone(), store_limits, limits.cpu);
+        let state = HostState::new(
+            plugin.id(),
+            plugin.kind() == PluginKind::Grader,
+            granted,
+            ctx.clone(),
+            store_limits,
+            limits.cpu,
+        );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         // Checked every tick: over budget traps; otherwise yield, so that one busy plugin does

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Where a job's tasks come from.
+/// Where a job's tasks come from: an object with exactly one of its keys.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "TaskSourceFields")]
 pub enum TaskSource {
     /// A `.tar.gz` of Harbor task folders uploaded to the server (`POST /v1/datasets`), by id.
     Archive(String),
@@ -21,7 +21,38 @@ pub enum TaskSource {
     Dirs(Vec<String>),
 }
 
+/// What `tasks` may hold, read as a struct so that a key it does not have is named (an enum's
+/// own error for two keys says only "expected value").
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskSourceFields {
+    archive: Option<String>,
+    dataset: Option<String>,
+    dir: Option<String>,
+    dirs: Option<Vec<String>>,
+}
+
+impl TryFrom<TaskSourceFields> for TaskSource {
+    type Error = String;
+
+    fn try_from(f: TaskSourceFields) -> Result<TaskSource, String> {
+        let given = [
+            f.archive.map(TaskSource::Archive),
+            f.dataset.map(TaskSource::Dataset),
+            f.dir.map(TaskSource::Dir),
+            f.dirs.map(TaskSource::Dirs),
+        ];
+        let mut given = given.into_iter().flatten();
+        match (given.next(), given.next()) {
+            (Some(one), None) => Ok(one),
+            (None, _) => Err("expected one of `archive`, `dataset`, `dir`, `dirs`".into()),
+            (Some(_), Some(_)) => Err("give one of `archive`, `dataset`, `dir`, `dirs`, not several".into()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     /// OpenAI-compatible base URL.
     pub url: String,
@@ -53,6 +84,7 @@ fn default_model_concurrency() -> usize {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EvalSpec {
     pub tasks: TaskSource,
     pub harnesses: Vec<String>,

@@ -39,6 +39,7 @@ struct UploadQuery {
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 struct UploadJson {
     /// The manifest, as TOML.
     manifest: Option<String>,

@@ -105,6 +105,7 @@ async fn create_batch(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 struct ForkBody {
     /// How many children (1 to 64).
     #[serde(default = "one")]
@@ -245,6 +246,7 @@ async fn session_list(State(state): S, Extension(tenant): T, Path(id): Path<Stri
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 struct SessionExecBody {
     command: Value,
     #[serde(default)]
@@ -258,6 +260,7 @@ struct SessionExecBody {
 
 /// Body of `POST /v1/sandboxes/{id}/sessions/{sid}/continue`.
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 struct SessionContinueBody {
     #[serde(default)]
     input: Option<String>,
@@ -326,6 +329,7 @@ async fn session_close(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 struct ProcessBody {
     command: Value,
     #[serde(default)]

@@ -102,8 +102,7 @@ ${KIMI_SKILLS}
 pub fn tool_variables<'a>(given: impl IntoIterator<Item = &'a str>) -> BTreeMap<&'static str, String> {
     let given: Vec<&str> = given.into_iter().collect();
     let list = |names: &[&str]| {
-        let present: Vec<String> =
-            names.iter().filter(|n| given.contains(n)).map(|n| format!("`{n}`")).collect();
+        let present: Vec<String> = names.iter().filter(|n| given.contains(n)).map(|n| format!("`{n}`")).collect();
         match present.as_slice() {
             [] => String::new(),
             [one] => one.clone(),
