@@ -613,3 +613,65 @@ async fn fields_the_api_does_not_have_are_refused_by_name() {
     assert_eq!(status, 400, "{v}");
     assert!(v["detail"].as_str().unwrap().contains("bar.budget: unknown field `budget`"), "{v}");
 }
+
+/// After a kill -9, a restarted server takes its dead claims back at once (not after their
+/// lease: 600 s here), and a job cancelled then still ends — nothing left queued or running, a
+/// finish time, and an `end` on its event stream.
+#[tokio::test]
+async fn after_a_crash_claims_come_back_at_once_and_a_cancel_still_ends_the_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let opts = || ServerOptions {
+        state_dir: Some(state.clone()),
+        extra_args: ["--eval-concurrency", "2", "--eval-lease", "600"].map(String::from).to_vec(),
+        ..Default::default()
+    };
+    let crash_while_running = |server: Server, id: String| async move {
+        let mut server = server;
+        wait_for(&server, &id, "a rollout running", Duration::from_secs(120), |v| {
+            v["counts"]["running"].as_i64() >= Some(1) && v["counts"]["done"].as_i64() >= Some(1)
+        })
+        .await;
+        kill9(&mut server);
+    };
+    let first = Server::start_with(opts()).await;
+    let dataset = upload(&first, examples_archive()).await;
+    let resumed = submit(&first, oracle_job(&dataset, 40, 2)).await;
+    crash_while_running(first, resumed.clone()).await;
+
+    // Resumed at once: more finish within seconds, not after the 600 s lease.
+    let second = Server::start_with(opts()).await;
+    let (_, at_restart) = second.call(Method::GET, &format!("/v1/evals/{resumed}"), None).await;
+    let done_then = at_restart["counts"]["done"].as_i64().unwrap();
+    let started = Instant::now();
+    wait_for(&second, &resumed, "a rollout after the restart", Duration::from_secs(10), |v| {
+        v["counts"]["done"].as_i64() > Some(done_then)
+    })
+    .await;
+    eprintln!("first result {:?} after the restart", started.elapsed());
+    let (status, _) = second.call(Method::POST, &format!("/v1/evals/{resumed}/cancel"), None).await;
+    assert_eq!(status, 200);
+    let cancelled = submit(&second, oracle_job(&dataset, 40, 2)).await;
+    crash_while_running(second, cancelled.clone()).await;
+
+    // Cancelled while its runner is dead: the job ends.
+    let third = Server::start_with(opts()).await;
+    let (status, v) = third.call(Method::POST, &format!("/v1/evals/{cancelled}/cancel"), None).await;
+    assert_eq!(status, 200, "{v}");
+    let eval = wait_for(&third, &cancelled, "the cancelled job to end", Duration::from_secs(10), |v| {
+        v["counts"]["running"] == 0 && v["counts"]["queued"] == 0 && !v["finished_at"].is_null()
+    })
+    .await;
+    assert_eq!(eval["status"], "cancelled", "{eval}");
+    let counts = &eval["counts"];
+    assert_eq!(counts["done"].as_i64().unwrap() + counts["cancelled"].as_i64().unwrap(), 200, "{eval}");
+    let events = third
+        .request(Method::GET, &format!("/v1/evals/{cancelled}/events"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(events.contains("event: end"), "{events}");
+}

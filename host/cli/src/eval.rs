@@ -295,6 +295,9 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         runtime,
         RunnerConfig {
             owner: format!("cli-{}", std::process::id()),
+            // `orchard eval` queues every running rollout again at start (it is its store's
+            // only runner).
+            predecessors: None,
             sandbox_tenant: "eval".into(),
             capacity: spec.concurrency,
             lease: Duration::from_secs(60),

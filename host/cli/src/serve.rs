@@ -246,6 +246,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         runtime,
         orchard_scheduler::RunnerConfig {
             owner: format!("{replica}/{}/{}", std::process::id(), orchard_scheduler::new_eval_id()),
+            predecessors: Some(format!("{replica}/")),
             sandbox_tenant: format!("orchard-eval.{replica}"),
             capacity: args.eval_concurrency.max(1),
             lease: Duration::from_secs_f64(args.eval_lease.max(1.0)),

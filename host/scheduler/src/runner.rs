@@ -23,6 +23,10 @@ use crate::spec::EvalSpec;
 pub struct RunnerConfig {
     /// This runner's name in the store's leases (unique per process).
     pub owner: String,
+    /// What every life of this replica's owner names starts with (`replica/`): claims of an
+    /// earlier life (a crash, a kill -9) are taken back at start rather than after their lease.
+    /// `None` where the owner is not tied to a stable replica name.
+    pub predecessors: Option<String>,
     /// The tenant sandboxes of rollouts are created for: how a restarted runner finds its own.
     pub sandbox_tenant: String,
     /// Rollouts at once on this runner.
@@ -100,6 +104,14 @@ impl Runner {
     /// (its rollouts run again elsewhere or at the next start) and deletes their sandboxes.
     pub async fn run(self: &Arc<Self>, stop: impl std::future::Future<Output = ()>) {
         self.reconcile_sandboxes().await;
+        if let Some(prefix) = &self.config.predecessors {
+            // Their sandboxes were just deleted: nothing of theirs still runs.
+            match self.env.store.release_predecessors(prefix, &self.config.owner).await {
+                Ok(n) if n > 0 => tracing::info!(rollouts = n, "took back the claims of this replica's last run"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("taking back the last run's claims: {e}"),
+            }
+        }
         tokio::pin!(stop);
         let mut last_housekeeping = std::time::Instant::now() - Duration::from_secs(60);
         loop {

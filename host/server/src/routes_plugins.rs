@@ -27,7 +27,16 @@ fn registry(state: &AppState) -> ApiResult<&Arc<Registry>> {
 
 #[utoipa::path(get, path = "/v1/plugins", tag = "plugins", summary = "The plugins this tenant can run: shared ones and its own uploads", responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
 async fn list(State(state): State<Arc<AppState>>, Extension(tenant): Extension<Tenant>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({ "plugins": registry(&state)?.list_for(&tenant.0) })))
+    let registry = registry(&state)?.clone();
+    // A listing shows every shipped plugin as compiled (its world, imports, exports): those the
+    // background loader has not reached yet are compiled now, off the async threads.
+    let plugins = tokio::task::spawn_blocking(move || {
+        registry.load_deferred(&[]);
+        registry.list_for(&tenant.0)
+    })
+    .await
+    .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "other", e.to_string()))?;
+    Ok(Json(json!({ "plugins": plugins })))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]

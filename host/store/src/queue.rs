@@ -250,31 +250,66 @@ impl Store {
         self.requeue("1 = $1", 1_i64).await
     }
 
+    /// Queues again the running rollouts that match `condition` — except those of a cancelled
+    /// job, which end cancelled there and then (a cancel that came while their runner was dead
+    /// must still end the job: queued again, nobody would ever run or cancel them).
     async fn requeue<T>(&self, condition: &str, value: T) -> Result<u64>
     where
         T: for<'q> sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + Send + 'static,
     {
         let mut tx = self.write.begin().await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE rollouts SET state = 'queued', owner = NULL, lease_until = NULL \
-             WHERE state = 'running' AND {condition} RETURNING eval_id"
+            "UPDATE rollouts SET state = CASE WHEN (SELECT e.status FROM evals e WHERE e.id = rollouts.eval_id) = 'cancelled' \
+                                         THEN 'cancelled' ELSE 'queued' END, \
+                                 owner = NULL, lease_until = NULL \
+             WHERE state = 'running' AND {condition} RETURNING eval_id, state"
         )))
         .bind(value)
         .fetch_all(&mut *tx)
         .await?;
-        let mut per_eval: BTreeMap<String, i64> = BTreeMap::new();
+        // Per job: (queued again, cancelled).
+        let mut per_eval: BTreeMap<String, (i64, i64)> = BTreeMap::new();
         for r in &rows {
-            *per_eval.entry(get_str(r, "eval_id")?).or_default() += 1;
+            let counts = per_eval.entry(get_str(r, "eval_id")?).or_default();
+            if get_str(r, "state")? == "cancelled" {
+                counts.1 += 1;
+            } else {
+                counts.0 += 1;
+            }
         }
-        for (eval_id, n) in &per_eval {
-            sqlx::query("UPDATE evals SET queued = queued + $2, running = running - $2 WHERE id = $1")
-                .bind(eval_id)
-                .bind(*n)
-                .execute(&mut *tx)
-                .await?;
+        for (eval_id, (queued, cancelled)) in &per_eval {
+            sqlx::query(
+                "UPDATE evals SET queued = queued + $2, cancelled = cancelled + $3, running = running - $2 - $3, \
+                 finished_at = CASE WHEN status = 'cancelled' AND running - $2 - $3 = 0 AND finished_at IS NULL \
+                               THEN $4 ELSE finished_at END \
+                 WHERE id = $1",
+            )
+            .bind(eval_id)
+            .bind(*queued)
+            .bind(*cancelled)
+            .bind(now())
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(rows.len() as u64)
+    }
+
+    /// Queues again what earlier lives of this replica held (`owner` starts with `prefix`, but
+    /// is not `current`): a restarted server takes its dead claims back at once instead of
+    /// waiting out their lease. Replica names must be unique (a pod's name, the host's name).
+    pub async fn release_predecessors(&self, prefix: &str, current: &str) -> Result<u64> {
+        let mut tx_rows = 0;
+        let owners = sqlx::query("SELECT DISTINCT owner FROM rollouts WHERE state = 'running' AND owner IS NOT NULL")
+            .fetch_all(&self.read)
+            .await?;
+        for row in &owners {
+            let owner = get_str(row, "owner")?;
+            if owner.starts_with(prefix) && owner != current {
+                tx_rows += self.release(&owner).await?;
+            }
+        }
+        Ok(tx_rows)
     }
 
     /// What `owner` runs now (for tests and operators).
