@@ -85,7 +85,9 @@ pub async fn upload(
 }
 
 #[utoipa::path(get, path = "/v1/datasets", tag = "datasets", summary = "Your uploaded datasets, with what each takes and your quota",
-    responses((status = 200, description = "{datasets: [...], used_bytes, quota_bytes}", body = serde_json::Value)))]
+    responses((status = 200, description = "{datasets: [...], used_bytes, quota_bytes}", body = serde_json::Value),
+        (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem),
+        (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn list(
     State(service): State<Arc<EvalService>>,
     Extension(tenant): Extension<TenantId>,
@@ -99,7 +101,9 @@ pub async fn list(
 #[utoipa::path(delete, path = "/v1/datasets/{id}", tag = "datasets", summary = "Delete an uploaded dataset (refused while a job that names it runs)",
     params(("id" = String, Path, description = "The dataset id")),
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such dataset of yours", body = crate::openapi::Problem),
-        (status = 409, description = "A job that has not finished names it", body = crate::openapi::Problem)))]
+        (status = 409, description = "A job that has not finished names it", body = crate::openapi::Problem),
+        (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem),
+        (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
 pub async fn delete(
     State(service): State<Arc<EvalService>>,
     Extension(tenant): Extension<TenantId>,

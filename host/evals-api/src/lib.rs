@@ -53,11 +53,11 @@ pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<EvalService>) -> Ro
     use axum::routing::{delete, get, post, put};
     // The compressed upload is bounded like what it unpacks to.
     let upload_limit = usize::try_from(service.env.upload_limits.total_bytes).unwrap_or(usize::MAX);
+    let datasets = Router::new()
+        .route("/datasets", post(datasets::upload).get(datasets::list))
+        .layer(axum::extract::DefaultBodyLimit::max(upload_limit));
     Router::new()
-        .route(
-            "/datasets",
-            post(datasets::upload).layer(axum::extract::DefaultBodyLimit::max(upload_limit)).get(datasets::list),
-        )
+        .merge(datasets)
         .route("/datasets/{id}", delete(datasets::delete))
         .route("/evals", post(evals::submit).get(evals::list))
         .route("/evals/{id}", get(evals::get_one).delete(evals::delete))
