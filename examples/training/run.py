@@ -31,7 +31,10 @@ from orchard_client import Orchard, collect_groups, to_skyrl_generator_output, t
 def start_orchard(binary):
     state = tempfile.mkdtemp(prefix="orchard-training-")
     proc = subprocess.Popen(
-        [binary, "serve", "--listen", "127.0.0.1:0", "--state-dir", os.path.join(state, "state")],
+        # The policy (the mock by default) listens on this machine's loopback: allowed by name,
+        # as an operator must allow any model endpoint tenants may reach.
+        [binary, "serve", "--listen", "127.0.0.1:0", "--state-dir", os.path.join(state, "state"),
+         "--model-allow", "127.0.0.0/8"],
         stderr=subprocess.PIPE, text=True,
     )
     for line in proc.stderr:
