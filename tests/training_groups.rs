@@ -373,3 +373,128 @@ async fn the_training_example_writes_a_trainer_ready_batch() {
     assert_eq!(skyrl["response_ids"].as_array().unwrap().len(), samples.len());
     assert!(stdout.contains("est. pass"), "the table: {stdout}");
 }
+
+/// Tasks the oracle always passes, its solution taking a varying moment (so rollouts of a group
+/// finish apart).
+fn oracle_tasks(names: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in names {
+        orchard_tests::evals::write_task(
+            dir.path(),
+            name,
+            "",
+            "#!/bin/bash\n[ \"$(cat /workspace/answer.txt)\" = yes ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+        );
+        let solution = dir.path().join(name).join("solution");
+        std::fs::create_dir_all(&solution).unwrap();
+        std::fs::write(
+            solution.join("solve.sh"),
+            "#!/bin/bash\nsleep 0.$((RANDOM % 6))\necho yes > /workspace/answer.txt\n",
+        )
+        .unwrap();
+    }
+    dir
+}
+
+fn oracle_request(dataset: &str, task_ids: &[&str], size: u32) -> Value {
+    // No `model`: the oracle calls none.
+    json!({"tasks": {"archive": dataset}, "task_ids": task_ids, "harness": "oracle", "tools": ["shell"],
+           "grader": "script", "size": size, "grants": ["solution"]})
+}
+
+/// Every rollout the server finished for the request's groups, by id.
+async fn stored_rollouts(server: &Server, records: &[Value]) -> std::collections::BTreeSet<String> {
+    let mut ids = std::collections::BTreeSet::new();
+    for group in records.iter().filter(|r| r["type"] == "group") {
+        let id = group["group_id"].as_str().unwrap();
+        let (status, rows) =
+            server.call(Method::GET, &format!("/v1/evals/{id}/rollouts?state=done&limit=500"), None).await;
+        if group["generated"] == 0 {
+            assert_eq!(status, 404, "a group that launched nothing has no job: {rows}");
+            continue;
+        }
+        ids.extend(rows["rollouts"].as_array().unwrap().iter().map(|r| r["rollout_id"].as_str().unwrap().to_string()));
+    }
+    ids
+}
+
+fn streamed_rollouts(records: &[Value]) -> Vec<String> {
+    records.iter().filter(|r| r["type"] == "rollout").map(|r| r["rollout_id"].as_str().unwrap().to_string()).collect()
+}
+
+/// A request says how much to spend — a rollout budget, a number of groups — and gets exactly
+/// that; every rollout the server finished reaches the stream once (in its group or as surplus),
+/// and group jobs are not listed among evaluations.
+#[tokio::test(flavor = "multi_thread")]
+async fn budgets_and_groups_wanted_are_honoured_and_every_finished_rollout_is_streamed_once() {
+    let server = Server::start().await;
+    let names = ["t1", "t2", "t3", "t4"];
+    let tasks = oracle_tasks(&names);
+    let dataset = upload(&server, tasks.path()).await;
+
+    // A budget of 10 rollouts for four groups of 4: two run, two are abandoned for the budget.
+    let mut body = oracle_request(&dataset, &names, 4);
+    body["budget"] = json!(10);
+    let resp = server.request(Method::POST, "/v1/groups").json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let first = records(resp).await;
+    let records = &first;
+    let end = records.last().unwrap();
+    assert_eq!(end["type"], "end", "{records:#?}");
+    assert_eq!((end["spent"].as_u64(), end["budget"].as_u64()), (Some(8), Some(10)), "{end}");
+    assert_eq!((end["emitted"].as_u64(), end["abandoned"].as_u64()), (Some(2), Some(2)), "{end}");
+    let abandoned: Vec<&Value> = records.iter().filter(|r| r["outcome"] == "abandoned").collect();
+    assert!(abandoned.iter().all(|g| g["reason"].as_str().unwrap().contains("budget")), "{abandoned:#?}");
+    let streamed = streamed_rollouts(records);
+    assert_eq!(streamed.len(), 8);
+    assert_eq!(
+        streamed.iter().cloned().collect::<std::collections::BTreeSet<_>>(),
+        stored_rollouts(&server, records).await
+    );
+
+    // One group wanted of four: exactly one emitted, the rest stopped; whatever they finished
+    // meanwhile is streamed once, as surplus.
+    let mut body = oracle_request(&dataset, &names, 4);
+    body["groups"] = json!(1);
+    let resp = server.request(Method::POST, "/v1/groups").json(&body).send().await.unwrap();
+    let second = self::records(resp).await;
+    let records = &second;
+    let end = records.last().unwrap();
+    assert_eq!(
+        (end["emitted"].as_u64(), end["stopped"].as_u64(), end["groups_wanted"].as_u64()),
+        (Some(1), Some(3), Some(1)),
+        "{end}"
+    );
+    let streamed = streamed_rollouts(records);
+    let unique: std::collections::BTreeSet<String> = streamed.iter().cloned().collect();
+    assert_eq!(unique.len(), streamed.len(), "a rollout streamed twice");
+    assert_eq!(unique, stored_rollouts(&server, records).await, "finished but never streamed (or the reverse)");
+    assert_eq!(end["rollouts"].as_u64(), Some(streamed.len() as u64));
+    let emitted = records.iter().find(|r| r["outcome"] == "emitted").unwrap();
+    let in_group: Vec<&str> = emitted["selected"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    for r in records.iter().filter(|r| r["type"] == "rollout") {
+        if in_group.contains(&r["rollout_id"].as_str().unwrap()) {
+            assert_eq!(r["surplus"], false, "{r}");
+        }
+    }
+
+    // Group jobs are reachable by id but not listed among evaluations.
+    let (_, listed) = server.call(Method::GET, "/v1/evals", None).await;
+    assert_eq!(listed["evals"].as_array().unwrap().len(), 0, "{listed}");
+}
+
+/// A BAR group that can never be mixed (every rollout passes) is abandoned at its cap and says
+/// what it saw: its positives, not zeros.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_abandoned_group_reports_what_it_graded() {
+    let server = Server::start().await;
+    let tasks = oracle_tasks(&["always"]);
+    let dataset = upload(&server, tasks.path()).await;
+    let mut body = oracle_request(&dataset, &["always"], 2);
+    body["bar"] = json!({"cap": 4, "abandon_below": 0.0, "admit": false});
+    let resp = server.request(Method::POST, "/v1/groups").json(&body).send().await.unwrap();
+    let records = records(resp).await;
+    let group = records.iter().find(|r| r["type"] == "group").unwrap_or_else(|| panic!("{records:#?}"));
+    assert_eq!(group["outcome"], "abandoned", "{group:#}");
+    assert_eq!((group["positives"].as_u64(), group["negatives"].as_u64()), (Some(4), Some(0)), "{group:#}");
+}

@@ -64,6 +64,32 @@ fn name_ref(text: &str) -> Result<(String, String), String> {
     Ok((name.trim().to_string(), reference.trim().to_string()))
 }
 
+/// What a local sandbox limit can be: memory (cgroups) or disk (loop devices).
+#[derive(Clone, Copy)]
+pub(crate) enum Limit {
+    Memory,
+    Disk,
+}
+
+/// A local sandbox's limit flag: `auto` is `default` where this host can enforce the limit and
+/// none (with a warning) where it cannot (an unprivileged host); `none`, or a size.
+pub(crate) fn local_limit(flag: &str, text: &str, default: &str, limit: Limit) -> anyhow::Result<Option<u64>> {
+    if text.eq_ignore_ascii_case("auto") {
+        let supported = match limit {
+            Limit::Memory => orchard_sandbox_local::memory_limits_supported(),
+            Limit::Disk => orchard_sandbox_local::disk_limits_supported(),
+        };
+        return match supported {
+            Ok(()) => optional(flag, default, orchard_sandbox::parse_memory),
+            Err(why) => {
+                tracing::warn!("sandboxes get no disk limit: {why} (--{flag} none to silence this)");
+                Ok(None)
+            }
+        };
+    }
+    optional(flag, text, orchard_sandbox::parse_memory)
+}
+
 pub(crate) fn optional<T>(
     flag: &str,
     text: &str,

@@ -94,11 +94,13 @@ pub struct EvalArgs {
     /// `browser={"mode":"marks"}`); repeatable.
     #[arg(long = "tool-config", value_name = "NAME=JSON")]
     pub(crate) tool_config: Vec<String>,
-    /// Memory of each rollout's sandbox when its task names none ("none": no limit).
-    #[arg(long, default_value = "2Gi")]
+    /// Memory of each rollout's sandbox when its task names none ("none": no limit; "auto":
+    /// 2Gi where this host can enforce it).
+    #[arg(long, default_value = "auto")]
     pub(crate) sandbox_memory: String,
-    /// Writable-layer size of each rollout's sandbox ("none": no limit).
-    #[arg(long, default_value = "10Gi")]
+    /// Writable-layer size of each rollout's sandbox ("none": no limit; "auto": 10Gi where
+    /// this host can enforce it).
+    #[arg(long, default_value = "auto")]
     pub(crate) sandbox_disk: String,
     /// Per plugin instance: CPU seconds and memory.
     #[arg(long, default_value_t = 120.0)]
@@ -237,18 +239,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         upload_limits: Default::default(),
         // The operator's own machine: any model URL.
         egress: orchard_egress::Policy::open(),
-        sandbox_defaults: orchard_scheduler::SandboxDefaults {
-            memory_bytes: crate::admission_args::optional(
-                "sandbox-memory",
-                &args.sandbox_memory,
-                orchard_sandbox::parse_memory,
-            )?,
-            disk_bytes: crate::admission_args::optional(
-                "sandbox-disk",
-                &args.sandbox_disk,
-                orchard_sandbox::parse_memory,
-            )?,
-        },
+        sandbox_defaults: sandbox_defaults(&args)?,
     });
     let previous = store
         .list_evals(LOCAL_TENANT, &orchard_store::EvalFilter { limit: 1, ..Default::default() })
@@ -573,4 +564,22 @@ fn print_matrix(s: &Summary) {
             fmt(h.pass_hat_k)
         );
     }
+}
+
+/// The limits of sandboxes whose task names none: a local host enforces what it can ("auto");
+/// a pod's limits are the kubelet's to enforce.
+fn sandbox_defaults(args: &EvalArgs) -> anyhow::Result<orchard_scheduler::SandboxDefaults> {
+    use crate::admission_args::{Limit, local_limit, optional};
+    let parse = orchard_sandbox::parse_memory;
+    let or_default = |text: &str, default: &'static str| if text == "auto" { default.to_string() } else { text.into() };
+    Ok(match args.backend {
+        BackendKind::Local => orchard_scheduler::SandboxDefaults {
+            memory_bytes: local_limit("sandbox-memory", &args.sandbox_memory, "2Gi", Limit::Memory)?,
+            disk_bytes: local_limit("sandbox-disk", &args.sandbox_disk, "10Gi", Limit::Disk)?,
+        },
+        BackendKind::Kubernetes => orchard_scheduler::SandboxDefaults {
+            memory_bytes: optional("sandbox-memory", &or_default(&args.sandbox_memory, "2Gi"), parse)?,
+            disk_bytes: optional("sandbox-disk", &or_default(&args.sandbox_disk, "10Gi"), parse)?,
+        },
+    })
 }

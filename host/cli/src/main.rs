@@ -106,6 +106,7 @@ mod tests {
         parsed(&["orchard", "serve"]);
         parsed(&["orchard", "run", "--", "true"]);
         parsed(&["orchard", "run", "--memory", "none", "--disk", "1Gi", "--", "true"]);
+        parsed(&["orchard", "eval", "tasks", "--harness", "oracle", "--grader", "script", "--sandbox-disk", "auto"]);
         parsed(&["orchard", "serve", "--tenant-dataset-quota", "none", "--tenant-result-quota", "1"]);
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::Args;
 use futures::StreamExt;
 use orchard_protocol::{ExecFrame, ExecRequest};
-use orchard_sandbox::{Backend, SandboxSpec, parse_cpu, parse_memory};
+use orchard_sandbox::{Backend, SandboxSpec, parse_cpu};
 use orchard_sandbox_local::{Launcher, LocalBackend, LocalConfig};
 
 #[derive(Args, Debug)]
@@ -16,16 +16,16 @@ pub struct RunArgs {
     /// registry reference.
     #[arg(long, default_value = "host")]
     image: String,
-    /// Memory limit, e.g. `512Mi` ("none": no limit). The default is `orchard serve`'s: a
-    /// command's runaway code fills the sandbox, not the host.
-    #[arg(long, default_value = "2Gi")]
+    /// Memory limit, e.g. `512Mi`; "none": no limit; "auto": `orchard serve`'s 2Gi where this
+    /// host can enforce it (root) — a command's runaway code fills the sandbox, not the host.
+    #[arg(long, default_value = "auto")]
     memory: String,
     /// CPU limit in cores, e.g. `0.5`.
     #[arg(long)]
     cpu: Option<String>,
-    /// Size limit of the sandbox's writable layer, e.g. `10Gi` (ENOSPC past it; "none": no
-    /// limit).
-    #[arg(long, default_value = "10Gi")]
+    /// Size limit of the sandbox's writable layer, e.g. `10Gi` (ENOSPC past it); "none": no
+    /// limit; "auto": 10Gi where this host can enforce it (root, loop devices).
+    #[arg(long, default_value = "auto")]
     disk: String,
     /// Open the network (NAT; the host itself stays unreachable).
     #[arg(long)]
@@ -48,8 +48,9 @@ pub async fn run(args: RunArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32> 
     let backend = LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?;
     let mut spec = SandboxSpec::new("default", &args.image);
     spec.block_network = !args.network;
-    spec.memory_bytes = crate::admission_args::optional("memory", &args.memory, parse_memory)?;
-    spec.disk_bytes = crate::admission_args::optional("disk", &args.disk, parse_memory)?;
+    use crate::admission_args::{Limit, local_limit};
+    spec.memory_bytes = local_limit("memory", &args.memory, "2Gi", Limit::Memory)?;
+    spec.disk_bytes = local_limit("disk", &args.disk, "10Gi", Limit::Disk)?;
     spec.cpu = args.cpu.as_ref().map(|c| parse_cpu(&c.as_str().into())).transpose().map_err(anyhow::Error::msg)?;
     let info = backend.create(spec).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let outcome = stream(&*backend, &info.id, &args).await;

@@ -16,11 +16,17 @@ use crate::GroupService;
 use crate::record::{GroupRecord, Record, RolloutKind, rollout_record};
 use crate::request::GroupRequest;
 
+/// How long a decided group waits for its cancelled rollouts to stop before the stream ends
+/// (a remote replica sees a cancel at its next pass: a quarter of its lease).
+const DRAIN_WAIT: Duration = Duration::from_secs(30);
+
 /// How a group ended, for the stream's last record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
     Emitted,
     Abandoned,
+    /// Ended unfinished: as many groups as the request wanted were emitted by others.
+    Stopped,
     Failed,
     /// The client went away: the group's job was cancelled.
     Dropped,
@@ -43,6 +49,7 @@ pub struct GroupRun {
     pub posterior: Posterior,
     pub memory_key: String,
     pub tx: mpsc::Sender<Record>,
+    pub spend: Arc<crate::spend::Spend>,
 }
 
 struct State {
@@ -78,8 +85,13 @@ impl GroupRun {
             model_errors: 0,
         };
         let mut events = self.service.evals.runner.subscribe();
+        let mut enough = self.spend.enough();
         let mut streamed = 0usize;
         let ended = loop {
+            if *enough.borrow() {
+                self.finish(&mut st, None, Some("stopped: as many groups as the request wanted were emitted")).await;
+                break Ended::Stopped;
+            }
             // Decide.
             let step = if bar || st.slots.is_empty() {
                 st.builder.next_step()
@@ -91,6 +103,14 @@ impl GroupRun {
             };
             match step {
                 Step::Launch(n) => {
+                    if !self.spend.reserve(n) {
+                        let why = format!(
+                            "abandoned: the request's budget of {} rollouts was spent",
+                            self.spend.budget.unwrap_or_default()
+                        );
+                        self.finish(&mut st, None, Some(&why)).await;
+                        break Ended::Abandoned;
+                    }
                     let first = st.slots.len();
                     let attempts: Vec<u32> = (0..n).map(|k| self.new_attempt(&mut st, first + k as usize, 0)).collect();
                     if let Err(message) = self.launch(&mut st, &attempts).await {
@@ -108,11 +128,16 @@ impl GroupRun {
                     continue;
                 }
                 Step::Emit(selected) => {
-                    self.finish(&mut st, Some(selected)).await;
+                    if !self.spend.claim_emit() {
+                        self.finish(&mut st, None, Some("stopped: as many groups as the request wanted were emitted"))
+                            .await;
+                        break Ended::Stopped;
+                    }
+                    self.finish(&mut st, Some(selected), None).await;
                     break Ended::Emitted;
                 }
                 Step::Abandon => {
-                    self.finish(&mut st, None).await;
+                    self.finish(&mut st, None, None).await;
                     break Ended::Abandoned;
                 }
                 Step::Wait => {}
@@ -125,14 +150,81 @@ impl GroupRun {
                     self.cancel(&st).await;
                     break Ended::Dropped;
                 }
+                _ = enough.changed() => {}
             }
             match self.take_finished(&mut st).await {
                 Ok(n) => streamed += n,
                 Err(e) => tracing::warn!(group = %st.group_id, "reading finished rollouts: {e}"),
             }
         };
+        if ended != Ended::Dropped {
+            streamed += self.drain(&mut st).await;
+        }
         self.service.memory.store(&self.memory_key, st.builder.posterior, self.request.policy_version().as_deref());
         (ended, streamed)
+    }
+
+    /// After the group is decided: waits for its cancelled rollouts to stop (here at once, on
+    /// another replica at its runner's next pass) and streams those that finished anyway as
+    /// surplus — a rollout that ended 8 ms after the one that completed its group is the
+    /// trainer's too. Bounded: a replica that died holds its claims until their lease lapses,
+    /// and then they are cancelled, never run.
+    async fn drain(&self, st: &mut State) -> usize {
+        if !st.queued {
+            return 0;
+        }
+        let store = &self.service.evals.env.store;
+        let deadline = tokio::time::Instant::now() + DRAIN_WAIT;
+        let mut streamed = 0;
+        loop {
+            let running = match store.eval(&st.group_id).await {
+                Ok(Some(e)) => e.running,
+                Ok(None) => 0,
+                Err(e) => {
+                    tracing::warn!(group = %st.group_id, "reading the group's job: {e}");
+                    0
+                }
+            };
+            let rows = match store.finished_since(&st.group_id, st.cursor, 100).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!(group = %st.group_id, "reading finished rollouts: {e}");
+                    Vec::new()
+                }
+            };
+            for row in rows {
+                st.cursor = row.finish_seq.unwrap_or(st.cursor);
+                let Some(result) = row.result.as_deref().and_then(|r| serde_json::from_str::<RolloutResult>(r).ok())
+                else {
+                    continue;
+                };
+                let doc = self.document(&st.group_id, &row.rollout_id).await;
+                let slot = st.by_attempt.get(&(row.attempt as u32)).copied().unwrap_or_default();
+                let mut record = rollout_record(&result, &doc, &st.group_id, slot, self.request.policy_version());
+                record.surplus = true;
+                streamed += 1;
+                let _ = self.tx.send(Record::Rollout(Box::new(record))).await;
+            }
+            if running == 0 || tokio::time::Instant::now() >= deadline {
+                if running > 0 {
+                    tracing::warn!(group = %st.group_id, running, "rollouts of a decided group still running: not streamed");
+                }
+                return streamed;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn document(&self, group_id: &str, rollout_id: &str) -> Value {
+        let store = &self.service.evals.env.store;
+        store
+            .rollout(group_id, rollout_id)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|(_, doc)| doc)
+            .and_then(|d| serde_json::from_str::<Value>(&d).ok())
+            .unwrap_or(Value::Null)
     }
 
     fn new_attempt(&self, st: &mut State, slot: usize, retries: u32) -> u32 {
@@ -214,7 +306,8 @@ impl GroupRun {
             }
             // The environment failed, not the policy: run the slot again (a model error is the
             // trainer's endpoint, already retried by the client: given up).
-            if kind == RolloutKind::EnvError && retries < self.request.env_retries {
+            // A retry is a launch like any other: it comes out of the request's budget.
+            if kind == RolloutKind::EnvError && retries < self.request.env_retries && self.spend.reserve(1) {
                 let attempt = self.new_attempt(st, slot, retries + 1);
                 if let Err(e) = self.launch(st, &[attempt]).await {
                     tracing::warn!(group = %st.group_id, "retrying a rollout: {e}");
@@ -231,7 +324,7 @@ impl GroupRun {
 
     /// Emits the group's record (`selected`: slots, or `None` when abandoned) and cancels
     /// what still runs.
-    async fn finish(&self, st: &mut State, selected: Option<Vec<usize>>) {
+    async fn finish(&self, st: &mut State, selected: Option<Vec<usize>>, why: Option<&str>) {
         if st.slots.iter().any(|s| matches!(s, Slot::Running { .. })) {
             self.cancel(st).await;
         }
@@ -243,20 +336,22 @@ impl GroupRun {
         let chosen: Vec<(String, f64)> = selected.as_deref().unwrap_or(&[]).iter().filter_map(done).collect();
         let rewards: Vec<f64> = chosen.iter().map(|c| c.1).collect();
         let all: Vec<f64> = (0..st.slots.len()).filter_map(|i| done(&i)).map(|c| c.1).collect();
-        let positives = rewards.iter().filter(|r| **r >= 0.5).count() as u32;
+        // Emitted: what was selected. Abandoned: what was graded (nothing is selected, but the
+        // counts are what the trainer reads to see why).
+        let counted: &[f64] = if selected.is_some() { &rewards } else { &all };
+        let positives = counted.iter().filter(|r| **r >= 0.5).count() as u32;
+        let negatives = counted.len() as u32 - positives;
         let (baseline, baseline_kind) = if bar {
             (st.builder.posterior.mean(), "posterior_mean")
         } else {
             (rewards.iter().sum::<f64>() / rewards.len().max(1) as f64, "group_mean")
         };
         let generated = st.slots.len() as u32 + st.env_errors + st.model_errors;
-        let reason = match (&selected, st.builder.decisions.last()) {
+        let decided = match (&selected, st.builder.decisions.last()) {
             (Some(_), _) if !bar => format!("every slot ended: {} counted of {}", rewards.len(), self.request.size),
-            (Some(_), _) => format!(
-                "mixed: {positives} positive and {} negative selected from {} graded",
-                rewards.len() as u32 - positives,
-                all.len()
-            ),
+            (Some(_), _) => {
+                format!("mixed: {positives} positive and {negatives} negative selected from {} graded", all.len())
+            }
             (None, Some(d)) => match d.p_usable {
                 Some(p) if (st.slots.len() as u32) < st.builder.config.cap => format!(
                     "abandoned: a usable group within {} rollouts had probability {p:.3} (< {})",
@@ -269,10 +364,16 @@ impl GroupRun {
             },
             (None, None) => "abandoned".into(),
         };
+        let reason = why.map(str::to_string).unwrap_or(decided);
         let record = GroupRecord {
             group_id: st.group_id.clone(),
             task_id: self.task_id.clone(),
-            outcome: if selected.is_some() { "emitted" } else { "abandoned" }.into(),
+            outcome: match (&selected, why) {
+                (Some(_), _) => "emitted",
+                (None, Some(w)) if w.starts_with("stopped") => "stopped",
+                (None, _) => "abandoned",
+            }
+            .into(),
             reason,
             selected: chosen.iter().map(|c| c.0.clone()).collect(),
             advantages: orchard_bar::advantages(&rewards, baseline),
@@ -281,7 +382,7 @@ impl GroupRun {
             baseline_kind,
             generated,
             positives,
-            negatives: chosen.len() as u32 - positives,
+            negatives,
             env_errors: st.env_errors,
             model_errors: st.model_errors,
             estimated_pass_rate: st.builder.posterior.mean(),

@@ -19,6 +19,7 @@ mod http;
 mod memory;
 mod record;
 mod request;
+mod spend;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,13 +63,20 @@ impl GroupService {
         }
         let harness = prepared
             .plugin(&request.harness, orchard_runtime::PluginKind::Harness)
-            .map_err(|e| ApiError::invalid(format!("harness: {}", e.0)))?
-            .id();
+            .map_err(|e| ApiError::invalid(format!("harness: {}", e.0)))?;
+        if request.model.is_none() && harness.manifest.capabilities.contains(&orchard_runtime::Capability::Model) {
+            return Err(ApiError::invalid(format!(
+                "model: the harness {} calls a model: give the policy's endpoint",
+                harness.id()
+            )));
+        }
+        let harness = harness.id();
         let harness_name = harness.split('@').next().unwrap_or(&harness).to_string();
         let source = serde_json::to_string(&request.tasks).unwrap_or_default();
         let version = request.policy_version();
         let prior = self.prior(tenant, &request, &source, &harness_name).await?;
 
+        let spend = spend::Spend::new(request.budget, request.groups);
         let request = Arc::new(request);
         let (tx, rx) = mpsc::channel(256);
         let mut groups = tokio::task::JoinSet::new();
@@ -103,11 +111,12 @@ impl GroupService {
                 posterior,
                 memory_key: key,
                 tx: tx.clone(),
+                spend: spend.clone(),
             };
             groups.spawn(run.run());
         }
         tokio::spawn(async move {
-            let (mut emitted, mut abandoned, mut failed, mut rollouts, mut total) = (0, 0, 0, 0, 0);
+            let (mut emitted, mut abandoned, mut stopped, mut failed, mut rollouts, mut total) = (0, 0, 0, 0, 0, 0);
             while let Some(done) = groups.join_next().await {
                 total += 1;
                 let Ok((ended, n)) = done else {
@@ -118,10 +127,22 @@ impl GroupService {
                 match ended {
                     Ended::Emitted => emitted += 1,
                     Ended::Abandoned => abandoned += 1,
+                    Ended::Stopped => stopped += 1,
                     Ended::Failed | Ended::Dropped => failed += 1,
                 }
             }
-            let end = Record::End { groups: total, emitted, abandoned, skipped, failed, rollouts };
+            let end = Record::End {
+                groups: total,
+                emitted,
+                abandoned,
+                stopped,
+                skipped,
+                failed,
+                rollouts,
+                spent: spend.spent(),
+                budget: spend.budget,
+                groups_wanted: spend.wanted,
+            };
             let _ = tx.send(end).await;
         });
         Ok(rx)

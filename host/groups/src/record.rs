@@ -29,9 +29,16 @@ pub enum Record {
         groups: usize,
         emitted: usize,
         abandoned: usize,
+        /// Ended because as many groups as wanted were emitted.
+        stopped: usize,
         skipped: usize,
         failed: usize,
+        /// Rollout records streamed (in groups, surplus, or of abandoned groups).
         rollouts: usize,
+        /// Rollouts launched (retries included): what the request spent.
+        spent: u32,
+        budget: Option<u32>,
+        groups_wanted: Option<u32>,
     },
 }
 
@@ -75,6 +82,9 @@ pub struct RolloutRecord {
     pub status: RolloutKind,
     /// Whether BAR counted it (an environment or model error never is).
     pub counted: bool,
+    /// It finished after its group was decided (emitted or abandoned): streamed so that every
+    /// rollout the server ran reaches the trainer once, but in no group and not counted.
+    pub surplus: bool,
     pub reward: Option<f64>,
     pub passed: bool,
     /// The grader's sub-scores by name.
@@ -159,6 +169,7 @@ pub fn rollout_record(
         attempt: result.attempt,
         status,
         counted: status.counted(),
+        surplus: false,
         reward: if status.counted() { result.reward } else { None },
         passed: status.counted() && result.passed,
         reward_parts,

@@ -18,8 +18,10 @@ pub struct GroupRequest {
     pub tools: Vec<String>,
     pub grader: String,
     /// The policy's OpenAI-compatible endpoint. Token ids and logprobs are always asked for;
-    /// `sampling` is fixed for every request whatever the harness asks.
-    pub model: ModelSpec,
+    /// `sampling` is fixed for every request whatever the harness asks. Needed by every
+    /// harness that calls a model (all but `oracle`).
+    #[serde(default)]
+    pub model: Option<ModelSpec>,
     #[serde(default)]
     pub grader_model: Option<ModelSpec>,
     /// Recorded with every model call and rollout (overrides `model.policy_version`).
@@ -35,6 +37,14 @@ pub struct GroupRequest {
     /// is given up (never counted as a negative either way).
     #[serde(default = "two")]
     pub env_retries: u32,
+    /// The most rollouts this request may launch, over every group (retries included). Groups
+    /// are not given rollouts past it: one that cannot be completed is abandoned ("budget").
+    #[serde(default)]
+    pub budget: Option<u32>,
+    /// Stop once this many groups were emitted: the groups still growing are ended
+    /// (abandoned, "enough groups") and what they were running is cancelled.
+    #[serde(default)]
+    pub groups: Option<u32>,
     #[serde(default)]
     pub grants: Vec<String>,
     #[serde(default = "host")]
@@ -109,6 +119,14 @@ impl GroupRequest {
         if self.env_retries > 10 {
             return Err("env_retries: at most 10".into());
         }
+        if self.budget == Some(0) {
+            return Err("budget: at least 1 rollout".into());
+        }
+        if let Some(g) = self.groups
+            && (g == 0 || g as usize > self.task_ids.len())
+        {
+            return Err(format!("groups: between 1 and the number of task_ids ({})", self.task_ids.len()));
+        }
         if let Some(bar) = &self.bar {
             if let Some(cap) = bar.cap
                 && !(self.size..=4 * self.size).contains(&cap)
@@ -139,17 +157,19 @@ impl GroupRequest {
 
     /// The job each group runs as (one task, one harness; attempts are added as it grows).
     pub fn spec(&self) -> EvalSpec {
-        let mut model = self.model.clone();
-        model.logprobs = true;
-        if self.policy_version.is_some() {
-            model.policy_version = self.policy_version.clone();
-        }
+        let model = self.model.clone().map(|mut model| {
+            model.logprobs = true;
+            if self.policy_version.is_some() {
+                model.policy_version = self.policy_version.clone();
+            }
+            model
+        });
         EvalSpec {
             tasks: self.tasks.clone(),
             harnesses: vec![self.harness.clone()],
             tools: self.tools.clone(),
             grader: self.grader.clone(),
-            model: Some(model),
+            model,
             grader_model: self.grader_model.clone(),
             attempts: self.cap().max(1),
             concurrency: self.cap().max(1) as usize,
@@ -179,6 +199,6 @@ impl GroupRequest {
     }
 
     pub fn policy_version(&self) -> Option<String> {
-        self.policy_version.clone().or_else(|| self.model.policy_version.clone())
+        self.policy_version.clone().or_else(|| self.model.as_ref().and_then(|m| m.policy_version.clone()))
     }
 }

@@ -27,6 +27,12 @@ pub enum Layout {
     None,
 }
 
+/// Whether this host can limit a sandbox's memory (a writable cgroup hierarchy needs root), or
+/// why not.
+pub fn supported() -> Result<(), String> {
+    if nix::unistd::geteuid().is_root() { Ok(()) } else { Err("memory limits need root (cgroups)".into()) }
+}
+
 impl Layout {
     /// `instance` names this host's group (`orchard-<instance>`), so that two hosts with
     /// different state directories on one machine never touch each other's sandboxes.

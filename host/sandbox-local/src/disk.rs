@@ -33,21 +33,29 @@ pub struct Disks {
 impl Disks {
     /// Disk limits on this host, or why not (no root, no loop devices, no mkfs.ext4).
     pub fn open(dir: &Path) -> Result<Disks, String> {
-        if !nix::unistd::geteuid().is_root() {
-            return Err("disk limits need root (loop devices)".into());
-        }
-        if !Path::new("/dev/loop-control").exists() {
-            return Err("disk limits need loop devices (/dev/loop-control is missing)".into());
-        }
-        let mkfs = std::process::Command::new("mkfs.ext4").arg("-V").output();
-        if !mkfs.is_ok_and(|o| o.status.success()) {
-            return Err("disk limits need mkfs.ext4 (apt-get install e2fsprogs)".into());
-        }
+        supported()?;
         let templates = dir.join("templates");
         std::fs::create_dir_all(&templates).map_err(|e| format!("{}: {e}", templates.display()))?;
         Ok(Disks { templates, making: std::sync::Mutex::new(()) })
     }
+}
 
+/// Whether this host can limit a sandbox's disk, or why not.
+pub fn supported() -> Result<(), String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("disk limits need root (loop devices)".into());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Err("disk limits need loop devices (/dev/loop-control is missing)".into());
+    }
+    let mkfs = std::process::Command::new("mkfs.ext4").arg("-V").output();
+    if !mkfs.is_ok_and(|o| o.status.success()) {
+        return Err("disk limits need mkfs.ext4 (apt-get install e2fsprogs)".into());
+    }
+    Ok(())
+}
+
+impl Disks {
     /// Makes `image`, an empty filesystem of `bytes`, for one sandbox.
     pub fn make(&self, bytes: u64, image: &Path) -> Result<(), String> {
         if bytes < MIN_DISK_BYTES {

@@ -7,6 +7,9 @@
 
 mod cgroup;
 mod disk;
+
+pub use cgroup::supported as memory_limits_supported;
+pub use disk::supported as disk_limits_supported;
 mod fork;
 mod ids;
 mod launch;

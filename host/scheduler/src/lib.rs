@@ -63,6 +63,7 @@ pub async fn submit(env: &Env, eval_id: &str, tenant: &str, spec: EvalSpec) -> R
         fingerprint: spec.fingerprint(),
         k: spec.attempts,
         rollouts,
+        group: false,
     };
     Ok(env.store.create_eval(&new).await?)
 }
@@ -86,6 +87,7 @@ pub async fn queue_attempts(
         fingerprint: spec.fingerprint(),
         k: spec.attempts,
         rollouts: new_rollouts(task_id, harness_id, attempts),
+        group: true,
     };
     Ok(store.create_eval(&new).await?)
 }

@@ -16,6 +16,9 @@ pub struct NewEval {
     pub fingerprint: String,
     pub k: u32,
     pub rollouts: Vec<NewRollout>,
+    /// A rollout group's job (`POST /v1/groups`): reachable by id, never listed among the
+    /// tenant's evaluations.
+    pub group: bool,
 }
 
 /// A rollout in work order (`seq`): task, harness as given, attempt.
@@ -259,6 +262,9 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         insert_rollouts(&mut tx, &eval.id, &eval.tenant, 0, &eval.rollouts, now).await?;
+        if eval.group {
+            sqlx::query("INSERT INTO group_jobs (id) VALUES ($1)").bind(&eval.id).execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         self.eval(&eval.id).await?.ok_or_else(|| StoreError::Corrupt("the evaluation just created is gone".into()))
     }
@@ -303,7 +309,8 @@ impl Store {
 
     /// A tenant's jobs, newest first, a page at a time.
     pub async fn list_evals(&self, tenant: &str, filter: &EvalFilter) -> Result<Vec<EvalRow>> {
-        let mut sql = format!("SELECT {EVAL_COLUMNS} FROM evals WHERE tenant = $1");
+        let mut sql =
+            format!("SELECT {EVAL_COLUMNS} FROM evals WHERE tenant = $1 AND id NOT IN (SELECT id FROM group_jobs)");
         let mut n = 1;
         if filter.status.is_some() {
             n += 1;
@@ -467,6 +474,7 @@ impl Store {
             "DELETE FROM trajectories WHERE eval_id = $1",
             "DELETE FROM cells WHERE eval_id = $1",
             "DELETE FROM rollouts WHERE eval_id = $1",
+            "DELETE FROM group_jobs WHERE id = $1",
         ] {
             sqlx::query(statement).bind(eval_id).execute(&mut *tx).await?;
         }

@@ -94,6 +94,8 @@ pub async fn migrate(store: &Store) -> Result<()> {
         )",
         "CREATE INDEX IF NOT EXISTS datasets_by_tenant ON datasets (tenant, created_at)",
         // Web UI sessions ended before their expiry (signed out), until then.
+        // Jobs that are rollout groups (listed apart from evaluations).
+        "CREATE TABLE IF NOT EXISTS group_jobs (id TEXT PRIMARY KEY)",
         "CREATE TABLE IF NOT EXISTS revoked_sessions (
             id TEXT PRIMARY KEY,
             expires_at DOUBLE PRECISION NOT NULL

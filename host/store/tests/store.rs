@@ -5,6 +5,7 @@ use orchard_store::{EvalFilter, Finished, NewEval, NewRollout, RolloutFilter, St
 
 fn eval(id: &str, tenant: &str, n: usize) -> NewEval {
     NewEval {
+        group: false,
         id: id.into(),
         tenant: tenant.into(),
         spec: "{}".into(),
