@@ -35,14 +35,23 @@ pub async fn stream(
             }
             loop {
                 let mut batch: Vec<Event> = Vec::new();
+                // The job first, then what finished: every finish the job's counts include is
+                // committed, so it is in the rows read after — an `end` never overtakes a
+                // rollout.
+                let eval = service.env.store.eval(&id).await.ok().flatten();
                 if let Ok(rows) = service.env.store.finished_since(&id, cursor, 200).await {
+                    let full = rows.len() == 200;
                     for row in rows {
                         cursor = row.finish_seq.unwrap_or(cursor);
                         let data = serde_json::to_string(&row).unwrap_or_default();
                         batch.push(Event::default().event("rollout").id(cursor.to_string()).data(data));
                     }
+                    if full {
+                        // More to read before the counts or the end can be told.
+                        let stream = futures::stream::iter(batch.into_iter().map(Ok::<_, Infallible>));
+                        return Some((stream, (service, id, cursor, last, false)));
+                    }
                 }
-                let eval = service.env.store.eval(&id).await.ok().flatten();
                 let end;
                 if let Some(e) = &eval {
                     let counts = eval_view(e)["counts"].to_string();
@@ -69,6 +78,8 @@ pub async fn stream(
             }
         },
     );
+    // A client that loses the connection comes back within a second, with `Last-Event-ID`.
+    let retry = futures::stream::once(async { Ok::<_, Infallible>(Event::default().retry(Duration::from_secs(1))) });
     use futures::StreamExt;
-    Ok(Sse::new(events.flatten()).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    Ok(Sse::new(retry.chain(events.flatten())).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

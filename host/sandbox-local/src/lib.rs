@@ -986,13 +986,25 @@ impl Backend for LocalBackend {
     }
 
     async fn shutdown(&self) {
-        let ids: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
-        futures::future::join_all(ids.iter().map(|id| self.delete(id))).await;
-        self.wait_cleanups().await;
+        // A create still in flight when the stop came lands after the first pass: a few passes.
+        for _ in 0..3 {
+            let ids: Vec<String> =
+                self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+            if ids.is_empty() {
+                break;
+            }
+            futures::future::join_all(ids.iter().map(|id| self.delete(id))).await;
+            self.wait_cleanups().await;
+        }
         // Nothing left to record: the run directory's tmpfs can go too.
         let run = self.config.state_dir.join("run");
-        if self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).is_empty() && is_mount_point(&run) {
-            let _ = nix::mount::umount2(&run, nix::mount::MntFlags::MNT_DETACH);
+        let left: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        if !left.is_empty() {
+            tracing::warn!(sandboxes = ?left, "could not delete every sandbox: {} stays mounted", run.display());
+        } else if is_mount_point(&run)
+            && let Err(e) = nix::mount::umount2(&run, nix::mount::MntFlags::MNT_DETACH)
+        {
+            tracing::warn!("unmounting {}: {e}", run.display());
         }
     }
 }

@@ -138,6 +138,12 @@ impl Store {
         };
         let now = now();
         let mut tx = self.write.begin().await?;
+        if self.dialect == Dialect::Postgres {
+            // Finish numbers must become visible in their order: a follower reading "after N"
+            // would pass over a lower number committed late. Finishes take the number and
+            // commit one at a time (SQLite's writes already are); they are short.
+            sqlx::query("SELECT pg_advisory_xact_lock(7246353)").execute(&mut *tx).await?;
+        }
         let updated = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE rollouts SET state = 'done', status = $4, reward = $5, passed = $6, error = $7, result = $8, \
              finish_seq = {next_seq}, finished_at = $9, owner = NULL, lease_until = NULL \
