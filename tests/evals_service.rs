@@ -593,7 +593,7 @@ async fn fields_the_api_does_not_have_are_refused_by_name() {
     let cases = [
         (Method::POST, "/v1/evals", with(oracle_job(&dataset, 1, 1), "", "budget"), "budget"),
         (Method::POST, "/v1/evals", with(oracle_job(&dataset, 1, 1), "/tasks", "filter"), "filter"),
-        (Method::POST, "/v1/groups", with(group.clone(), "", "budget"), "budget"),
+        (Method::POST, "/v1/groups", with(group.clone(), "", "rollout_budget"), "rollout_budget"),
         (Method::POST, "/v1/groups", with(with(group.clone(), "", "bar"), "", "size"), "bar"),
         (Method::POST, "/v1/groups", with(group.clone(), "/model", "temperature"), "temperature"),
         (Method::POST, "/v1/proxy", json!({"model": model, "stream": true}), "stream"),
@@ -717,10 +717,8 @@ async fn followers_receive_every_finish_exactly_once_on_both_stores() {
     for server in [&sqlite, &a] {
         let dataset = upload(server, examples_archive()).await;
         let id = submit(server, oracle_job(&dataset, 16, 16)).await;
-        let (followers, (mut seen, retry)) = tokio::join!(
-            futures::future::join_all((0..3).map(|_| follow(server, &id))),
-            follow(server, &id)
-        );
+        let (followers, (mut seen, retry)) =
+            tokio::join!(futures::future::join_all((0..3).map(|_| follow(server, &id))), follow(server, &id));
         assert!(retry, "the stream says how soon to reconnect");
         for (other, _) in followers {
             assert_eq!(other, seen, "followers saw different streams");

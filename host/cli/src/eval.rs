@@ -420,24 +420,26 @@ fn fmt(v: Option<f64>) -> String {
 }
 
 fn print_summary(s: &Summary) {
-    let (kcol, hatcol) = (format!("pass@{}", s.k), format!("pass^{}", s.k));
+    // With one attempt, pass@k is pass@1 and pass^k says nothing more: one column, not three.
+    let many = s.k > 1;
+    let ks = |a: String, b: String| if many { format!("  {a:>8}  {b:>8}") } else { String::new() };
+    let kcols = ks(format!("pass@{}", s.k), format!("pass^{}", s.k));
     let width = s.tasks.iter().map(|t| t.task_id.len()).max().unwrap_or(4).max(4);
     println!();
     println!(
-        "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {:>6}  rewards",
-        "task", "attempts", "mean", "pass@1", kcol, hatcol, "unknown", "errors"
+        "{:<width$}  {:>8}  {:>7}  {:>7}{kcols}  {:>7}  {:>6}  rewards",
+        "task", "attempts", "mean", "pass@1", "unknown", "errors"
     );
     for t in &s.tasks {
         let rewards: Vec<String> =
             t.rewards.iter().map(|r| r.map(|x| format!("{x:.2}")).unwrap_or_else(|| "?".into())).collect();
         println!(
-            "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {:>6}  {}",
+            "{:<width$}  {:>8}  {:>7}  {:>7}{}  {:>7}  {:>6}  {}",
             t.task_id,
             t.attempts,
             fmt(t.mean_reward),
             fmt(t.pass_at_1),
-            fmt(t.pass_at_k),
-            fmt(t.pass_hat_k),
+            ks(fmt(t.pass_at_k), fmt(t.pass_hat_k)),
             t.unknown,
             t.errors,
             rewards.join(" ")
@@ -445,26 +447,24 @@ fn print_summary(s: &Summary) {
     }
     for d in s.domains.iter().filter(|_| s.domains.len() > 1) {
         println!(
-            "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {:>6}  {} passed",
+            "{:<width$}  {:>8}  {:>7}  {:>7}{}  {:>7}  {:>6}  {} passed",
             format!("[{}]", d.domain),
             d.rollouts,
             fmt(d.mean_reward),
             fmt(d.pass_at_1),
-            fmt(d.pass_at_k),
-            fmt(d.pass_hat_k),
+            ks(fmt(d.pass_at_k), fmt(d.pass_hat_k)),
             "",
             "",
             d.passed
         );
     }
     println!(
-        "{:<width$}  {:>8}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {:>6}  {} passed of {} rollouts",
+        "{:<width$}  {:>8}  {:>7}  {:>7}{}  {:>7}  {:>6}  {} passed of {} rollouts",
         "ALL",
         s.rollouts,
         fmt(s.mean_reward),
         fmt(s.pass_at_1),
-        fmt(s.pass_at_k),
-        fmt(s.pass_hat_k),
+        ks(fmt(s.pass_at_k), fmt(s.pass_hat_k)),
         s.unknown,
         s.errors,
         s.passed,
@@ -524,8 +524,10 @@ fn print_matrix(s: &Summary) {
     }
     println!();
     println!();
+    let many = s.k > 1;
+    let ks = |a: String, b: String| if many { format!("  {a:>8}  {b:>8}") } else { String::new() };
     println!(
-        "{:<col$}  {:>10}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}  {:>8}",
+        "{:<col$}  {:>10}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}{}",
         "harness",
         "domain",
         "rollouts",
@@ -533,13 +535,12 @@ fn print_matrix(s: &Summary) {
         "unknown",
         "errors",
         "pass@1",
-        format!("pass@{}", s.k),
-        format!("pass^{}", s.k)
+        ks(format!("pass@{}", s.k), format!("pass^{}", s.k))
     );
     for h in &s.harnesses {
         for d in s.domains.iter().filter(|d| d.harness == h.harness && domains.len() > 1) {
             println!(
-                "{:<col$}  {:>10}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}  {:>8}",
+                "{:<col$}  {:>10}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}{}",
                 h.harness,
                 d.domain,
                 d.rollouts,
@@ -547,12 +548,11 @@ fn print_matrix(s: &Summary) {
                 "",
                 "",
                 fmt(d.pass_at_1),
-                fmt(d.pass_at_k),
-                fmt(d.pass_hat_k)
+                ks(fmt(d.pass_at_k), fmt(d.pass_hat_k))
             );
         }
         println!(
-            "{:<col$}  {:>10}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}  {:>8}  {:>8}",
+            "{:<col$}  {:>10}  {:>8}  {:>6}  {:>7}  {:>6}  {:>7}{}",
             h.harness,
             "ALL",
             h.rollouts,
@@ -560,8 +560,7 @@ fn print_matrix(s: &Summary) {
             h.unknown,
             h.errors,
             fmt(h.pass_at_1),
-            fmt(h.pass_at_k),
-            fmt(h.pass_hat_k)
+            ks(fmt(h.pass_at_k), fmt(h.pass_hat_k))
         );
     }
 }

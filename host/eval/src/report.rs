@@ -22,8 +22,10 @@ pub struct TaskSummary {
     /// Over graded rollouts; `None` when none was graded.
     pub mean_reward: Option<f64>,
     pub rewards: Vec<Option<f64>>,
-    /// pass@1 and pass@k (k = attempts), over attempts that were graded or failed (unknowns are
-    /// left out: they are neither passes nor failures).
+    /// pass@1 and pass@k (k = attempts), over the graded attempts alone: an errored rollout
+    /// (the environment failed) or an unknown one (the grader could not decide) is neither a
+    /// pass nor a failure, and is counted apart. pass@k is `None` until k attempts are graded
+    /// (never a pass@k figure computed from fewer).
     pub pass_at_1: Option<f64>,
     pub pass_at_k: Option<f64>,
     pub pass_hat_k: Option<f64>,
@@ -94,8 +96,8 @@ pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
             let (graded, unknown, errors) =
                 (count(RolloutStatus::Graded), count(RolloutStatus::Unknown), count(RolloutStatus::Error));
             let passed = rs.iter().filter(|r| r.passed).count() as u32;
-            // Errors count as failed attempts; unknowns are not attempts we can score.
-            let n = graded + errors;
+            // Only graded attempts are scored: errors and unknowns are reported apart.
+            let n = graded;
             let at = |kk: u32| (n >= kk && kk > 0).then(|| pass_at_k(n, passed, kk));
             TaskSummary {
                 task_id: id.to_string(),
@@ -109,7 +111,7 @@ pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
                 mean_reward: mean(rs.iter().filter_map(|r| r.reward)),
                 rewards: rs.iter().map(|r| r.reward).collect(),
                 pass_at_1: at(1),
-                pass_at_k: at(k.min(n)),
+                pass_at_k: at(k),
                 pass_hat_k: (n >= k && k > 0).then(|| pass_hat_k(n, passed, k)),
             }
         })

@@ -38,7 +38,8 @@ pub fn eval_view(e: &EvalRow) -> Value {
             "queued": e.queued, "running": e.running, "done": e.done, "graded": e.graded, "passed": e.passed,
             "errored": e.errored, "unknown": e.unknown, "cancelled": e.cancelled,
         },
-        "pass_rate": (e.graded + e.errored > 0).then(|| e.passed as f64 / (e.graded + e.errored) as f64),
+        // Over graded rollouts, like the mean reward; errored and unknown are counted apart.
+        "pass_rate": (e.graded > 0).then(|| e.passed as f64 / e.graded as f64),
         "spec": serde_json::from_str::<Value>(&e.spec).unwrap_or(Value::Null),
     })
 }

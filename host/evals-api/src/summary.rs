@@ -49,7 +49,8 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
 }
 
 fn cell(c: &TaskCell, k: u32) -> CellView {
-    let n = (c.graded + c.errored) as u32;
+    // The one definition (`orchard_eval::TaskSummary`): graded attempts alone.
+    let n = c.graded as u32;
     let passed = c.passed as u32;
     let at = |kk: u32| (n >= kk && kk > 0).then(|| pass_at_k(n, passed, kk));
     CellView {
@@ -61,7 +62,7 @@ fn cell(c: &TaskCell, k: u32) -> CellView {
         unknown: c.unknown,
         mean_reward: (c.graded > 0).then(|| c.reward_sum / c.graded as f64),
         pass_at_1: at(1),
-        pass_at_k: at(k.min(n)),
+        pass_at_k: at(k),
         pass_hat_k: (n >= k && k > 0).then(|| pass_hat_k(n, passed, k)),
     }
 }

@@ -212,6 +212,20 @@ macro_rules! conversions {
                 }
             }
 
+            /// A plugin's error as people read it: `invalid input: …`, never the Debug form
+            /// (`InvalidInput("…")`, its quotes escaped again at every layer).
+            pub fn error_text(e: &WitError) -> String {
+                let (kind, m) = match e {
+                    WitError::InvalidInput(m) => ("invalid input", m),
+                    WitError::NotFound(m) => ("not found", m),
+                    WitError::Timeout(m) => ("timed out", m),
+                    WitError::Denied(m) => ("denied", m),
+                    WitError::Unavailable(m) => ("unavailable", m),
+                    WitError::Other(m) => ("error", m),
+                };
+                format!("{kind}: {m}")
+            }
+
             pub fn error_to_v1(e: WitError) -> v1::WitError {
                 match e {
                     WitError::InvalidInput(m) => v1::WitError::InvalidInput(m),

@@ -101,8 +101,8 @@ impl PluginFailure {
     }
 
     /// The plugin's own `error` result from `call`.
-    fn returned(plugin: &Plugin, call: &str, e: &impl std::fmt::Debug) -> Self {
-        PluginFailure { plugin: plugin.id(), call: call.into(), kind: FailureKind::Error, message: format!("{e:?}") }
+    fn returned(plugin: &Plugin, call: &str, message: String) -> Self {
+        PluginFailure { plugin: plugin.id(), call: call.into(), kind: FailureKind::Error, message }
     }
 
     pub(crate) fn config(plugin: &Plugin, message: String) -> Self {
@@ -367,7 +367,7 @@ impl RolloutContext {
     ) {
         let (output, is_error) = match result {
             Ok(out) => (text_of(&out.content), out.is_error),
-            Err(e) => (format!("error: {e:?}"), true),
+            Err(e) => (format!("error: {}", convert::v0_1::error_text(e)), true),
         };
         let mut t = self.trajectory.lock().unwrap_or_else(|p| p.into_inner());
         t.steps.push(Step::ToolCall {
@@ -625,7 +625,7 @@ impl Runtime {
                         .map_err(|e| PluginFailure::from_error(harness, "instantiate", e, &store))?;
                     let task = convert::$v::task(task);
                     let result = bindings.orchard_plugin_agent().call_run(&mut store, &task, &config.to_string()).await;
-                    result.map(|r| r.map(|o| convert::$v::outcome_from(&o)).map_err(|e| format!("{e:?}")))
+                    result.map(|r| r.map(|o| convert::$v::outcome_from(&o)).map_err(|e| convert::$v::error_text(&e)))
                 }};
             }
             let result = match &harness.pre {
@@ -642,7 +642,7 @@ impl Runtime {
             }
             match result {
                 Ok(outcome) => Ok(outcome),
-                Err(e) => Err(PluginFailure::returned(harness, "agent.run", &e)),
+                Err(e) => Err(PluginFailure::returned(harness, "agent.run", e)),
             }
         };
         within_wall_clock(harness, "agent.run", limits.wall, work).await
@@ -694,7 +694,7 @@ impl Runtime {
                             explanation: s.explanation,
                         }),
                         Ok(grading::Verdict::Unknown(reason)) => Ok(Verdict::Unknown { reason }),
-                        Err(e) => Err(PluginFailure::returned(grader, "grading.grade", &e)),
+                        Err(e) => Err(PluginFailure::returned(grader, "grading.grade", convert::$v::error_text(&e))),
                     }
                 }};
             }

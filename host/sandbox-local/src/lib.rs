@@ -522,6 +522,25 @@ impl LocalBackend {
         Ok((children, Some(frozen)))
     }
 
+    /// The rest of a delete, once the sandbox is marked: answered once its processes are gone
+    /// (nothing of it runs any more); its cgroups, network and files are removed behind the
+    /// answer. Its id stays taken until they are.
+    async fn finish_delete(&self, id: &str, sandbox: &Arc<LocalSandbox>) {
+        let record = self.stop(sandbox).await;
+        self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).remove(id);
+        let dir = sandbox.dir.clone();
+        if let Some(backend) = self.me.get().and_then(std::sync::Weak::upgrade) {
+            self.cleanups.0.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                backend.cleanup_record(&dir, &record).await;
+                backend.cleanups.0.fetch_sub(1, Ordering::SeqCst);
+                backend.cleanups.1.notify_waiters();
+            });
+        } else {
+            self.cleanup_record(&dir, &record).await;
+        }
+    }
+
     async fn create_reserved(&self, id: &str, spec: &SandboxSpec) -> Result<SandboxInfo> {
         let created = self.create_inner(id, spec).await;
         let outcome = created.map(|sandbox| {
@@ -942,21 +961,20 @@ impl Backend for LocalBackend {
         if sandbox.deleting.swap(true, Ordering::Relaxed) {
             return Err(SandboxError::NotFound(id.to_string()));
         }
-        // Answered once its processes are gone (nothing of it runs any more); its cgroups,
-        // network and files are removed behind the answer. Its id stays taken until they are.
-        let record = self.stop(&sandbox).await;
-        self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).remove(id);
-        let dir = sandbox.dir.clone();
-        if let Some(backend) = self.me.get().and_then(std::sync::Weak::upgrade) {
-            self.cleanups.0.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                backend.cleanup_record(&dir, &record).await;
-                backend.cleanups.0.fetch_sub(1, Ordering::SeqCst);
-                backend.cleanups.1.notify_waiters();
-            });
-        } else {
-            self.cleanup_record(&dir, &record).await;
-        }
+        let Some(backend) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+            self.finish_delete(id, &sandbox).await;
+            return Ok(());
+        };
+        // On a task of its own, like a create: once marked deleting, a caller that goes away
+        // half-way (a rollout stopped by a cancel while it deleted its sandbox) must not leave
+        // the sandbox marked and running, where no later delete would find it.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let id = id.to_string();
+        tokio::spawn(async move {
+            backend.finish_delete(&id, &sandbox).await;
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
         Ok(())
     }
 
@@ -988,8 +1006,7 @@ impl Backend for LocalBackend {
     async fn shutdown(&self) {
         // A create still in flight when the stop came lands after the first pass: a few passes.
         for _ in 0..3 {
-            let ids: Vec<String> =
-                self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+            let ids: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
             if ids.is_empty() {
                 break;
             }

@@ -1,7 +1,7 @@
 // Live updates for Orchard's pages; everything also reads without it.
 // - The jobs list refetches its rows every 2 s.
-// - A job's page follows its server-sent events: counts tick as they change, and the
-//   matrix and tables are fetched again (at most once a second) as rollouts finish.
+// - A job's page follows its server-sent events: as counts change and rollouts finish, its live
+//   part (counts, matrix and tables, from one rendering) is fetched again, at most once a second.
 (function () {
   "use strict";
   function swap(el, url) {
@@ -24,22 +24,21 @@
       pending = setTimeout(function () { pending = null; swap(live, live.dataset.live); }, 1000);
     };
     var source = new EventSource(live.dataset.events);
+    // A finished job offers nothing to cancel.
+    var finished = function () {
+      var cancel = document.getElementById("cancel");
+      if (cancel && cancel.form) { cancel.form.remove(); }
+    };
+    // Counts, matrix and totals come from one rendering of the page's live part, never patched
+    // apart (they would disagree while rollouts finish): a change of either refreshes it.
     source.addEventListener("counts", function (e) {
       var data = JSON.parse(e.data);
-      var counts = data.counts || {};
-      Object.keys(counts).forEach(function (k) {
-        var cell = live.querySelector('[data-count="' + k + '"]');
-        if (cell) { cell.textContent = counts[k]; }
-      });
-      var done = document.getElementById("done");
-      if (done && counts.done !== undefined) { done.textContent = counts.done; }
-      var bar = document.getElementById("progress");
-      if (bar && counts.done !== undefined) { bar.value = counts.done; }
-      var status = document.getElementById("status");
-      if (status && data.status) { status.textContent = data.status; status.className = "status " + data.status; }
+      if (data.status === "done" || data.status === "cancelled") { finished(); }
+      refresh();
     });
     source.addEventListener("rollout", refresh);
     source.addEventListener("end", function () {
+      finished();
       source.close();
       if (pending) { clearTimeout(pending); pending = null; }
       swap(live, live.dataset.live).then(function () { live.dataset.finished = "1"; });

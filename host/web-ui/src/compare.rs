@@ -53,10 +53,10 @@ struct ComparePage {
     totals: Option<Totals>,
 }
 
-/// A cell's pass rate over its decided rollouts.
+/// A cell's pass rate over its graded rollouts (errored and unknown apart, as everywhere).
 fn rate(c: &CellView) -> Option<f64> {
-    let decided = c.done - c.unknown;
-    (decided > 0).then(|| c.passed as f64 / decided as f64)
+    let graded = c.done - c.unknown - c.errored;
+    (graded > 0).then(|| c.passed as f64 / graded as f64)
 }
 
 fn harness_name(id: &str) -> &str {

@@ -94,7 +94,7 @@ fn cell_text(c: Option<&orchard_evals_api::CellView>) -> CellText {
     let Some(c) = c else {
         return CellText { mean: "–".into(), pass_k: "–".into(), pass_hat_k: "–".into(), done: 0, class: "none" };
     };
-    let decided = c.done - c.unknown;
+    let decided = c.done - c.unknown - c.errored;
     let class = match (c.passed, decided) {
         (_, 0) => "none",
         (p, d) if p == d => "pass",
@@ -170,7 +170,7 @@ async fn load(state: &UiState, signed: &Signed, id: &str) -> Result<(EvalRow, Li
             pass_hat_k: pct(t.pass_hat_k),
         })
         .collect();
-    let decided = eval.graded + eval.errored;
+    let decided = eval.graded;
     let live = Live {
         id: eval.id.clone(),
         status: eval.status.clone(),

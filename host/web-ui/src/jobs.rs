@@ -45,7 +45,7 @@ impl JobRow {
                 .unwrap_or_default(),
             _ => String::new(),
         };
-        let decided = e.graded + e.errored;
+        let decided = e.graded;
         JobRow {
             id: e.id.clone(),
             status: e.status.clone(),
