@@ -204,7 +204,7 @@ async fn capabilities_need_the_manifest_and_the_operator() {
         .run_harness(&ctx, &with_model, &[], &task(), &json!({"mode": "model"}), &limits(), &Grants::default())
         .await
         .unwrap_err();
-    assert!(err.message.contains("Unavailable") && err.message.contains("no model endpoint"), "{err}");
+    assert!(err.message.contains("unavailable: no model endpoint"), "{err}");
     // A browser driver loads, and its browser answers `unavailable` (none configured).
     let browser = rt.load_file(&test_plugin_dir().join("test-browser.wasm")).unwrap();
     let harness = rt.load_file(&test_plugin_dir().join("test-harness.wasm")).unwrap();

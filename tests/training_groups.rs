@@ -123,7 +123,9 @@ async fn a_bar_group_is_topped_up_until_mixed_and_environment_errors_never_count
     // Four episodes: three failures and one the grader cannot decide; its retry fails too; the
     // first top-up passes.
     let (url, seen) = scripted_policy(vec!["no", "no", "crash", "no", "no", "yes"]).await;
-    let body = request(&dataset, &url, 4, json!({"abandon_below": 0.0, "admit": false}));
+    // The whole group of 4 first, and no opportunity cost: this is about topping up.
+    let body =
+        request(&dataset, &url, 4, json!({"abandon_below": 0.0, "admit": false, "probe": 4, "opportunity": 0.0}));
     let resp = server.request(Method::POST, "/v1/groups").json(&body).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
@@ -491,7 +493,7 @@ async fn an_abandoned_group_reports_what_it_graded() {
     let tasks = oracle_tasks(&["always"]);
     let dataset = upload(&server, tasks.path()).await;
     let mut body = oracle_request(&dataset, &["always"], 2);
-    body["bar"] = json!({"cap": 4, "abandon_below": 0.0, "admit": false});
+    body["bar"] = json!({"cap": 4, "abandon_below": 0.0, "admit": false, "opportunity": 0.0});
     let resp = server.request(Method::POST, "/v1/groups").json(&body).send().await.unwrap();
     let records = records(resp).await;
     let group = records.iter().find(|r| r["type"] == "group").unwrap_or_else(|| panic!("{records:#?}"));

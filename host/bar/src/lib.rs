@@ -14,7 +14,7 @@ mod planner;
 mod posterior;
 pub mod sim;
 
-pub use group::{Decision, GroupBuilder, GroupConfig, GroupOutcome, Step};
+pub use group::{DEFAULT_OPPORTUNITY, Decision, GroupBuilder, GroupConfig, GroupOutcome, Step};
 pub use planner::{ADMIT_FLOOR, ADMIT_SHARPNESS, Planner, admit_probability};
 pub use posterior::{Posterior, Prior};
 

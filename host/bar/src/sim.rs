@@ -229,6 +229,62 @@ pub fn bar(s: &Setup, prior: Prior, balanced: bool) -> Tally {
     t
 }
 
+/// As the service runs it (`POST /v1/groups`): a fresh task set, requests that each pass once
+/// over every task (BAR admitting each by its posterior, which persists between requests),
+/// until the budget is spent. Answers the first request's tally and the later ones'. Uniform
+/// is the same with every task admitted and G rollouts each.
+pub fn requests(s: &Setup, prior: Prior, config: Option<GroupConfig>) -> (Tally, Tally) {
+    let mut w = World::new(s);
+    let (mut first, mut later) = (Tally::default(), Tally::default());
+    let mut planner = config.map(|c| {
+        let mut p = Planner::new(s.tasks, prior, c);
+        // The service keeps each task's posterior between requests and refits no prior.
+        p.refit_every = 0;
+        p
+    });
+    let mut request = 0;
+    'outer: loop {
+        let t = if request == 0 { &mut first } else { &mut later };
+        let before = w.spent;
+        for task in order(&mut w, s.tasks) {
+            let cap = planner.as_ref().map(|p| p.config.cap).unwrap_or(s.group) as u64;
+            if w.spent + cap > s.rollouts {
+                t.rollouts += w.spent - before;
+                break 'outer;
+            }
+            let truth = w.p(task);
+            match planner.as_mut() {
+                None => {
+                    let r: Vec<f64> = (0..s.group).map(|_| w.roll(task)).collect();
+                    t.emit(&r, mean(&r), truth, s.group);
+                }
+                Some(planner) => {
+                    if w.rng.random::<f64>() >= planner.admit_probability(task, 0.0) {
+                        continue;
+                    }
+                    let mut b = planner.start(task);
+                    let mut i = 0;
+                    while let Step::Launch(n) = b.next_step() {
+                        for _ in 0..n {
+                            let r = w.roll(task);
+                            b.record(i, r);
+                            i += 1;
+                        }
+                    }
+                    planner.finish(task, &b);
+                    if let Some(GroupOutcome::Emitted { selected, .. }) = b.outcome() {
+                        let r: Vec<f64> = selected.iter().map(|i| b.rewards()[*i].unwrap_or(0.0)).collect();
+                        t.emit(&r, planner.posterior(task).mean(), truth, s.group);
+                    }
+                }
+            }
+        }
+        t.rollouts += w.spent - before;
+        request += 1;
+    }
+    (first, later)
+}
+
 /// Every way, on the same world: (name, tally).
 pub fn all(s: &Setup) -> Vec<(&'static str, Tally)> {
     vec![
@@ -250,5 +306,15 @@ mod tests {
     fn the_simulation_is_deterministic() {
         let s = super::Setup { tasks: 200, rollouts: 4000, ..Default::default() };
         assert_eq!(super::all(&s), super::all(&s));
+    }
+
+    #[test]
+    fn service_like_requests_spend_the_budget_and_uniform_admits_everything() {
+        let s = super::Setup { tasks: 50, rollouts: 400, seed: 3, drift: 0.0, ..Default::default() };
+        let (u1, u2) = super::requests(&s, crate::Prior::default(), None);
+        assert_eq!((u1.rollouts, u2.rollouts), (400, 0), "uniform: one request of G per task");
+        let (b1, b2) = super::requests(&s, crate::Prior::default(), Some(crate::GroupConfig::new(8)));
+        assert!(b1.rollouts + b2.rollouts <= 400 && b1.rollouts + b2.rollouts > 400 - 16);
+        assert!(b1.rollouts < 400, "a cold start admits only part of the tasks");
     }
 }

@@ -4,6 +4,7 @@
 //! HTTP like any client would. Run it with `cargo xtask bench`.
 
 mod bar;
+mod bar_real;
 mod browser;
 mod fork;
 mod plugins;
@@ -52,7 +53,8 @@ struct Args {
     /// Forks of a 50 MB writable layer timed in the fork suite (each way).
     #[arg(long, default_value_t = 20)]
     forks: usize,
-    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, fork, bar, or all.
+    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, fork, bar (simulated),
+    /// bar-real (through `orchard serve`), or all.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Oracle rollouts in the end-to-end plugin run.
@@ -67,6 +69,14 @@ struct Args {
     /// Size of the warm pool the server keeps (host image, default resources).
     #[arg(long, default_value_t = 16)]
     pool: usize,
+    /// Fresh coin tasks in the bar-real suite, the rollouts each side spends, and the seed of
+    /// their hidden pass rates.
+    #[arg(long, default_value_t = 200)]
+    bar_tasks: usize,
+    #[arg(long, default_value_t = 1600)]
+    bar_budget: u32,
+    #[arg(long, default_value_t = 1)]
+    bar_seed: u64,
 }
 
 struct Server {
@@ -251,7 +261,13 @@ fn main() -> anyhow::Result<()> {
     if matches!(args.suite.as_str(), "all" | "bar") {
         rows.extend(bar::rows(&orchard_bar::sim::Setup::default()));
     }
-    anyhow::ensure!(!rows.is_empty(), "--suite: sandboxes, plugins, service, verifier, browser, fork, bar or all");
+    if matches!(args.suite.as_str(), "all" | "bar-real") {
+        rows.extend(runtime.block_on(bar_real::run(&bin, args.bar_tasks, args.bar_budget, args.bar_seed))?);
+    }
+    anyhow::ensure!(
+        !rows.is_empty(),
+        "--suite: sandboxes, plugins, service, verifier, browser, fork, bar, bar-real or all"
+    );
     print_table(&rows);
     Ok(())
 }

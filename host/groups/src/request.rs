@@ -71,6 +71,14 @@ pub struct BarOptions {
     /// Abandon when a usable group within the cap is less likely than this (default 0.1).
     #[serde(default)]
     pub abandon_below: Option<f64>,
+    /// The first launch of a group (default G/4, at least 2): a task that gives the same
+    /// outcome every time costs this many rollouts before it is abandoned, not G.
+    #[serde(default)]
+    pub probe: Option<u32>,
+    /// Keep growing a group only while a usable group is at least this many times as likely as
+    /// a fresh task's would be mixed (default 1: the next rollouts would do better elsewhere).
+    #[serde(default)]
+    pub opportunity: Option<f64>,
     /// Admit each task with probability p(mixed group)³ (at least 0.03) under its posterior;
     /// skipped tasks get a `skipped` record. Default true.
     #[serde(default)]
@@ -136,6 +144,12 @@ impl GroupRequest {
             if bar.stride == Some(0) {
                 return Err("bar.stride: at least 1".into());
             }
+            if bar.probe.is_some_and(|p| p == 0 || p > self.size) {
+                return Err(format!("bar.probe: between 1 and size ({})", self.size));
+            }
+            if bar.opportunity.is_some_and(|o| !(0.0..=4.0).contains(&o)) {
+                return Err("bar.opportunity: between 0 and 4".into());
+            }
             if let Some(p) = bar.abandon_below
                 && !(0.0..=1.0).contains(&p)
             {
@@ -194,6 +208,8 @@ impl GroupRequest {
             if let Some(p) = bar.abandon_below {
                 c.abandon_below = p;
             }
+            c.first = Some(bar.probe.unwrap_or((self.size / 4).max(2)).clamp(1, self.size));
+            c.opportunity = bar.opportunity.unwrap_or(orchard_bar::DEFAULT_OPPORTUNITY);
         }
         c
     }
