@@ -106,8 +106,12 @@ fn main() -> anyhow::Result<()> {
             fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60))
         }
         Some("demo") => {
-            setup()?;
-            build()?;
+            // Only what the demo needs: bubblewrap, the Rust targets, the agent, the CLI and the
+            // plugins written in Rust (the whole test set-up is `cargo xtask setup`).
+            setup_demo()?;
+            agent()?;
+            rust_plugins(false)?;
+            run(cargo().args(["build", "--quiet", "-p", "orchard-cli"]))?;
             let mut cmd = Command::new(root.join("target/debug/orchard"));
             if args.len() > 1 {
                 cmd.args(&args[1..]);
@@ -117,7 +121,12 @@ fn main() -> anyhow::Result<()> {
                 cmd.args(["eval", "examples/tasks", "--harness", "oracle", "--tools", "shell", "--grader", "script"]);
                 cmd.args(["--grant", "solution", "--attempts", "2", "--out", "target/demo-run"]);
             }
-            run(cmd.env("ORCHARD_AGENT_BIN", agent_path()).env("ORCHARD_PLUGIN_DIR", root.join("target/plugins")))
+            // Progress is the CLI's bar; its log says only what went wrong.
+            let log = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
+            run(cmd
+                .env("ORCHARD_AGENT_BIN", agent_path())
+                .env("ORCHARD_PLUGIN_DIR", root.join("target/plugins"))
+                .env("RUST_LOG", log))
         }
         Some("bench") => {
             setup()?;
@@ -178,25 +187,49 @@ fn fuzz(seconds: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the demo needs and nothing more: bubblewrap and the Rust targets.
+fn setup_demo() -> anyhow::Result<()> {
+    if !have("bwrap") {
+        install(&["bubblewrap"])?;
+    }
+    rust_targets()
+}
+
+/// Debian packages, with sudo when not root.
+fn install(packages: &[&str]) -> anyhow::Result<()> {
+    if !have("apt-get") {
+        bail!("missing programs; install the packages {} with your package manager", packages.join(" "));
+    }
+    eprintln!("xtask: installing {}", packages.join(" "));
+    let sudo = if is_root() { vec![] } else { vec!["sudo"] };
+    let prefix = |args: &[&str]| {
+        let mut all: Vec<&str> = sudo.clone();
+        all.extend_from_slice(args);
+        let mut c = Command::new(all[0]);
+        c.args(&all[1..]).env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    run(&mut prefix(&["apt-get", "update", "-qq"]))?;
+    let mut all = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
+    all.extend_from_slice(packages);
+    run(&mut prefix(&all))
+}
+
+fn rust_targets() -> anyhow::Result<()> {
+    let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    let installed = targets.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    for target in [MUSL, "wasm32-wasip2"] {
+        if !installed.lines().any(|l| l.trim() == target) {
+            run(Command::new("rustup").args(["target", "add", target]))?;
+        }
+    }
+    Ok(())
+}
+
 fn setup() -> anyhow::Result<()> {
     let missing: Vec<&str> = APT_PACKAGES.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
     if !missing.is_empty() {
-        if !have("apt-get") {
-            bail!("missing programs; install the packages {} with your package manager", missing.join(" "));
-        }
-        eprintln!("xtask: installing {}", missing.join(" "));
-        let sudo = if is_root() { vec![] } else { vec!["sudo"] };
-        let prefix = |args: &[&str]| {
-            let mut all: Vec<&str> = sudo.clone();
-            all.extend_from_slice(args);
-            let mut c = Command::new(all[0]);
-            c.args(&all[1..]).env("DEBIAN_FRONTEND", "noninteractive");
-            c
-        };
-        run(&mut prefix(&["apt-get", "update", "-qq"]))?;
-        let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
-        install.extend(missing.iter().copied());
-        run(&mut prefix(&install))?;
+        install(&missing)?;
     }
     // An unprivileged account, for the tests of the local backend's rootless mode.
     if is_root() && !Command::new("id").arg(ROOTLESS_USER).output().is_ok_and(|o| o.status.success()) {
@@ -408,6 +441,13 @@ fn build() -> anyhow::Result<()> {
 /// `target/plugins/`, test fixtures in `target/test-plugins/`. A crate's manifest comes from its
 /// `[package.metadata.orchard]`; fixtures without one stay manifest-less on purpose.
 fn plugins() -> anyhow::Result<()> {
+    rust_plugins(true)?;
+    foreign_plugins()
+}
+
+/// The plugins written in Rust (and, with `fixtures`, the tests' fixture components): all the
+/// demo needs, without Python's or npm's toolchains.
+fn rust_plugins(fixtures: bool) -> anyhow::Result<()> {
     let out = cargo().args(["metadata", "--no-deps", "--format-version", "1"]).output()?;
     anyhow::ensure!(out.status.success(), "cargo metadata failed");
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
@@ -423,7 +463,7 @@ fn plugins() -> anyhow::Result<()> {
             .into_iter()
             .flatten()
             .any(|t| t["crate_types"].as_array().into_iter().flatten().any(|c| c == "cdylib"));
-        if !(dir == "plugins" || dir == "graders" || fixture) || !is_component {
+        if !(dir == "plugins" || dir == "graders" || fixture) || !is_component || (fixture && !fixtures) {
             continue;
         }
         crates.push((package.clone(), fixture));
@@ -477,5 +517,5 @@ fn plugins() -> anyhow::Result<()> {
             let _ = std::fs::remove_file(&manifest_path);
         }
     }
-    foreign_plugins()
+    Ok(())
 }

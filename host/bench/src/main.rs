@@ -69,14 +69,14 @@ struct Args {
     /// Size of the warm pool the server keeps (host image, default resources).
     #[arg(long, default_value_t = 16)]
     pool: usize,
-    /// Fresh coin tasks in the bar-real suite, the rollouts each side spends, and the seed of
-    /// their hidden pass rates.
+    /// Fresh coin tasks in the bar-real suite, the rollouts each side spends per task set, and
+    /// how many task sets (seeds 1..=N) are pooled.
     #[arg(long, default_value_t = 200)]
     bar_tasks: usize,
     #[arg(long, default_value_t = 1600)]
     bar_budget: u32,
-    #[arg(long, default_value_t = 1)]
-    bar_seed: u64,
+    #[arg(long, default_value_t = 3)]
+    bar_seeds: u64,
 }
 
 struct Server {
@@ -262,7 +262,7 @@ fn main() -> anyhow::Result<()> {
         rows.extend(bar::rows(&orchard_bar::sim::Setup::default()));
     }
     if matches!(args.suite.as_str(), "all" | "bar-real") {
-        rows.extend(runtime.block_on(bar_real::run(&bin, args.bar_tasks, args.bar_budget, args.bar_seed))?);
+        rows.extend(runtime.block_on(bar_real::run(&bin, args.bar_tasks, args.bar_budget, args.bar_seeds))?);
     }
     anyhow::ensure!(
         !rows.is_empty(),
