@@ -6,7 +6,7 @@ use orchard_bar::{GroupConfig, Prior};
 use crate::Row;
 
 /// As the service runs BAR: a fresh set of 200 tasks, requests of one pass each under a budget of
-/// 1,600 rollouts, 20 worlds summed — plain BAR (G at once, abandon below 0.1) and BAR as the
+/// 1,600 rollouts, 20 worlds summed — BAR growing G at once (abandon below 0.1) and BAR as the
 /// service now grows groups (a probe of G/4, the opportunity cost), beside uniform.
 fn service_like() -> Vec<Row> {
     let mut sums: [Tally; 6] = Default::default();
@@ -31,8 +31,8 @@ fn service_like() -> Vec<Row> {
         met: target.map(|x| t.per_1000() / uniform >= x),
     };
     vec![
-        row("BAR as it was, first request", &sums[2], None),
-        row("BAR as it was, later requests", &sums[3], None),
+        row("BAR growing G at once, first request", &sums[2], None),
+        row("BAR growing G at once, later requests", &sums[3], None),
         row("BAR with probe + opportunity cost, first request", &sums[4], None),
         row("BAR with probe + opportunity cost, later requests", &sums[5], Some(1.4)),
     ]
