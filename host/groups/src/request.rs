@@ -79,7 +79,7 @@ pub struct BarOptions {
     /// a fresh task's would be mixed (default 1: the next rollouts would do better elsewhere).
     #[serde(default)]
     pub opportunity: Option<f64>,
-    /// Admit each task with probability p(mixed group)³ (at least 0.03) under its posterior;
+    /// Admit each task with probability p(mixed group)⁶ (at least 0.03) under its posterior;
     /// skipped tasks get a `skipped` record. Default true.
     #[serde(default)]
     pub admit: Option<bool>,
