@@ -78,6 +78,16 @@ fn main() -> anyhow::Result<()> {
         Some("agent") => agent(),
         Some("plugins") => plugins(),
         Some("build") => build(),
+        Some("test") if args.get(1).is_some_and(|a| a == "--fast") => {
+            // The fast tier: every crate's own tests (unit and in-process), no set-up, no
+            // sandboxes, no root; the end-to-end tests (`tests/`) are the whole suite's.
+            let mut cmd = cargo();
+            cmd.args(["test", "--workspace", "--exclude", "orchard-tests"]).args(&args[2..]);
+            let started = std::time::Instant::now();
+            run(&mut cmd)?;
+            eprintln!("xtask: the fast tier took {:.0} s", started.elapsed().as_secs_f64());
+            Ok(())
+        }
         Some("test") => {
             setup()?;
             build()?;
@@ -137,7 +147,7 @@ fn main() -> anyhow::Result<()> {
             cmd.args(&args[1..]);
             run(cmd.env("ORCHARD_AGENT_BIN", agent_path()))
         }
-        _ => bail!("usage: cargo xtask setup|agent|build|test|demo|bench|fuzz [args...]"),
+        _ => bail!("usage: cargo xtask setup|agent|build|test [--fast]|demo|bench|fuzz [args...]"),
     }
 }
 
