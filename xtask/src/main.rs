@@ -108,9 +108,11 @@ fn main() -> anyhow::Result<()> {
                 .env("ORCHARD_PLUGIN_DIR", root.join("target/plugins"))
                 .env("ORCHARD_TEST_PLUGIN_DIR", root.join("target/test-plugins"))
                 .env("COMPONENTIZE_PY", componentize_py().unwrap_or_else(|| PathBuf::from("componentize-py"))))?;
+            docs()?;
             let seconds = std::env::var("ORCHARD_FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
             fuzz(seconds)
         }
+        Some("docs") => docs(),
         Some("fuzz") => {
             setup()?;
             fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60))
@@ -147,7 +149,7 @@ fn main() -> anyhow::Result<()> {
             cmd.args(&args[1..]);
             run(cmd.env("ORCHARD_AGENT_BIN", agent_path()))
         }
-        _ => bail!("usage: cargo xtask setup|agent|build|test [--fast]|demo|bench|fuzz [args...]"),
+        _ => bail!("usage: cargo xtask setup|agent|build|test [--fast]|demo|docs|bench|fuzz [args...]"),
     }
 }
 
@@ -195,6 +197,49 @@ fn fuzz(seconds: u64) -> anyhow::Result<()> {
             .env("CARGO_TARGET_DIR", root.join("target/fuzz")))?;
     }
     Ok(())
+}
+
+/// mdBook, pinned: the book under `docs/` is built with it.
+const MDBOOK: &str = "=0.4.52";
+
+/// Checks every relative link of the README, ARCHITECTURE.md and the book (a file a link names
+/// must exist; anchors are not checked), then builds the book with mdBook into `target/book`.
+fn docs() -> anyhow::Result<()> {
+    let root = workspace_root();
+    let mut files = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+    for entry in std::fs::read_dir(root.join("docs/src"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    let mut broken = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file)?;
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let Some(end) = rest.find(')') else { break };
+            let target = &rest[..end];
+            rest = &rest[end..];
+            let path = target.split('#').next().unwrap_or_default();
+            if path.is_empty() || path.contains("://") || path.starts_with("mailto:") || path.contains(' ') {
+                continue;
+            }
+            let resolved = file.parent().unwrap_or(&root).join(path);
+            if !resolved.exists() {
+                broken.push(format!("{}: {target}", file.strip_prefix(&root).unwrap_or(file).display()));
+            }
+        }
+    }
+    if !broken.is_empty() {
+        bail!("links to nothing:\n  {}", broken.join("\n  "));
+    }
+    eprintln!("xtask: {} documents, every relative link resolves", files.len());
+    if !have("mdbook") {
+        run(cargo().args(["install", "--quiet", "--locked", "mdbook", "--version", MDBOOK]))?;
+    }
+    run(Command::new("mdbook").arg("build").arg(root.join("docs")))
 }
 
 /// What the demo needs and nothing more: bubblewrap and the Rust targets.
