@@ -268,3 +268,20 @@ async fn finished_rollouts_give_their_instances_back() {
         assert!(out.answer.unwrap().contains("no browser"));
     }
 }
+
+/// `orchard plugin tools` shows a tool adapter's tools as the model sees them (what the book's
+/// catalog is generated from), and says plainly when a plugin has none to show.
+#[test]
+fn a_tool_adapters_tools_are_listed_from_the_plugin_itself() {
+    let (code, out, err) = orchard_tests::orchard(&["plugin", "tools", "shell", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let tools: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let bash = tools.as_array().unwrap().iter().find(|t| t["name"] == "bash").unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(bash["parameters"]["required"], serde_json::json!(["command"]), "{bash}");
+    let (code, out, _) = orchard_tests::orchard(&["plugin", "tools", "browser", "--config", r#"{"mode": "marks"}"#]);
+    assert_eq!(code, 0);
+    assert!(out.contains("| `click` |"), "{out}");
+    let (code, _, err) = orchard_tests::orchard(&["plugin", "tools", "script"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("not a tool adapter"), "{err}");
+}

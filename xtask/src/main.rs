@@ -108,11 +108,11 @@ fn main() -> anyhow::Result<()> {
                 .env("ORCHARD_PLUGIN_DIR", root.join("target/plugins"))
                 .env("ORCHARD_TEST_PLUGIN_DIR", root.join("target/test-plugins"))
                 .env("COMPONENTIZE_PY", componentize_py().unwrap_or_else(|| PathBuf::from("componentize-py"))))?;
-            docs()?;
+            docs(true)?;
             let seconds = std::env::var("ORCHARD_FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
             fuzz(seconds)
         }
-        Some("docs") => docs(),
+        Some("docs") => docs(false),
         Some("fuzz") => {
             setup()?;
             fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60))
@@ -202,10 +202,31 @@ fn fuzz(seconds: u64) -> anyhow::Result<()> {
 /// mdBook, pinned: the book under `docs/` is built with it.
 const MDBOOK: &str = "=0.4.52";
 
-/// Checks every relative link of the README, ARCHITECTURE.md and the book (a file a link names
-/// must exist; anchors are not checked), then builds the book with mdBook into `target/book`.
-fn docs() -> anyhow::Result<()> {
+/// Writes the book's tool catalog from the built plugins (`orchard plugin catalog`) — with
+/// `check`, refuses a committed catalog that differs from the plugins instead —, checks every
+/// relative link of the README, ARCHITECTURE.md and the book (a file a link names must exist;
+/// anchors are not checked), then builds the book with mdBook into `target/book`.
+fn docs(check: bool) -> anyhow::Result<()> {
     let root = workspace_root();
+    let orchard = root.join("target/debug/orchard");
+    if orchard.is_file() && root.join("target/plugins").is_dir() {
+        let out = Command::new(&orchard)
+            .args(["plugin", "catalog"])
+            .env("ORCHARD_PLUGIN_DIR", root.join("target/plugins"))
+            .output()?;
+        anyhow::ensure!(out.status.success(), "orchard plugin catalog: {}", String::from_utf8_lossy(&out.stderr));
+        let path = root.join("docs/src/tools.md");
+        let committed = std::fs::read(&path).unwrap_or_default();
+        if committed != out.stdout {
+            if check {
+                bail!("docs/src/tools.md differs from what the plugins offer: run `cargo xtask docs`");
+            }
+            std::fs::write(&path, &out.stdout)?;
+            eprintln!("xtask: wrote docs/src/tools.md from the plugins");
+        }
+    } else if !check {
+        eprintln!("xtask: the tool catalog is left as it is (build the CLI and the plugins to regenerate it)");
+    }
     let mut files = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
     for entry in std::fs::read_dir(root.join("docs/src"))? {
         let path = entry?.path();

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Subcommand;
-use orchard_runtime::{PluginInfo, Registry, Runtime, RuntimeConfig};
+use orchard_runtime::{PluginInfo, PluginKind, Registry, Runtime, RuntimeConfig};
 
 #[derive(Subcommand, Debug)]
 pub enum PluginCommand {
@@ -12,6 +12,19 @@ pub enum PluginCommand {
     Check { file: PathBuf },
     /// List the plugins in a directory [default: the ones the build ships].
     List { dir: Option<PathBuf> },
+    /// The tools a tool adapter or browser driver offers (a shipped plugin's name, or a path to a
+    /// `.wasm`), as the model sees them: name, description, arguments.
+    Tools {
+        plugin: String,
+        /// Its tool configuration, as JSON (a task's `[metadata.tool_config.NAME]`).
+        #[arg(long, default_value = "{}")]
+        config: String,
+        /// JSON instead of a Markdown table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The catalog of every shipped tool adapter's and browser driver's tools, as Markdown.
+    Catalog { dir: Option<PathBuf> },
 }
 
 /// `ORCHARD_PLUGIN_DIR`, else `plugins/` beside this executable or in a target directory above it.
@@ -83,7 +96,97 @@ pub fn run(command: PluginCommand) -> anyhow::Result<i32> {
             }
             Ok(if failed.is_empty() { 0 } else { 1 })
         }
+        PluginCommand::Tools { plugin, config, json } => {
+            let config: serde_json::Value =
+                serde_json::from_str(&config).map_err(|e| anyhow::anyhow!("--config: {e}"))?;
+            let registry = deferred_registry(rt.clone(), None)?;
+            let plugin = registry.resolve(&plugin).map_err(anyhow::Error::msg)?;
+            let tools = block(list_tools(&rt, &plugin, config))?;
+            if json {
+                let specs: Vec<serde_json::Value> = tools
+                    .iter()
+                    .map(|t| {
+                        serde_json::json!({"name": t.name, "description": t.description,
+                            "parameters": serde_json::from_str::<serde_json::Value>(&t.parameters).unwrap_or_default()})
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&specs)?);
+            } else {
+                print!("{}", tools_markdown(&plugin.info, &tools));
+            }
+            Ok(0)
+        }
+        PluginCommand::Catalog { dir } => {
+            let dir = dir
+                .or_else(default_dir)
+                .ok_or_else(|| anyhow::anyhow!("no plugin directory: give one, or set ORCHARD_PLUGIN_DIR"))?;
+            let registry = Registry::new(rt.clone());
+            let failed = registry.load_dir(&dir).map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(failed.is_empty(), "plugins that did not load: {failed:?}");
+            let mut plugins: Vec<_> = registry
+                .list()
+                .into_iter()
+                .filter(|p| matches!(p.kind, PluginKind::ToolAdapter | PluginKind::BrowserDriver))
+                .collect();
+            plugins.sort_by(|a, b| a.name.cmp(&b.name));
+            println!("# Tool catalog\n");
+            println!(
+                "Every shipped tool adapter's and browser driver's tools, as the model sees them, \
+                 generated from the plugins themselves (`orchard plugin catalog`; one plugin: \
+                 `orchard plugin tools NAME [--config JSON] [--json]`). An argument marked `?` is \
+                 optional.\n"
+            );
+            for info in plugins {
+                let plugin = registry.get(&info.name).ok_or_else(|| anyhow::anyhow!("{} vanished", info.name))?;
+                let tools = block(list_tools(&rt, &plugin, serde_json::json!({})))?;
+                print!("{}", tools_markdown(&info, &tools));
+            }
+            Ok(0)
+        }
     }
+}
+
+/// `plugin` commands run inside the CLI's runtime: an async call is waited for in place.
+fn block<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
+/// The tools of `plugin` as Markdown: a heading, then one row per tool with its arguments.
+fn tools_markdown(plugin: &PluginInfo, tools: &[orchard_runtime::ToolSpec]) -> String {
+    let mut out = format!("## `{}` ({} {})\n\n", plugin.name, plugin.kind, plugin.version);
+    if !plugin.description.is_empty() {
+        out += &format!("{}\n\n", plugin.description);
+    }
+    if tools.is_empty() {
+        return out + "No tools without configuration: it offers those its tool configuration names.\n\n";
+    }
+    out += "| tool | what it does | arguments |\n|---|---|---|\n";
+    for t in tools {
+        let schema: serde_json::Value = serde_json::from_str(&t.parameters).unwrap_or_default();
+        let required: Vec<&str> =
+            schema["required"].as_array().into_iter().flatten().filter_map(|r| r.as_str()).collect();
+        let args: Vec<String> = schema["properties"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, p)| {
+                let kind = p["type"].as_str().unwrap_or("any");
+                let mark = if required.contains(&name.as_str()) { "" } else { "?" };
+                format!("`{name}{mark}`: {kind}")
+            })
+            .collect();
+        let description = t.description.replace('|', "\\|").replace('\n', " ");
+        out += &format!("| `{}` | {} | {} |\n", t.name, description, args.join(", "));
+    }
+    out + "\n"
+}
+
+async fn list_tools(
+    rt: &Arc<Runtime>,
+    plugin: &Arc<orchard_runtime::Plugin>,
+    config: serde_json::Value,
+) -> anyhow::Result<Vec<orchard_runtime::ToolSpec>> {
+    rt.list_tools(plugin, config).await.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 fn print_info(p: &PluginInfo) {

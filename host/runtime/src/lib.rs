@@ -16,6 +16,7 @@ mod registry;
 mod rollout;
 mod trajectory;
 
+pub use bindings::ToolSpec;
 pub use engine::{Runtime, RuntimeConfig};
 pub use manifest::{Capability, Contract, Manifest, PluginKind};
 pub use orchard_browser::BrowserOptions;

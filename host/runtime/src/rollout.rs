@@ -566,6 +566,36 @@ impl Runtime {
         Ok(())
     }
 
+    /// The tools a tool adapter or browser driver offers under `config` (its tool configuration,
+    /// as a task's `[metadata.tool_config.NAME]` gives it): name, description, JSON Schema.
+    pub async fn list_tools(
+        &self,
+        plugin: &Arc<Plugin>,
+        config: serde_json::Value,
+    ) -> Result<Vec<crate::bindings::ToolSpec>, PluginFailure> {
+        let ctx = RolloutContext::new("list-tools", None, None);
+        ctx.set_tool_config([(plugin.manifest.name.clone(), config)].into());
+        let mut store = self.new_store(plugin, &ctx, &Limits::default(), &Grants::default());
+        let fail = |call: &str, e: wasmtime::Error, store: &Store<HostState>| {
+            PluginFailure::from_error(plugin, call, e, store)
+        };
+        macro_rules! list {
+            ($pre:expr, $v:ident) => {{
+                let b = $pre.instantiate_async(&mut store).await.map_err(|e| fail("instantiate", e, &store))?;
+                let specs =
+                    b.orchard_plugin_tools().call_list(&mut store).await.map_err(|e| fail("tools.list", e, &store))?;
+                Ok(specs.into_iter().map(convert::$v::tool_spec_to_v1).collect())
+            }};
+        }
+        match &plugin.pre {
+            Pre::ToolAdapter(pre) => list!(pre, v0_1),
+            Pre::BrowserDriver(pre) => list!(pre, v0_1),
+            Pre::ToolAdapterV2(pre) => list!(pre, v0_2),
+            Pre::BrowserDriverV2(pre) => list!(pre, v0_2),
+            _ => Err(PluginFailure::config(plugin, "not a tool adapter or browser driver".into())),
+        }
+    }
+
     /// Calls `tools.list` on one tool-adapter instance `n` times: the host→guest call cost.
     /// Returns the time per call. For benchmarks.
     pub async fn time_tools_list(&self, plugin: &Arc<Plugin>, n: u32) -> Result<Duration, PluginFailure> {
