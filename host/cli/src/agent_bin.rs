@@ -47,3 +47,19 @@ pub fn default_state_dir() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
         .join("orchard")
 }
+
+/// Where rollouts' browsers run, from the operator's environment: `ORCHARD_BROWSER_IN_SANDBOX`
+/// (set: inside the sandbox, by its agent), `ORCHARD_CHROMIUM` (the host's binary) and
+/// `ORCHARD_BROWSER_CALL_TIMEOUT_MS`, over the defaults.
+pub fn browser_placement() -> orchard_eval::BrowserPlacement {
+    let default = orchard_eval::BrowserPlacement::default();
+    orchard_eval::BrowserPlacement {
+        in_sandbox: std::env::var_os("ORCHARD_BROWSER_IN_SANDBOX").is_some(),
+        chromium: std::env::var_os("ORCHARD_CHROMIUM").map(Into::into).unwrap_or(default.chromium),
+        call_timeout: std::env::var("ORCHARD_BROWSER_CALL_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_millis)
+            .unwrap_or(default.call_timeout),
+    }
+}

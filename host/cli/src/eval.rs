@@ -240,6 +240,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         // The operator's own machine: any model URL.
         egress: orchard_egress::Policy::open(),
         sandbox_defaults: sandbox_defaults(&args)?,
+        browser: crate::agent_bin::browser_placement(),
     });
     let previous = store
         .list_evals(LOCAL_TENANT, &orchard_store::EvalFilter { limit: 1, ..Default::default() })

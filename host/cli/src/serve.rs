@@ -233,6 +233,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         egress: orchard_egress::Policy::allow(&args.model_allow).map_err(anyhow::Error::msg)?,
         // Admission's defaults apply to every tenant's sandbox.
         sandbox_defaults: Default::default(),
+        browser: crate::agent_bin::browser_placement(),
     });
     if args.model_allow.is_empty() {
         tracing::warn!("no --model-allow rule: jobs and proxy sessions that name a model endpoint will be refused");

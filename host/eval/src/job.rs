@@ -46,6 +46,28 @@ pub struct Job {
     /// Limits of each rollout's sandbox beyond what tasks declare (a server's defaults).
     pub sandbox_pids: Option<u64>,
     pub sandbox_disk_bytes: Option<u64>,
+    /// Where a browser a plugin opens runs, and how long one of its calls may take.
+    pub browser: BrowserPlacement,
+}
+
+/// Where a rollout's browser runs: in the sandbox's network namespace, started by the host
+/// (where the backend can place it there), or inside the sandbox by its agent (`in_sandbox`; on
+/// Kubernetes the task's image then carries `chromium`). Given by the caller (the CLI reads it
+/// from the operator's environment); libraries read no environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrowserPlacement {
+    pub in_sandbox: bool,
+    /// The host's Chromium, for browsers the host starts.
+    pub chromium: std::path::PathBuf,
+    /// How long one DevTools call may take: a page whose script never yields costs a driver
+    /// this much per call, never the whole rollout.
+    pub call_timeout: Duration,
+}
+
+impl Default for BrowserPlacement {
+    fn default() -> Self {
+        BrowserPlacement { in_sandbox: false, chromium: "chromium".into(), call_timeout: Duration::from_secs(20) }
+    }
 }
 
 impl Job {
@@ -252,16 +274,6 @@ pub(crate) async fn prepare_environment(agent: &AgentClient, task: &Task) -> Res
     start_service(agent, task).await
 }
 
-/// How long one DevTools call may take: `ORCHARD_BROWSER_CALL_TIMEOUT_MS`, else 20 s. A page
-/// whose script never yields costs a driver this much per call, never the whole rollout.
-fn browser_call_timeout() -> Duration {
-    std::env::var("ORCHARD_BROWSER_CALL_TIMEOUT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis)
-        .unwrap_or(Duration::from_secs(20))
-}
-
 /// How long a task's service may take to pass its HEALTHCHECK.
 const HEALTHY_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -322,22 +334,23 @@ async fn run_in_sandbox(
     // namespace where the backend can place it there, else inside the sandbox by its agent (on
     // Kubernetes, in the task's pod; the image then carries `chromium`).
     if let Some(id) = &verifier.spec.id {
-        let netns = match std::env::var_os("ORCHARD_BROWSER_IN_SANDBOX") {
-            Some(_) => None,
-            None => verifier.backend.network_namespace(id).await,
+        let placement = &job.browser;
+        let netns = match placement.in_sandbox {
+            true => None,
+            false => verifier.backend.network_namespace(id).await,
         };
         let options = match netns {
             Some(netns) => BrowserOptions {
                 netns: Some(netns),
                 cgroups: verifier.backend.memory_cgroups(id).await,
-                binary: std::env::var_os("ORCHARD_CHROMIUM").map(Into::into).unwrap_or_else(|| "chromium".into()),
-                call_timeout: browser_call_timeout(),
+                binary: placement.chromium.clone(),
+                call_timeout: placement.call_timeout,
                 ..Default::default()
             },
             None => BrowserOptions {
                 in_sandbox: true,
                 binary: "chromium".into(),
-                call_timeout: browser_call_timeout(),
+                call_timeout: placement.call_timeout,
                 ..Default::default()
             },
         };

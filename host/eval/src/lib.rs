@@ -8,7 +8,7 @@ mod report;
 mod separate;
 mod task;
 
-pub use job::{Job, Placement, RolloutResult, RolloutStatus, VerifierRecord, rollout};
+pub use job::{BrowserPlacement, Job, Placement, RolloutResult, RolloutStatus, VerifierRecord, rollout};
 pub use metrics::{pass_at_k, pass_hat_k};
 pub use orchard_task_files::TaskFiles;
 pub use report::trajectory_line;

@@ -83,9 +83,8 @@ pub struct PluginFailure {
 impl PluginFailure {
     pub(crate) fn from_error(plugin: &Plugin, call: &str, e: wasmtime::Error, store: &Store<HostState>) -> Self {
         let text = format!("{e:?}");
-        if std::env::var_os("ORCHARD_DEBUG_FAILURES").is_some() {
-            eprintln!("--- {call}: {text}");
-        }
+        // The whole error chain, for whoever runs with RUST_LOG=orchard_runtime=debug.
+        tracing::debug!(plugin = %plugin.id(), call, "plugin failure: {text}");
         let (kind, message) = if text.contains(CPU_EXCEEDED) {
             let budget = Duration::from_nanos(store.data().meter.budget_ns);
             (FailureKind::CpuBudget, format!("used more than its CPU budget of {budget:?}"))

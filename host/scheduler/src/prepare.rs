@@ -36,6 +36,8 @@ pub struct Env {
     /// Sandbox limits where there is no admission (the operator's own `orchard eval`): a task
     /// that names no memory gets this much, and every sandbox this much writable layer.
     pub sandbox_defaults: SandboxDefaults,
+    /// Where rollouts' browsers run.
+    pub browser: orchard_eval::BrowserPlacement,
 }
 
 /// Limits for sandboxes of jobs without admission rules (`None`: unlimited).
@@ -60,6 +62,7 @@ pub struct Prepared {
     registry: Arc<Registry>,
     sandbox_pids: Option<u64>,
     sandbox_disk_bytes: Option<u64>,
+    browser: orchard_eval::BrowserPlacement,
     /// Plugins named by path (`orchard eval --harness ./mine.wasm`), loaded once.
     local: HashMap<String, Arc<Plugin>>,
     /// A server's tenants name plugins, never files: every reference (the job's, a task's) is
@@ -148,6 +151,7 @@ impl Prepared {
             registry: env.registry.clone(),
             sandbox_pids,
             sandbox_disk_bytes,
+            browser: env.browser.clone(),
             spec,
             task_tools,
             task_graders,
@@ -227,6 +231,7 @@ impl Prepared {
             grants: self.grants.clone(),
             sandbox_pids: self.sandbox_pids,
             sandbox_disk_bytes: self.sandbox_disk_bytes,
+            browser: self.browser.clone(),
         })
     }
 
