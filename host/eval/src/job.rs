@@ -1,4 +1,5 @@
-//! Running an evaluation: every task × attempt as a rollout on a fresh sandbox.
+//! Running an evaluation: every task × attempt as a rollout on a fresh sandbox, graded (the
+//! result in `result.rs`, the task's environment in `environment.rs`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -7,16 +8,16 @@ use std::time::{Duration, Instant};
 use orchard_agent_client::AgentClient;
 use orchard_model::ModelClient;
 use orchard_runtime::{
-    BrowserOptions, Capability, GradingEnvironment, Grants, Limits, Plugin, PluginFailure, RolloutContext, RunOutcome,
-    Runtime, Step, TaskInput, Trajectory, Verdict,
+    BrowserOptions, Capability, GradingEnvironment, Grants, Limits, Plugin, RolloutContext, RunOutcome, Runtime, Step,
+    TaskInput, Verdict,
 };
 use orchard_sandbox::{Backend, SandboxSpec};
 use orchard_verifier::Mode;
-use serde::{Deserialize, Serialize};
 
+use crate::environment::{ignore_missing, prepare_environment, upload_dir};
+use crate::result::{RolloutResult, RolloutStatus, VerifierRecord};
 use crate::separate;
 use crate::task::Task;
-use orchard_task_files::TaskFiles;
 
 pub struct Job {
     pub tasks: Vec<Task>,
@@ -83,101 +84,6 @@ impl Job {
     /// The grader of `task`: the one it names in `[verifier] grader`, else the run's.
     pub fn grader_for(&self, task: &Task) -> Arc<Plugin> {
         task.grader.as_ref().and_then(|g| self.named_graders.get(g)).cloned().unwrap_or_else(|| self.grader.clone())
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RolloutStatus {
-    /// Graded: `reward` and `passed` hold.
-    Graded,
-    /// The grader could not decide.
-    Unknown,
-    /// The rollout failed before a grade (a plugin fault, a sandbox that would not start).
-    Error,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RolloutResult {
-    pub rollout_id: String,
-    pub task_id: String,
-    /// The task's domain (see `Task::domain`), for per-domain summaries.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub domain: String,
-    pub attempt: u32,
-    pub harness: String,
-    pub tools: Vec<String>,
-    pub grader: String,
-    /// The content hash (sha256) of each plugin the rollout ran, by `name@version`.
-    #[serde(default)]
-    pub plugins: std::collections::BTreeMap<String, String>,
-    pub model: Option<String>,
-    pub status: RolloutStatus,
-    pub reward: Option<f64>,
-    pub passed: bool,
-    pub verdict: Option<Verdict>,
-    pub outcome: Option<RunOutcome>,
-    pub error: Option<String>,
-    pub failure: Option<PluginFailure>,
-    pub sandbox_id: Option<String>,
-    pub agent_seconds: f64,
-    pub grade_seconds: f64,
-    pub total_seconds: f64,
-    /// Where the grader worked and, in a separate environment, what was carried into it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verifier: Option<VerifierRecord>,
-    #[serde(skip)]
-    pub trajectory: Trajectory,
-}
-
-/// The verifier's environment of one rollout.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct VerifierRecord {
-    pub environment: orchard_verifier::Mode,
-    /// The verifier's own sandbox (separate environments).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox_id: Option<String>,
-    /// What was carried and dropped (separate environments).
-    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
-    pub carry: Option<orchard_verifier::CarryReport>,
-    /// Creating, preparing and carrying into the verifier's sandbox.
-    pub setup_seconds: f64,
-}
-
-impl RolloutResult {
-    /// The id of a rollout: `<task>__<harness name>__<attempt>`, the name of its file in
-    /// `rollouts/`.
-    pub fn id_for(task_id: &str, harness_id: &str, attempt: u32) -> String {
-        let harness_name = harness_id.split('@').next().unwrap_or(harness_id);
-        format!("{task_id}__{harness_name}__{attempt}")
-    }
-
-    /// A rollout not yet run: an error until it says otherwise.
-    pub fn pending(task_id: &str, harness_id: &str, attempt: u32) -> RolloutResult {
-        RolloutResult {
-            rollout_id: Self::id_for(task_id, harness_id, attempt),
-            task_id: task_id.into(),
-            domain: String::new(),
-            attempt,
-            harness: harness_id.into(),
-            tools: vec![],
-            grader: String::new(),
-            plugins: Default::default(),
-            model: None,
-            status: RolloutStatus::Error,
-            reward: None,
-            passed: false,
-            verdict: None,
-            outcome: None,
-            error: None,
-            failure: None,
-            sandbox_id: None,
-            agent_seconds: 0.0,
-            grade_seconds: 0.0,
-            total_seconds: 0.0,
-            verifier: None,
-            trajectory: Trajectory::default(),
-        }
     }
 }
 
@@ -259,59 +165,6 @@ pub async fn rollout(
 struct VerifierSetup<'a> {
     backend: &'a dyn Backend,
     spec: SandboxSpec,
-}
-
-/// A task's environment as its Dockerfile describes it: files copied and archives unpacked.
-pub(crate) async fn prepare_environment(agent: &AgentClient, task: &Task) -> Result<(), String> {
-    if let Some(context) = &task.context {
-        for (src, dest) in &task.copies {
-            copy_in(agent, context, src, dest).await?;
-        }
-        for (archive, dest) in &task.archives {
-            unpack_in(agent, context, archive, dest).await?;
-        }
-    }
-    start_service(agent, task).await
-}
-
-/// How long a task's service may take to pass its HEALTHCHECK.
-const HEALTHY_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Starts the Dockerfile's ENTRYPOINT/CMD in the background (its output in
-/// `/tmp/orchard-entrypoint.log`) and waits until its HEALTHCHECK passes.
-async fn start_service(agent: &AgentClient, task: &Task) -> Result<(), String> {
-    let Some(argv) = &task.start else { return Ok(()) };
-    // The command's own words reach it as `sh`'s arguments: nothing to quote.
-    let mut command: Vec<String> =
-        ["sh", "-c", "exec \"$@\" > /tmp/orchard-entrypoint.log 2>&1 < /dev/null", "sh"].map(String::from).to_vec();
-    command.extend(argv.iter().cloned());
-    let start = orchard_protocol::ProcessStart {
-        command: orchard_protocol::Command::Argv(command),
-        cwd: task.workdir.clone(),
-        env: task.env.clone(),
-    };
-    agent.start_process(&start).await.map_err(|e| format!("starting the task's ENTRYPOINT/CMD {argv:?}: {e}"))?;
-    let Some(check) = &task.healthcheck else { return Ok(()) };
-    let deadline = std::time::Instant::now() + HEALTHY_WITHIN;
-    loop {
-        let mut req = orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(check.clone()));
-        req.cwd = task.workdir.clone();
-        req.timeout_ms = Some(10_000);
-        if let Ok(r) = agent.exec(&req).await
-            && r.exit_code == 0
-        {
-            return Ok(());
-        }
-        if std::time::Instant::now() >= deadline {
-            let log = agent.read_file("/tmp/orchard-entrypoint.log").await.unwrap_or_default();
-            let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(2000)..]).into_owned();
-            return Err(format!(
-                "the task's service ({argv:?}) did not pass its HEALTHCHECK within {} s; its output ends with:\n{tail}",
-                HEALTHY_WITHIN.as_secs()
-            ));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
 }
 
 async fn run_in_sandbox(
@@ -518,89 +371,6 @@ fn carry_note(report: &orchard_verifier::CarryReport) -> Option<String> {
         parts.push(format!("verifier dropped {}", list.join(", ")));
     }
     (!parts.is_empty()).then(|| parts.join("; "))
-}
-
-fn ignore_missing(e: orchard_agent_client::AgentClientError) -> Result<(), orchard_agent_client::AgentClientError> {
-    if e.kind() == orchard_protocol::ErrorKind::NotFound { Ok(()) } else { Err(e) }
-}
-
-/// A Dockerfile COPY: a directory lands at `dest`; a file lands at `dest`, or inside it when
-/// `dest` ends in '/' or is a directory already.
-async fn copy_in(agent: &AgentClient, context: &TaskFiles, src: &Path, dest: &str) -> Result<(), String> {
-    if context.is_dir(src) {
-        return upload_dir(agent, context, src, dest.trim_end_matches('/')).await;
-    }
-    let into_dir =
-        dest.ends_with('/') || agent.stat(dest).await.is_ok_and(|s| s.kind == orchard_protocol::FileKind::Directory);
-    let target = if into_dir {
-        format!(
-            "{}/{}",
-            dest.trim_end_matches('/'),
-            src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-        )
-    } else {
-        dest.to_string()
-    };
-    let (files, rel) = (context.clone(), src.to_path_buf());
-    let bytes = tokio::task::spawn_blocking(move || files.read(&rel, crate::MAX_COPY_BYTES))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("COPY {e}"))?
-        .ok_or_else(|| format!("COPY {}: no such file", context.display(src)))?;
-    let mode = context.mode(src);
-    agent
-        .write_file(&target, orchard_agent_client::full(bytes), mode, true)
-        .await
-        .map_err(|e| format!("COPY {} {target}: {e}", context.display(src)))?;
-    Ok(())
-}
-
-/// Unpacks a tar archive of the build context (gzipped or not) at `dest` in the sandbox, as
-/// Docker's ADD does.
-async fn unpack_in(agent: &AgentClient, context: &TaskFiles, archive: &Path, dest: &str) -> Result<(), String> {
-    let what = format!("ADD {}", context.display(archive));
-    let (files, rel) = (context.clone(), archive.to_path_buf());
-    let read = move || -> std::io::Result<Vec<u8>> {
-        let bytes = files
-            .read(&rel, crate::MAX_COPY_BYTES)
-            .map_err(std::io::Error::other)?
-            .ok_or_else(|| std::io::Error::other("no such file"))?;
-        if bytes.starts_with(&[0x1f, 0x8b]) {
-            let mut out = Vec::new();
-            let mut limited = std::io::Read::take(flate2::read::GzDecoder::new(&bytes[..]), crate::MAX_COPY_BYTES + 1);
-            std::io::Read::read_to_end(&mut limited, &mut out)?;
-            if out.len() as u64 > crate::MAX_COPY_BYTES {
-                return Err(std::io::Error::other(format!("unpacks to more than {} bytes", crate::MAX_COPY_BYTES)));
-            }
-            Ok(out)
-        } else {
-            Ok(bytes)
-        }
-    };
-    upload_tar(agent, dest, read, &what, &format!("{what} {dest}")).await
-}
-
-/// Copies a folder of the task's files into the sandbox (as a tar stream; links kept as links,
-/// never followed on the host).
-async fn upload_dir(agent: &AgentClient, files: &TaskFiles, rel: &Path, to: &str) -> Result<(), String> {
-    let (files, rel) = (files.clone(), rel.to_path_buf());
-    let pack = move || files.pack(&rel, crate::MAX_COPY_BYTES).map_err(std::io::Error::other);
-    upload_tar(agent, to, pack, &format!("packing {to}"), &format!("copying {to} into the sandbox")).await
-}
-
-/// Makes a tar archive off the async threads and unpacks it at `to` in the sandbox; errors say
-/// which step failed with `making` or `uploading`.
-async fn upload_tar(
-    agent: &AgentClient,
-    to: &str,
-    make: impl FnOnce() -> std::io::Result<Vec<u8>> + Send + 'static,
-    making: &str,
-    uploading: &str,
-) -> Result<(), String> {
-    let archive =
-        tokio::task::spawn_blocking(make).await.map_err(|e| e.to_string())?.map_err(|e| format!("{making}: {e}"))?;
-    agent.tar_upload(to, orchard_agent_client::full(archive)).await.map_err(|e| format!("{uploading}: {e}"))?;
-    Ok(())
 }
 
 /// Each plugin's configuration for one task: the run's, with the task's

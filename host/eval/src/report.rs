@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::job::{RolloutResult, RolloutStatus};
 use crate::metrics::{pass_at_k, pass_hat_k};
+use crate::result::{RolloutResult, RolloutStatus};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskSummary {

@@ -71,7 +71,7 @@ pub async fn prepare(
     let info = backend.create(spec).await.map_err(|e| format!("verifier sandbox: {e}"))?;
     let prepared = async {
         let client = backend.agent(&info.id).await.map_err(|e| format!("verifier sandbox: {e}"))?;
-        crate::job::prepare_environment(&client, task).await?;
+        crate::environment::prepare_environment(&client, task).await?;
         // The base: the task's, else what the clean checkout has at HEAD.
         let base = match carry.repo.as_ref() {
             Some(RepoCarry { base_commit: Some(b), .. }) => Some(b.clone()),

@@ -9,6 +9,7 @@
 pub mod bindings;
 mod convert;
 mod engine;
+mod failure;
 pub mod host;
 mod manifest;
 mod plugin;
@@ -18,12 +19,10 @@ mod trajectory;
 
 pub use bindings::ToolSpec;
 pub use engine::{Runtime, RuntimeConfig};
+pub use failure::{FailureKind, PluginFailure};
 pub use manifest::{Capability, Contract, Manifest, PluginKind};
 pub use orchard_browser::BrowserOptions;
 pub use plugin::{Plugin, PluginError, PluginInfo};
 pub use registry::{Owner, Registry, VisiblePlugin};
-pub use rollout::{
-    FailureKind, GradingEnvironment, Grants, Limits, PluginFailure, RolloutContext, RunOutcome, Status, TaskInput,
-    Verdict,
-};
+pub use rollout::{GradingEnvironment, Grants, Limits, RolloutContext, RunOutcome, Status, TaskInput, Verdict};
 pub use trajectory::{Step, Trajectory};

@@ -36,10 +36,10 @@ impl HostState {
         use orchard_browser::BrowserError as B;
         if let B::Gone(_) | B::Crashed(_) | B::Launch(_) = e {
             let how = self.run.browser_exit().map(|r| format!(" (chromium {r})")).unwrap_or_default();
-            self.run.set_fatal(crate::rollout::PluginFailure {
+            self.run.set_fatal(crate::failure::PluginFailure {
                 plugin: self.plugin.clone(),
                 call: format!("browser.session.{op}"),
-                kind: crate::rollout::FailureKind::Browser,
+                kind: crate::failure::FailureKind::Browser,
                 message: format!("{e}{how}"),
             });
         }

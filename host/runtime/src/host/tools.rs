@@ -10,9 +10,10 @@ use super::HostState;
 use crate::bindings::{ToolCall, ToolOutput, ToolSpec, WitError, v0_1, v0_2};
 use crate::convert;
 use crate::engine::Runtime;
+use crate::failure::PluginFailure;
 use crate::manifest::Capability;
 use crate::plugin::{Plugin, Pre};
-use crate::rollout::{Grants, Limits, PluginFailure, RolloutContext};
+use crate::rollout::{Grants, Limits, RolloutContext};
 
 enum Bindings {
     Tools(v0_1::tool_adapter::ToolAdapter),

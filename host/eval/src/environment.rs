@@ -1,0 +1,148 @@
+//! A task's environment in its sandbox, as its Dockerfile describes it: files copied and
+//! archives unpacked from the build context (read beneath it), the image's service started and
+//! waited for, and folders uploaded as tar streams.
+
+use std::path::Path;
+
+use orchard_agent_client::AgentClient;
+use orchard_task_files::TaskFiles;
+
+use crate::task::Task;
+
+/// A task's environment as its Dockerfile describes it: files copied and archives unpacked.
+pub(crate) async fn prepare_environment(agent: &AgentClient, task: &Task) -> Result<(), String> {
+    if let Some(context) = &task.context {
+        for (src, dest) in &task.copies {
+            copy_in(agent, context, src, dest).await?;
+        }
+        for (archive, dest) in &task.archives {
+            unpack_in(agent, context, archive, dest).await?;
+        }
+    }
+    start_service(agent, task).await
+}
+
+/// How long a task's service may take to pass its HEALTHCHECK.
+const HEALTHY_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Starts the Dockerfile's ENTRYPOINT/CMD in the background (its output in
+/// `/tmp/orchard-entrypoint.log`) and waits until its HEALTHCHECK passes.
+async fn start_service(agent: &AgentClient, task: &Task) -> Result<(), String> {
+    let Some(argv) = &task.start else { return Ok(()) };
+    // The command's own words reach it as `sh`'s arguments: nothing to quote.
+    let mut command: Vec<String> =
+        ["sh", "-c", "exec \"$@\" > /tmp/orchard-entrypoint.log 2>&1 < /dev/null", "sh"].map(String::from).to_vec();
+    command.extend(argv.iter().cloned());
+    let start = orchard_protocol::ProcessStart {
+        command: orchard_protocol::Command::Argv(command),
+        cwd: task.workdir.clone(),
+        env: task.env.clone(),
+    };
+    agent.start_process(&start).await.map_err(|e| format!("starting the task's ENTRYPOINT/CMD {argv:?}: {e}"))?;
+    let Some(check) = &task.healthcheck else { return Ok(()) };
+    let deadline = std::time::Instant::now() + HEALTHY_WITHIN;
+    loop {
+        let mut req = orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(check.clone()));
+        req.cwd = task.workdir.clone();
+        req.timeout_ms = Some(10_000);
+        if let Ok(r) = agent.exec(&req).await
+            && r.exit_code == 0
+        {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            let log = agent.read_file("/tmp/orchard-entrypoint.log").await.unwrap_or_default();
+            let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(2000)..]).into_owned();
+            return Err(format!(
+                "the task's service ({argv:?}) did not pass its HEALTHCHECK within {} s; its output ends with:\n{tail}",
+                HEALTHY_WITHIN.as_secs()
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+pub(crate) fn ignore_missing(
+    e: orchard_agent_client::AgentClientError,
+) -> Result<(), orchard_agent_client::AgentClientError> {
+    if e.kind() == orchard_protocol::ErrorKind::NotFound { Ok(()) } else { Err(e) }
+}
+
+/// A Dockerfile COPY: a directory lands at `dest`; a file lands at `dest`, or inside it when
+/// `dest` ends in '/' or is a directory already.
+async fn copy_in(agent: &AgentClient, context: &TaskFiles, src: &Path, dest: &str) -> Result<(), String> {
+    if context.is_dir(src) {
+        return upload_dir(agent, context, src, dest.trim_end_matches('/')).await;
+    }
+    let into_dir =
+        dest.ends_with('/') || agent.stat(dest).await.is_ok_and(|s| s.kind == orchard_protocol::FileKind::Directory);
+    let target = if into_dir {
+        format!(
+            "{}/{}",
+            dest.trim_end_matches('/'),
+            src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        )
+    } else {
+        dest.to_string()
+    };
+    let (files, rel) = (context.clone(), src.to_path_buf());
+    let bytes = tokio::task::spawn_blocking(move || files.read(&rel, crate::MAX_COPY_BYTES))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("COPY {e}"))?
+        .ok_or_else(|| format!("COPY {}: no such file", context.display(src)))?;
+    let mode = context.mode(src);
+    agent
+        .write_file(&target, orchard_agent_client::full(bytes), mode, true)
+        .await
+        .map_err(|e| format!("COPY {} {target}: {e}", context.display(src)))?;
+    Ok(())
+}
+
+/// Unpacks a tar archive of the build context (gzipped or not) at `dest` in the sandbox, as
+/// Docker's ADD does.
+async fn unpack_in(agent: &AgentClient, context: &TaskFiles, archive: &Path, dest: &str) -> Result<(), String> {
+    let what = format!("ADD {}", context.display(archive));
+    let (files, rel) = (context.clone(), archive.to_path_buf());
+    let read = move || -> std::io::Result<Vec<u8>> {
+        let bytes = files
+            .read(&rel, crate::MAX_COPY_BYTES)
+            .map_err(std::io::Error::other)?
+            .ok_or_else(|| std::io::Error::other("no such file"))?;
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            let mut out = Vec::new();
+            let mut limited = std::io::Read::take(flate2::read::GzDecoder::new(&bytes[..]), crate::MAX_COPY_BYTES + 1);
+            std::io::Read::read_to_end(&mut limited, &mut out)?;
+            if out.len() as u64 > crate::MAX_COPY_BYTES {
+                return Err(std::io::Error::other(format!("unpacks to more than {} bytes", crate::MAX_COPY_BYTES)));
+            }
+            Ok(out)
+        } else {
+            Ok(bytes)
+        }
+    };
+    upload_tar(agent, dest, read, &what, &format!("{what} {dest}")).await
+}
+
+/// Copies a folder of the task's files into the sandbox (as a tar stream; links kept as links,
+/// never followed on the host).
+pub(crate) async fn upload_dir(agent: &AgentClient, files: &TaskFiles, rel: &Path, to: &str) -> Result<(), String> {
+    let (files, rel) = (files.clone(), rel.to_path_buf());
+    let pack = move || files.pack(&rel, crate::MAX_COPY_BYTES).map_err(std::io::Error::other);
+    upload_tar(agent, to, pack, &format!("packing {to}"), &format!("copying {to} into the sandbox")).await
+}
+
+/// Makes a tar archive off the async threads and unpacks it at `to` in the sandbox; errors say
+/// which step failed with `making` or `uploading`.
+async fn upload_tar(
+    agent: &AgentClient,
+    to: &str,
+    make: impl FnOnce() -> std::io::Result<Vec<u8>> + Send + 'static,
+    making: &str,
+    uploading: &str,
+) -> Result<(), String> {
+    let archive =
+        tokio::task::spawn_blocking(make).await.map_err(|e| e.to_string())?.map_err(|e| format!("{making}: {e}"))?;
+    agent.tar_upload(to, orchard_agent_client::full(archive)).await.map_err(|e| format!("{uploading}: {e}"))?;
+    Ok(())
+}

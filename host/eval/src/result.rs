@@ -1,0 +1,100 @@
+//! A rollout's result: its status, reward and verdict, the plugins that ran, where grading
+//! happened, and the trajectory (the file `rollouts/<id>.json` and a store row are this).
+
+use orchard_runtime::{PluginFailure, RunOutcome, Trajectory, Verdict};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutStatus {
+    /// Graded: `reward` and `passed` hold.
+    Graded,
+    /// The grader could not decide.
+    Unknown,
+    /// The rollout failed before a grade (a plugin fault, a sandbox that would not start).
+    Error,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RolloutResult {
+    pub rollout_id: String,
+    pub task_id: String,
+    /// The task's domain (see `Task::domain`), for per-domain summaries.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub domain: String,
+    pub attempt: u32,
+    pub harness: String,
+    pub tools: Vec<String>,
+    pub grader: String,
+    /// The content hash (sha256) of each plugin the rollout ran, by `name@version`.
+    #[serde(default)]
+    pub plugins: std::collections::BTreeMap<String, String>,
+    pub model: Option<String>,
+    pub status: RolloutStatus,
+    pub reward: Option<f64>,
+    pub passed: bool,
+    pub verdict: Option<Verdict>,
+    pub outcome: Option<RunOutcome>,
+    pub error: Option<String>,
+    pub failure: Option<PluginFailure>,
+    pub sandbox_id: Option<String>,
+    pub agent_seconds: f64,
+    pub grade_seconds: f64,
+    pub total_seconds: f64,
+    /// Where the grader worked and, in a separate environment, what was carried into it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<VerifierRecord>,
+    #[serde(skip)]
+    pub trajectory: Trajectory,
+}
+
+/// The verifier's environment of one rollout.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VerifierRecord {
+    pub environment: orchard_verifier::Mode,
+    /// The verifier's own sandbox (separate environments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_id: Option<String>,
+    /// What was carried and dropped (separate environments).
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub carry: Option<orchard_verifier::CarryReport>,
+    /// Creating, preparing and carrying into the verifier's sandbox.
+    pub setup_seconds: f64,
+}
+
+impl RolloutResult {
+    /// The id of a rollout: `<task>__<harness name>__<attempt>`, the name of its file in
+    /// `rollouts/`.
+    pub fn id_for(task_id: &str, harness_id: &str, attempt: u32) -> String {
+        let harness_name = harness_id.split('@').next().unwrap_or(harness_id);
+        format!("{task_id}__{harness_name}__{attempt}")
+    }
+
+    /// A rollout not yet run: an error until it says otherwise.
+    pub fn pending(task_id: &str, harness_id: &str, attempt: u32) -> RolloutResult {
+        RolloutResult {
+            rollout_id: Self::id_for(task_id, harness_id, attempt),
+            task_id: task_id.into(),
+            domain: String::new(),
+            attempt,
+            harness: harness_id.into(),
+            tools: vec![],
+            grader: String::new(),
+            plugins: Default::default(),
+            model: None,
+            status: RolloutStatus::Error,
+            reward: None,
+            passed: false,
+            verdict: None,
+            outcome: None,
+            error: None,
+            failure: None,
+            sandbox_id: None,
+            agent_seconds: 0.0,
+            grade_seconds: 0.0,
+            total_seconds: 0.0,
+            verifier: None,
+            trajectory: Trajectory::default(),
+        }
+    }
+}
