@@ -120,15 +120,28 @@ pub fn run(command: PluginCommand) -> anyhow::Result<i32> {
             let dir = dir
                 .or_else(default_dir)
                 .ok_or_else(|| anyhow::anyhow!("no plugin directory: give one, or set ORCHARD_PLUGIN_DIR"))?;
-            let registry = Registry::new(rt.clone());
-            let failed = registry.load_dir(&dir).map_err(anyhow::Error::msg)?;
-            anyhow::ensure!(failed.is_empty(), "plugins that did not load: {failed:?}");
-            let mut plugins: Vec<_> = registry
-                .list()
-                .into_iter()
-                .filter(|p| matches!(p.kind, PluginKind::ToolAdapter | PluginKind::BrowserDriver))
+            // Only tool adapters and browser drivers are compiled (their manifests say so): a
+            // catalog need not wait for every grader and harness.
+            let mut components: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+                .filter(|p| {
+                    orchard_runtime::Manifest::beside(p)
+                        .ok()
+                        .flatten()
+                        .is_none_or(|m| matches!(m.kind, PluginKind::ToolAdapter | PluginKind::BrowserDriver))
+                })
                 .collect();
-            plugins.sort_by(|a, b| a.name.cmp(&b.name));
+            components.sort();
+            let mut plugins = Vec::new();
+            for path in components {
+                let plugin = rt.load_file(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                if matches!(plugin.info.kind, PluginKind::ToolAdapter | PluginKind::BrowserDriver) {
+                    plugins.push(plugin);
+                }
+            }
+            plugins.sort_by(|a, b| a.info.name.cmp(&b.info.name));
             println!("# Tool catalog\n");
             println!(
                 "Every shipped tool adapter's and browser driver's tools, as the model sees them, \
@@ -136,10 +149,9 @@ pub fn run(command: PluginCommand) -> anyhow::Result<i32> {
                  `orchard plugin tools NAME [--config JSON] [--json]`). An argument marked `?` is \
                  optional.\n"
             );
-            for info in plugins {
-                let plugin = registry.get(&info.name).ok_or_else(|| anyhow::anyhow!("{} vanished", info.name))?;
+            for plugin in plugins {
                 let tools = block(list_tools(&rt, &plugin, serde_json::json!({})))?;
-                print!("{}", tools_markdown(&info, &tools));
+                print!("{}", tools_markdown(&plugin.info, &tools));
             }
             Ok(0)
         }
