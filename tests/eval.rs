@@ -96,6 +96,9 @@ fn misbehaving_plugins_fail_only_their_own_rollouts_and_unknowns_are_not_zeros()
         assert_eq!(r["status"], "error");
         assert_eq!(r["failure"]["kind"], kind, "{r:#}");
         assert_eq!(r["failure"]["call"], "agent.run");
+        // Where it failed, typed where it happened: a budget is a limit, a trap the plugin's.
+        let class = if kind == "trap" { "plugin" } else { "limit" };
+        assert_eq!(r["failed_in"], class, "{r:#}");
         assert!(r["error"].as_str().unwrap().starts_with("plugin test-harness@0.1.0 failed in agent.run"), "{r:#}");
     }
     assert!(rollout("runaway-trap")["error"].as_str().unwrap().contains("the fixture was asked to trap"));
@@ -308,4 +311,32 @@ fn cli_sandboxes_have_the_servers_memory_and_disk_limits_unless_lifted() {
         orchard_tests::orchard(&["run", "--state-dir", &state_s, "--memory", "none", "--disk", "none", "--", probe]);
     assert_eq!(code, 0, "{err}");
     assert_ne!(out.lines().next(), Some("2147483648"), "{out}");
+}
+
+/// A model endpoint that refuses the harness fails the rollout as the model's failure — typed
+/// where it happened, so that trainers and the UI tell it from the environment's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_endpoints_failure_is_typed_as_the_models() {
+    let (url, _) = orchard_tests::evals::mock_model_with(|_| (400, json!({"error": {"message": "bad request"}}))).await;
+    let root = tempfile::tempdir().unwrap();
+    write_task(root.path(), "any", "", "echo 1 > /logs/verifier/reward.txt");
+    let root_s = root.path().display().to_string();
+    let (summary, out, _) = orchard_tests::evals::eval_async(orchard_tests::evals::args(&[
+        &root_s,
+        "--harness",
+        "react",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--model",
+        &url,
+        "--model-name",
+        "m",
+    ]))
+    .await;
+    assert_eq!(summary["errors"], 1, "{summary:#}");
+    let r = read_json(&out.path().join("rollouts/any__react__1.json"));
+    assert_eq!(r["status"], "error", "{r:#}");
+    assert_eq!(r["failed_in"], "model", "{r:#}");
 }

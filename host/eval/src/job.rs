@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 use orchard_agent_client::AgentClient;
 use orchard_model::ModelClient;
 use orchard_runtime::{
-    BrowserOptions, Capability, GradingEnvironment, Grants, Limits, Plugin, RolloutContext, RunOutcome, Runtime, Step,
-    TaskInput, Verdict,
+    BrowserOptions, Capability, FailureKind, GradingEnvironment, Grants, Limits, Plugin, RolloutContext, RunOutcome,
+    Runtime, Step, TaskInput, Verdict,
 };
 use orchard_sandbox::{Backend, SandboxSpec};
 use orchard_verifier::Mode;
 
 use crate::environment::{ignore_missing, prepare_environment, upload_dir};
-use crate::result::{RolloutResult, RolloutStatus, VerifierRecord};
+use crate::result::{FailureClass, RolloutResult, RolloutStatus, VerifierRecord};
 use crate::separate;
 use crate::task::Task;
 
@@ -136,6 +136,7 @@ pub async fn rollout(
         Ok(info) => info,
         Err(e) => {
             result.error = Some(format!("sandbox: {e}"));
+            result.failed_in = Some(FailureClass::Sandbox);
             result.total_seconds = started.elapsed().as_secs_f64();
             return result;
         }
@@ -148,10 +149,15 @@ pub async fn rollout(
             let verifier = VerifierSetup { backend, spec: verifier_spec };
             run_in_sandbox(job, harness, task, &agent, runtime, &mut result, &verifier).await
         }
-        Err(e) => Err(format!("sandbox: {e}")),
+        Err(e) => {
+            result.failed_in = Some(FailureClass::Sandbox);
+            Err(format!("sandbox: {e}"))
+        }
     };
     if let Err(e) = outcome {
         result.error = Some(e);
+        // What failed before a plugin could: preparing the task's environment.
+        result.failed_in = result.failed_in.or(Some(FailureClass::Environment));
     }
     if let Err(e) = backend.delete(&sandbox.id).await {
         tracing::warn!(sandbox = %sandbox.id, "deleting the rollout's sandbox: {e}");
@@ -244,6 +250,13 @@ async fn run_in_sandbox(
         Ok(outcome) => outcome,
         Err(failure) => {
             result.trajectory = ctx.trajectory();
+            let model_failed =
+                result.trajectory.steps.iter().any(|s| matches!(s, orchard_runtime::Step::ModelError { .. }));
+            result.failed_in = Some(match failure.kind {
+                FailureKind::CpuBudget | FailureKind::Memory | FailureKind::WallClock => FailureClass::Limit,
+                _ if model_failed => FailureClass::Model,
+                _ => FailureClass::Plugin,
+            });
             result.error = Some(failure.to_string());
             result.failure = Some(failure);
             return Ok(());
@@ -340,6 +353,10 @@ async fn grade(
             result.verdict = Some(v);
         }
         Err(failure) => {
+            result.failed_in = Some(match failure.kind {
+                FailureKind::CpuBudget | FailureKind::Memory | FailureKind::WallClock => FailureClass::Limit,
+                _ => FailureClass::Grader,
+            });
             result.error = Some(failure.to_string());
             result.failure = Some(failure);
         }

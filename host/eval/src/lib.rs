@@ -15,7 +15,7 @@ pub use metrics::{pass_at_k, pass_hat_k};
 pub use orchard_task_files::TaskFiles;
 pub use report::trajectory_line;
 pub use report::{DomainSummary, HarnessSummary, Summary, TaskSummary, summarize, write_outputs};
-pub use result::{RolloutResult, RolloutStatus, VerifierRecord};
+pub use result::{FailureClass, RolloutResult, RolloutStatus, VerifierRecord};
 pub use separate::verifier_id;
 pub use task::{
     MAX_COPY_BYTES, MAX_PATCH_BYTES, MAX_TEXT_BYTES, Task, TaskError, load_task, load_tasks, load_tasks_in,

@@ -4,6 +4,25 @@
 use orchard_runtime::{PluginFailure, RunOutcome, Trajectory, Verdict};
 use serde::{Deserialize, Serialize};
 
+/// Where a rollout failed. Only `Model` is the policy's endpoint; every other class is the
+/// environment's (never a reward, never a negative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// The sandbox could not be created or reached.
+    Sandbox,
+    /// The task's environment could not be prepared (files, its service, a verifier sandbox).
+    Environment,
+    /// The harness or a tool adapter failed (a trap, its own error, its configuration).
+    Plugin,
+    /// The model endpoint failed the harness.
+    Model,
+    /// The grader failed (it could not grade at all: an unknown grade is not a failure).
+    Grader,
+    /// A plugin ran out of its CPU, memory or wall-clock budget.
+    Limit,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RolloutStatus {
@@ -37,6 +56,10 @@ pub struct RolloutResult {
     pub outcome: Option<RunOutcome>,
     pub error: Option<String>,
     pub failure: Option<PluginFailure>,
+    /// Where an errored rollout failed, typed where it happened (never guessed afterwards from
+    /// the trajectory): what a trainer, the API and the UI branch on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_in: Option<FailureClass>,
     pub sandbox_id: Option<String>,
     pub agent_seconds: f64,
     pub grade_seconds: f64,
@@ -89,6 +112,7 @@ impl RolloutResult {
             outcome: None,
             error: None,
             failure: None,
+            failed_in: None,
             sandbox_id: None,
             agent_seconds: 0.0,
             grade_seconds: 0.0,

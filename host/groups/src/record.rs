@@ -138,12 +138,17 @@ pub fn classify(result: &RolloutResult, doc: &Value) -> RolloutKind {
             }
         }
         RolloutStatus::Unknown => RolloutKind::EnvError,
-        RolloutStatus::Error => {
-            let model_failed = doc["trajectory"]["steps"]
-                .as_array()
-                .is_some_and(|steps| steps.iter().any(|s| s["type"] == "model_error"));
-            if model_failed { RolloutKind::ModelError } else { RolloutKind::EnvError }
-        }
+        RolloutStatus::Error => match result.failed_in {
+            Some(orchard_eval::FailureClass::Model) => RolloutKind::ModelError,
+            Some(_) => RolloutKind::EnvError,
+            // A result stored before failures were typed: read from its trajectory.
+            None => {
+                let model_failed = doc["trajectory"]["steps"]
+                    .as_array()
+                    .is_some_and(|steps| steps.iter().any(|s| s["type"] == "model_error"));
+                if model_failed { RolloutKind::ModelError } else { RolloutKind::EnvError }
+            }
+        },
     }
 }
 

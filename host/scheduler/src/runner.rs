@@ -384,8 +384,10 @@ impl Runner {
     }
 
     async fn execute(&self, claim: &Claim, sandbox_id: &str) -> RolloutResult {
+        // The job could not be prepared for this rollout (its tasks, its plugins).
         let failed = |e: String| RolloutResult {
             error: Some(e),
+            failed_in: Some(orchard_eval::FailureClass::Environment),
             ..RolloutResult::pending(&claim.task_id, &claim.harness, claim.attempt)
         };
         let prepared = match self.prepared(&claim.eval_id).await {

@@ -127,7 +127,12 @@ fn problem(r: &RolloutRow) -> Problem {
         task: r.task_id.clone(),
         harness: r.harness.clone(),
         attempt: r.attempt,
-        status: r.status.clone().unwrap_or_default(),
+        // An errored rollout says where it failed (sandbox, environment, plugin, model, grader,
+        // limit), as the result typed it.
+        status: match (r.status.clone().unwrap_or_default(), result["failed_in"].as_str()) {
+            (status, Some(class)) => format!("{status} ({class})"),
+            (status, None) => status,
+        },
         reason,
     }
 }
