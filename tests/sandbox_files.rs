@@ -301,7 +301,9 @@ async fn a_directory_swapped_for_a_symlink_mid_request_never_leads_outside_the_r
         if status == 200 {
             let names: Vec<&str> =
                 listing["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
-            assert_eq!(names, ["etc"], "round {round}: listed outside the root: {listing}");
+            // The real `d` holds `etc`; a fresh `d` a racing write just made may be empty for an
+            // instant. Anything else came from outside (the host's root, or `/` of the sandbox).
+            assert!(names.is_empty() || names == ["etc"], "round {round}: listed outside the root: {listing}");
         }
         // Tar it down and up.
         let resp = server
