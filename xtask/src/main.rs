@@ -31,7 +31,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("patch", "patch"),
     // The mock services' test calls them from inside a sandbox.
     ("curl", "curl"),
-    // llama-cpp-python (the real model server of tests/llama_cpp.rs) is built from source.
+    // llama-cpp-python (the real model server of tests/evaluations/llama_cpp.rs) is built from source.
     ("g++", "g++"),
     // Sandboxes' disk limits: each writable layer is its own ext4 filesystem.
     ("mkfs.ext4", "e2fsprogs"),

@@ -1,6 +1,6 @@
 //! `GET /v1/openapi.json`: every `/v1` route, made from the `#[utoipa::path]` annotations on
 //! the handlers (and, for the routes forwarded to the agent as they are, on the stubs below),
-//! merged with the evaluation service's document. `tests/openapi.rs` checks it against the
+//! merged with the evaluation service's document. `tests/evaluations/openapi.rs` checks it against the
 //! routes the router really has.
 
 use axum::Json;

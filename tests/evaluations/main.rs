@@ -1,0 +1,20 @@
+//! Evaluations end to end: the CLI, the service, harnesses, graders, plugins and contract
+//! versions, converters, the OpenAPI document, the web UI, training groups, exports, the
+//! Python client and a real model server. One binary; each module is one behaviour's tests.
+
+mod contract_versions;
+mod convert_swe_bench;
+mod credit_export;
+mod eval;
+mod evals_service;
+mod graders;
+mod harnesses;
+mod llama_cpp;
+mod openapi;
+mod plugins;
+mod sdk_compat;
+mod swe;
+mod templates;
+mod training_groups;
+mod verifier_forgeries;
+mod web_ui;
