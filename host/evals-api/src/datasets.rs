@@ -16,15 +16,15 @@ use axum::{Extension, Json};
 use orchard_scheduler::UnpackError;
 use serde_json::json;
 
-use crate::error::{ApiError, ApiResult};
-use crate::{EvalService, TenantId};
+use crate::{EvalService, Tenant};
+use orchard_api_kit::{ApiError, ApiResult};
 
 use crate::quota::too_large;
 
-#[utoipa::path(post, path = "/v1/datasets", tag = "datasets", summary = "Upload Harbor task folders (.tar.gz); answers the dataset id and its tasks", request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "A .tar.gz of task folders (any content type)"), responses((status = 201, description = "Stored", body = serde_json::Value), (status = 413, description = "Over an upload limit or the tenant's dataset quota (named)", body = crate::openapi::Problem), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/datasets", tag = "datasets", summary = "Upload Harbor task folders (.tar.gz); answers the dataset id and its tasks", request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "A .tar.gz of task folders (any content type)"), responses((status = 201, description = "Stored", body = serde_json::Value), (status = 413, description = "Over an upload limit or the tenant's dataset quota (named)", body = orchard_api_kit::Problem), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn upload(
     State(service): State<Arc<EvalService>>,
-    Extension(tenant): Extension<TenantId>,
+    Extension(tenant): Extension<Tenant>,
     body: Bytes,
 ) -> ApiResult<Response> {
     use sha2::Digest;
@@ -86,11 +86,11 @@ pub async fn upload(
 
 #[utoipa::path(get, path = "/v1/datasets", tag = "datasets", summary = "Your uploaded datasets, with what each takes and your quota",
     responses((status = 200, description = "{datasets: [...], used_bytes, quota_bytes}", body = serde_json::Value),
-        (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem),
-        (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+        (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem),
+        (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn list(
     State(service): State<Arc<EvalService>>,
-    Extension(tenant): Extension<TenantId>,
+    Extension(tenant): Extension<Tenant>,
 ) -> ApiResult<Response> {
     let datasets = service.env.store.datasets(&tenant.0).await?;
     let used: u64 = datasets.iter().map(|d| d.bytes + d.unpacked_bytes).sum();
@@ -100,13 +100,13 @@ pub async fn list(
 
 #[utoipa::path(delete, path = "/v1/datasets/{id}", tag = "datasets", summary = "Delete an uploaded dataset (refused while a job that names it runs)",
     params(("id" = String, Path, description = "The dataset id")),
-    responses((status = 204, description = "Deleted"), (status = 404, description = "No such dataset of yours", body = crate::openapi::Problem),
-        (status = 409, description = "A job that has not finished names it", body = crate::openapi::Problem),
-        (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem),
-        (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such dataset of yours", body = orchard_api_kit::Problem),
+        (status = 409, description = "A job that has not finished names it", body = orchard_api_kit::Problem),
+        (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem),
+        (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn delete(
     State(service): State<Arc<EvalService>>,
-    Extension(tenant): Extension<TenantId>,
+    Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let env = &service.env;

@@ -12,14 +12,14 @@ use orchard_store::{EvalFilter, EvalRow, RolloutFilter};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult, Query, parse};
-use crate::{EvalService, TenantId};
+use crate::{EvalService, Tenant};
+use orchard_api_kit::{ApiError, ApiResult, Query, parse_json};
 
 type S = State<Arc<EvalService>>;
-type T = Extension<TenantId>;
+type T = Extension<Tenant>;
 
 /// The tenant's evaluation, or 404 (another tenant's is as good as missing).
-pub async fn owned(service: &EvalService, tenant: &TenantId, id: &str) -> ApiResult<EvalRow> {
+pub async fn owned(service: &EvalService, tenant: &Tenant, id: &str) -> ApiResult<EvalRow> {
     match service.env.store.eval(id).await? {
         Some(e) if e.tenant == tenant.0 => Ok(e),
         _ => Err(ApiError::not_found(format!("evaluation {id} not found"))),
@@ -44,9 +44,9 @@ pub fn eval_view(e: &EvalRow) -> Value {
     })
 }
 
-#[utoipa::path(post, path = "/v1/evals", tag = "evals", summary = "Submit an evaluation; answers at once with its id", request_body = orchard_scheduler::EvalSpec, responses((status = 201, description = "Submitted", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/evals", tag = "evals", summary = "Submit an evaluation; answers at once with its id", request_body = orchard_scheduler::EvalSpec, responses((status = 201, description = "Submitted", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn submit(State(service): S, Extension(tenant): T, body: Bytes) -> ApiResult<Response> {
-    let spec: EvalSpec = parse(&body)?;
+    let spec: EvalSpec = parse_json(&body)?;
     check_client_tasks(&spec.tasks)?;
     crate::quota::check_results(&service, &tenant).await?;
     let row = submit_spec(&service, &tenant, spec).await?;
@@ -69,7 +69,7 @@ pub fn check_client_tasks(tasks: &TaskSource) -> ApiResult<()> {
 }
 
 /// Queues a checked job for `tenant` and wakes the runner (the API's and the web UI's submit).
-pub async fn submit_spec(service: &EvalService, tenant: &TenantId, spec: EvalSpec) -> ApiResult<EvalRow> {
+pub async fn submit_spec(service: &EvalService, tenant: &Tenant, spec: EvalSpec) -> ApiResult<EvalRow> {
     let id = orchard_scheduler::new_eval_id();
     let row = orchard_scheduler::submit(&service.env, &id, &tenant.0, spec).await?;
     service.runner.wake();
@@ -89,7 +89,7 @@ pub struct ListQuery {
     limit: Option<i64>,
 }
 
-#[utoipa::path(get, path = "/v1/evals", tag = "evals", summary = "A page of the tenant's evaluations, newest first", params(ListQuery), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/evals", tag = "evals", summary = "A page of the tenant's evaluations, newest first", params(ListQuery), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn list(State(service): S, Extension(tenant): T, Query(q): Query<ListQuery>) -> ApiResult<Json<Value>> {
     let before = match &q.cursor {
         Some(c) => {
@@ -107,7 +107,7 @@ pub async fn list(State(service): S, Extension(tenant): T, Query(q): Query<ListQ
     Ok(Json(json!({"evals": rows.iter().map(eval_view).collect::<Vec<_>>(), "next_cursor": next})))
 }
 
-#[utoipa::path(get, path = "/v1/evals/{id}", tag = "evals", summary = "An evaluation: status, counts, summary, task × harness matrix", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/evals/{id}", tag = "evals", summary = "An evaluation: status, counts, summary, task × harness matrix", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn get_one(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let eval = owned(&service, &tenant, &id).await?;
     let mut view = eval_view(&eval);
@@ -137,7 +137,7 @@ pub struct RolloutQuery {
     limit: Option<i64>,
 }
 
-#[utoipa::path(get, path = "/v1/evals/{id}/rollouts", tag = "evals", summary = "A page of its rollouts in work order", params(("id" = String, Path, description = "The evaluation id"), RolloutQuery), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/evals/{id}/rollouts", tag = "evals", summary = "A page of its rollouts in work order", params(("id" = String, Path, description = "The evaluation id"), RolloutQuery), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn rollouts(
     State(service): S,
     Extension(tenant): T,
@@ -160,7 +160,7 @@ pub async fn rollouts(
     Ok(Json(json!({"rollouts": rows, "next_cursor": next})))
 }
 
-#[utoipa::path(get, path = "/v1/evals/{id}/rollouts/{rid}", tag = "evals", summary = "One rollout: its result and whole trajectory", params(("id" = String, Path, description = "The evaluation id"), ("rid" = String, Path, description = "The rollout id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/evals/{id}/rollouts/{rid}", tag = "evals", summary = "One rollout: its result and whole trajectory", params(("id" = String, Path, description = "The evaluation id"), ("rid" = String, Path, description = "The rollout id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn rollout(
     State(service): S,
     Extension(tenant): T,
@@ -181,14 +181,14 @@ pub async fn rollout(
     Ok(Json(view))
 }
 
-#[utoipa::path(post, path = "/v1/evals/{id}/cancel", tag = "evals", summary = "Cancel: queued rollouts never run, running ones stop and their sandboxes go", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/evals/{id}/cancel", tag = "evals", summary = "Cancel: queued rollouts never run, running ones stop and their sandboxes go", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn cancel(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(eval_view(&cancel_eval(&service, &tenant, &id).await?)))
 }
 
 /// Cancels the tenant's job: queued rollouts never run, this replica's running ones stop now
 /// (other replicas' at their next pass).
-pub async fn cancel_eval(service: &EvalService, tenant: &TenantId, id: &str) -> ApiResult<EvalRow> {
+pub async fn cancel_eval(service: &EvalService, tenant: &Tenant, id: &str) -> ApiResult<EvalRow> {
     let eval = owned(service, tenant, id).await?;
     if matches!(eval.status.as_str(), "done" | "cancelled") {
         return Ok(eval);
@@ -199,7 +199,7 @@ pub async fn cancel_eval(service: &EvalService, tenant: &TenantId, id: &str) -> 
     owned(service, tenant, id).await
 }
 
-#[utoipa::path(delete, path = "/v1/evals/{id}", tag = "evals", summary = "Delete a finished or cancelled evaluation and its stored results (frees the results quota)", params(("id" = String, Path, description = "The evaluation id")), responses((status = 204, description = "Deleted"), (status = 409, description = "Still running: cancel it first", body = crate::openapi::Problem), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(delete, path = "/v1/evals/{id}", tag = "evals", summary = "Delete a finished or cancelled evaluation and its stored results (frees the results quota)", params(("id" = String, Path, description = "The evaluation id")), responses((status = 204, description = "Deleted"), (status = 409, description = "Still running: cancel it first", body = orchard_api_kit::Problem), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn delete(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let eval = owned(&service, &tenant, &id).await?;
     let busy = || {
@@ -212,7 +212,7 @@ pub async fn delete(State(service): S, Extension(tenant): T, Path(id): Path<Stri
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/evals/{id}/retry", tag = "evals", summary = "Queue the errored and unknown rollouts again", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/evals/{id}/retry", tag = "evals", summary = "Queue the errored and unknown rollouts again", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn retry(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let (eval, n) = retry_eval(&service, &tenant, &id).await?;
     let mut view = eval_view(&eval);
@@ -221,7 +221,7 @@ pub async fn retry(State(service): S, Extension(tenant): T, Path(id): Path<Strin
 }
 
 /// Queues the job's errored and unknown rollouts again; answers the job and how many.
-pub async fn retry_eval(service: &EvalService, tenant: &TenantId, id: &str) -> ApiResult<(EvalRow, i64)> {
+pub async fn retry_eval(service: &EvalService, tenant: &Tenant, id: &str) -> ApiResult<(EvalRow, i64)> {
     let eval = owned(service, tenant, id).await?;
     if eval.status == "cancelled" {
         return Err(ApiError::new(StatusCode::CONFLICT, "conflict", format!("evaluation {id} was cancelled")));
@@ -242,7 +242,7 @@ pub struct ExportQuery {
     min_reward: Option<f64>,
 }
 
-#[utoipa::path(get, path = "/v1/evals/{id}/export", tag = "evals", summary = "Finished rollouts as NDJSON: training data (openai, atif, sharegpt) or whole results", params(("id" = String, Path, description = "The evaluation id"), ExportQuery), responses((status = 200, description = "One JSON document per line", content_type = "application/x-ndjson", body = String), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/evals/{id}/export", tag = "evals", summary = "Finished rollouts as NDJSON: training data (openai, atif, sharegpt) or whole results", params(("id" = String, Path, description = "The evaluation id"), ExportQuery), responses((status = 200, description = "One JSON document per line", content_type = "application/x-ndjson", body = String), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn export(
     State(service): S,
     Extension(tenant): T,

@@ -13,14 +13,14 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 
-use crate::error::ApiResult;
 use crate::evals::{eval_view, owned};
-use crate::{EvalService, TenantId};
+use crate::{EvalService, Tenant};
+use orchard_api_kit::ApiResult;
 
-#[utoipa::path(get, path = "/v1/evals/{id}/events", tag = "evals", summary = "Server-sent events: rollout (each as it finishes; id = finish order, resumable with Last-Event-ID), counts, end", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "An event stream", content_type = "text/event-stream", body = String), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/evals/{id}/events", tag = "evals", summary = "Server-sent events: rollout (each as it finishes; id = finish order, resumable with Last-Event-ID), counts, end", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "An event stream", content_type = "text/event-stream", body = String), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn stream(
     State(service): State<Arc<EvalService>>,
-    Extension(tenant): Extension<TenantId>,
+    Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {

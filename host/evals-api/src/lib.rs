@@ -5,7 +5,6 @@
 //! store; runners (in this replica and any other on the same database) do the work.
 
 mod datasets;
-mod error;
 mod evals;
 mod events;
 pub mod openapi;
@@ -18,15 +17,10 @@ use std::sync::Arc;
 use axum::Router;
 use orchard_scheduler::{Env, Runner};
 
-pub use error::Query;
-pub use error::{ApiError, ApiResult, parse};
 pub use evals::{ExportQuery, cancel_eval, check_client_tasks, eval_view, export, owned, retry_eval, submit_spec};
 pub use events::stream as event_stream;
+pub use orchard_api_kit::{ApiError, ApiResult, Query, Tenant};
 pub use summary::{CellView, HarnessTotal, Matrix, summary_of};
-
-/// The tenant a request acts for (set by the server's authentication).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantId(pub String);
 
 pub struct EvalService {
     pub env: Arc<Env>,

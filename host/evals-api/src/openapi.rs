@@ -1,16 +1,8 @@
 //! The evaluation service's part of `/v1/openapi.json`: every route of [`crate::routes`], with
 //! its parameters and body schemas, from the annotations on the handlers.
 
+use orchard_api_kit::Problem;
 use utoipa::OpenApi;
-
-/// Every error answer: what was wrong, and its kind.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-pub struct Problem {
-    /// What was wrong, naming the field or parameter.
-    pub detail: String,
-    /// `invalid_input`, `not_found`, `unauthorized`, `rate_limited`, `unavailable`, ...
-    pub kind: String,
-}
 
 #[derive(OpenApi)]
 #[openapi(

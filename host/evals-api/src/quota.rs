@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 
-use crate::{ApiError, ApiResult, EvalService, TenantId};
+use crate::{ApiError, ApiResult, EvalService, Tenant};
 
 pub(crate) fn too_large(detail: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", detail)
@@ -11,7 +11,7 @@ pub(crate) fn too_large(detail: impl Into<String>) -> ApiError {
 
 /// Refuses new work while `tenant`'s stored results are at or over their quota: results are
 /// written as rollouts finish, so the check is at submit (a job may finish a little over).
-pub async fn check_results(service: &EvalService, tenant: &TenantId) -> ApiResult<()> {
+pub async fn check_results(service: &EvalService, tenant: &Tenant) -> ApiResult<()> {
     let Some(quota) = service.quotas.result_bytes else { return Ok(()) };
     let used = service.env.store.result_usage(&tenant.0).await?;
     if used >= quota {

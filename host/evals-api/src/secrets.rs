@@ -8,8 +8,8 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult, parse};
-use crate::{EvalService, TenantId};
+use crate::{EvalService, Tenant};
+use orchard_api_kit::{ApiError, ApiResult, parse_json};
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -23,15 +23,15 @@ fn check_name(name: &str) -> ApiResult<()> {
     if ok { Ok(()) } else { Err(ApiError::invalid("name: 1-64 characters of letters, digits, '-', '_', '.'")) }
 }
 
-#[utoipa::path(put, path = "/v1/secrets/{name}", tag = "secrets", summary = "Set a secret (a model API key); its value is never answered", params(("name" = String, Path, description = "The secret's name")), request_body = SecretBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(put, path = "/v1/secrets/{name}", tag = "secrets", summary = "Set a secret (a model API key); its value is never answered", params(("name" = String, Path, description = "The secret's name")), request_body = SecretBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn put(
     State(service): State<Arc<EvalService>>,
-    Extension(tenant): Extension<TenantId>,
+    Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     check_name(&name)?;
-    let body: SecretBody = parse(&body)?;
+    let body: SecretBody = parse_json(&body)?;
     if body.value.is_empty() {
         return Err(ApiError::invalid("value: must not be empty"));
     }
@@ -39,19 +39,19 @@ pub async fn put(
     Ok(Json(json!({"name": name})))
 }
 
-#[utoipa::path(get, path = "/v1/secrets", tag = "secrets", summary = "The names of the tenant's secrets", responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/secrets", tag = "secrets", summary = "The names of the tenant's secrets", responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn list(
     State(service): State<Arc<EvalService>>,
-    Extension(tenant): Extension<TenantId>,
+    Extension(tenant): Extension<Tenant>,
 ) -> ApiResult<Json<Value>> {
     let names = service.env.store.secret_names(&tenant.0).await?;
     Ok(Json(json!({"secrets": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>()})))
 }
 
-#[utoipa::path(delete, path = "/v1/secrets/{name}", tag = "secrets", summary = "Delete a secret", params(("name" = String, Path, description = "The secret's name")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = crate::openapi::Problem), (status = 503, description = "The database is unavailable", body = crate::openapi::Problem)))]
+#[utoipa::path(delete, path = "/v1/secrets/{name}", tag = "secrets", summary = "Delete a secret", params(("name" = String, Path, description = "The secret's name")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn delete(
     State(service): State<Arc<EvalService>>,
-    Extension(tenant): Extension<TenantId>,
+    Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     if service.env.store.delete_secret(&tenant.0, &name).await? {

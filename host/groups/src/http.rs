@@ -11,7 +11,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Router};
 use futures::StreamExt;
-use orchard_evals_api::{ApiError, TenantId};
+use orchard_api_kit::{ApiError, Tenant};
 
 use crate::GroupService;
 use crate::record::Record;
@@ -35,15 +35,15 @@ pub fn openapi_paths() -> utoipa::openapi::OpenApi {
     request_body = GroupRequest,
     responses(
         (status = 200, description = "NDJSON records (`type`: rollout, group, skipped, error, end), or server-sent events with `Accept: text/event-stream`", content_type = "application/x-ndjson", body = String),
-        (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem),
-        (status = 503, description = "The database is unavailable", body = orchard_evals_api::openapi::Problem)))]
+        (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem),
+        (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
 pub async fn submit(
     State(service): State<Arc<GroupService>>,
-    Extension(tenant): Extension<TenantId>,
+    Extension(tenant): Extension<Tenant>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request: GroupRequest = orchard_evals_api::parse(&body)?;
+    let request: GroupRequest = orchard_api_kit::parse_json(&body)?;
     orchard_evals_api::check_client_tasks(&request.tasks)?;
     orchard_evals_api::quota::check_results(&service.evals, &tenant).await?;
     let groups = request.task_ids.len();

@@ -160,7 +160,7 @@ impl GroupService {
         let Some(bar) = &request.bar else { return Ok(Prior::default()) };
         let Some(eval_id) = &bar.prior_from else { return Ok(bar.prior.unwrap_or_default()) };
         let store = &self.evals.env.store;
-        let eval = orchard_evals_api::owned(&self.evals, &orchard_evals_api::TenantId(tenant.to_string()), eval_id)
+        let eval = orchard_evals_api::owned(&self.evals, &orchard_api_kit::Tenant(tenant.to_string()), eval_id)
             .await
             .map_err(|e| ApiError::invalid(format!("bar.prior_from: {}", e.detail)))?;
         let mut counts: HashMap<String, (u32, u32)> = HashMap::new();

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json, Router};
-use orchard_evals_api::{ApiError, TenantId};
+use orchard_api_kit::{ApiError, Tenant};
 use orchard_scheduler::ModelSpec;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -52,14 +52,14 @@ pub struct OpenSession {
 }
 
 type S = State<Arc<ProxyService>>;
-type T = Extension<TenantId>;
+type T = Extension<Tenant>;
 
 #[utoipa::path(post, path = "/v1/proxy", tag = "training", summary = "Open a recording proxy session; point an OpenAI client's base URL at its base_url",
     request_body = OpenSession,
     responses((status = 201, description = "Opened: {id, base_url}", body = serde_json::Value),
-        (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem)))]
+        (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem)))]
 pub async fn open(State(service): S, Extension(tenant): T, body: Bytes) -> Result<Response, ApiError> {
-    let request: OpenSession = orchard_evals_api::parse(&body)?;
+    let request: OpenSession = orchard_api_kit::parse_json(&body)?;
     let session = service.open(&tenant.0, request.model).await?;
     let view = json!({"id": session.id, "base_url": format!("/v1/proxy/{}", session.id), "model": session.spec.name});
     Ok((StatusCode::CREATED, Json(view)).into_response())
@@ -68,7 +68,7 @@ pub async fn open(State(service): S, Extension(tenant): T, body: Bytes) -> Resul
 #[utoipa::path(get, path = "/v1/proxy/{id}", tag = "training", summary = "The session's calls and their token-faithful segments",
     params(("id" = String, Path, description = "The session id")),
     responses((status = 200, description = "The record", body = serde_json::Value),
-        (status = "4XX", description = "Refused", body = orchard_evals_api::openapi::Problem)))]
+        (status = "4XX", description = "Refused", body = orchard_api_kit::Problem)))]
 pub async fn record(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     Ok(Json(service.session(&tenant.0, &id)?.record()))
 }
@@ -76,7 +76,7 @@ pub async fn record(State(service): S, Extension(tenant): T, Path(id): Path<Stri
 #[utoipa::path(delete, path = "/v1/proxy/{id}", tag = "training", summary = "Close the session; answers its final record",
     params(("id" = String, Path, description = "The session id")),
     responses((status = 200, description = "The record", body = serde_json::Value),
-        (status = "4XX", description = "Refused", body = orchard_evals_api::openapi::Problem)))]
+        (status = "4XX", description = "Refused", body = orchard_api_kit::Problem)))]
 pub async fn close(State(service): S, Extension(tenant): T, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     Ok(Json(service.close(&tenant.0, &id)?.record()))
 }
@@ -86,8 +86,8 @@ pub async fn close(State(service): S, Extension(tenant): T, Path(id): Path<Strin
     params(("id" = String, Path, description = "The session id")),
     request_body = serde_json::Value,
     responses((status = 200, description = "The endpoint's answer", body = serde_json::Value),
-        (status = "4XX", description = "Refused", body = orchard_evals_api::openapi::Problem),
-        (status = 502, description = "The policy's endpoint failed", body = orchard_evals_api::openapi::Problem)))]
+        (status = "4XX", description = "Refused", body = orchard_api_kit::Problem),
+        (status = 502, description = "The policy's endpoint failed", body = orchard_api_kit::Problem)))]
 pub async fn chat(
     State(service): S,
     Extension(tenant): T,
@@ -95,7 +95,7 @@ pub async fn chat(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let session = service.session(&tenant.0, &id)?;
-    let mut body: Value = orchard_evals_api::parse(&body)?;
+    let mut body: Value = orchard_api_kit::parse_json(&body)?;
     if !body.is_object() {
         return Err(ApiError::invalid("body: expected a JSON object"));
     }

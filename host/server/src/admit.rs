@@ -3,27 +3,12 @@
 
 use axum::http::StatusCode;
 use futures::StreamExt;
-use orchard_admission::AdmissionError;
 use orchard_sandbox::{SandboxError, SandboxInfo, SandboxSpec};
 
 use crate::{ApiError, ApiResult, AppState, Tenant};
 
 /// How many creates of one batch run at once.
 const BATCH_CONCURRENCY: usize = 64;
-/// What a tenant over its quota is told to wait before retrying, in seconds.
-const QUOTA_RETRY_AFTER: u32 = 5;
-
-impl From<AdmissionError> for ApiError {
-    fn from(e: AdmissionError) -> Self {
-        match e {
-            AdmissionError::Refused { .. } => ApiError::bad_request(e.to_string()),
-            AdmissionError::OverQuota(message) => ApiError {
-                retry_after: Some(QUOTA_RETRY_AFTER),
-                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "quota", message)
-            },
-        }
-    }
-}
 
 impl AppState {
     /// Creates one sandbox. A create that repeats an earlier one exactly (same tenant, id,
@@ -97,7 +82,7 @@ impl AppState {
             });
             futures::stream::iter(deletes).buffer_unordered(BATCH_CONCURRENCY).collect::<Vec<_>>().await;
             let mut e = ApiError::from(first);
-            e.message = format!("batch create rolled back ({} created and deleted again): {}", made.len(), e.message);
+            e.detail = format!("batch create rolled back ({} created and deleted again): {}", made.len(), e.detail);
             return Err(e);
         }
         for info in &made {

@@ -10,11 +10,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
-use crate::error::ApiError;
+use orchard_api_kit::ApiError;
 
 /// The tenant a request acts for, put in the request's extensions by [`authenticate`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tenant(pub String);
+pub use orchard_api_kit::Tenant;
 
 /// The tenant used when the server runs without keys (loopback only).
 pub const DEFAULT_TENANT: &str = "default";
@@ -170,7 +169,6 @@ pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Reque
             None => return ApiError::new(StatusCode::FORBIDDEN, "denied", "invalid API key").into_response(),
         }
     };
-    request.extensions_mut().insert(orchard_evals_api::TenantId(tenant.clone()));
     request.extensions_mut().insert(Tenant(tenant));
     next.run(request).await
 }

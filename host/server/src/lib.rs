@@ -8,8 +8,6 @@
 
 mod admit;
 mod auth;
-mod error;
-mod extract;
 mod jobs;
 mod listener;
 mod openapi;
@@ -33,9 +31,9 @@ use axum::routing::get;
 use orchard_sandbox::{Backend, SandboxInfo};
 
 pub use auth::{ApiKeys, DEFAULT_TENANT, Tenant};
-pub use error::{ApiError, ApiResult};
 pub use listener::ConnectionLimits;
 pub use openapi::document_value as openapi_document;
+pub use orchard_api_kit::{ApiError, ApiResult};
 
 pub struct AppState {
     pub backend: Arc<dyn Backend>,
@@ -217,7 +215,7 @@ async fn metrics(axum::extract::State(state): axum::extract::State<Arc<AppState>
 /// Liveness is `/health`, which answers from the moment the server listens.
 #[utoipa::path(get, path = "/v1/ready", tag = "service", summary = "Readiness: plugins compiled and the database answers", security(()),
     responses((status = 200, description = "Ready", body = serde_json::Value),
-        (status = 503, description = "Plugins still compiling, or the database does not answer", body = orchard_evals_api::openapi::Problem)))]
+        (status = 503, description = "Plugins still compiling, or the database does not answer", body = orchard_api_kit::Problem)))]
 async fn ready(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
     use axum::response::IntoResponse;
     if let Some(registry) = &state.plugins {

@@ -7,7 +7,7 @@ use axum::Json;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use orchard_evals_api::openapi::Problem;
+use orchard_api_kit::Problem;
 
 const ID: &str = "The sandbox id";
 

@@ -11,8 +11,8 @@ use orchard_protocol::FileKind;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::extract::{JsonBody, Query};
 use crate::{ApiError, ApiResult, AppState, Tenant};
+use orchard_api_kit::{JsonBody, Query};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/sandboxes/{id}/files", get(read).post(write)).route("/sandboxes/{id}/files/list", get(list))
@@ -30,9 +30,8 @@ async fn write(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<WriteBody>,
 ) -> ApiResult<Json<Value>> {
-    let bytes = B64
-        .decode(body.content.as_bytes())
-        .map_err(|e| ApiError::unprocessable(format!("content: not base64: {e}")))?;
+    let bytes =
+        B64.decode(body.content.as_bytes()).map_err(|e| ApiError::invalid(format!("content: not base64: {e}")))?;
     let agent = state.agent(&tenant, &id).await?;
     let written = agent.write_file(&body.path, orchard_agent_client::full(bytes), None, true).await?;
     Ok(Json(json!({"success": true, "path": body.path, "size": written.size})))

@@ -12,9 +12,9 @@ use orchard_protocol::{Command, ExecRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::extract::{JsonBody, Query};
 use crate::jobs::Submission;
 use crate::{ApiError, ApiResult, AppState, Tenant};
+use orchard_api_kit::{JsonBody, Query};
 
 /// Commands without a timeout are killed after an hour.
 pub const DEFAULT_EXEC_TIMEOUT: f64 = 3600.0;
@@ -55,15 +55,15 @@ pub fn parse_command(value: &Value) -> ApiResult<Command> {
             .map(|v| v.as_str().map(str::to_string))
             .collect::<Option<Vec<_>>>()
             .map(Command::Argv)
-            .ok_or_else(|| ApiError::unprocessable("command: every argv element must be a string")),
-        _ => Err(ApiError::unprocessable("command: expected a non-empty string or a non-empty list of strings")),
+            .ok_or_else(|| ApiError::invalid("command: every argv element must be a string")),
+        _ => Err(ApiError::invalid("command: expected a non-empty string or a non-empty list of strings")),
     }
 }
 
 pub fn timeout_ms(seconds: Option<f64>) -> ApiResult<u64> {
     let s = seconds.unwrap_or(DEFAULT_EXEC_TIMEOUT);
     if !(s.is_finite() && s > 0.0 && s <= 86_400.0) {
-        return Err(ApiError::unprocessable(format!("timeout_seconds: {s} is out of range (0, 86400]")));
+        return Err(ApiError::invalid(format!("timeout_seconds: {s} is out of range (0, 86400]")));
     }
     Ok((s * 1000.0).round() as u64)
 }
@@ -158,7 +158,7 @@ async fn apply_patch(
     JsonBody(body): JsonBody<PatchBody>,
 ) -> ApiResult<Json<Value>> {
     if body.patch.trim().is_empty() {
-        return Err(ApiError::unprocessable("patch: must not be empty"));
+        return Err(ApiError::invalid("patch: must not be empty"));
     }
     let agent = state.agent(&tenant, &id).await?;
     let script = r#"f=$(mktemp /tmp/.orchard-patch.XXXXXX) && cat > "$f" || exit 97

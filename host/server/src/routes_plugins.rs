@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth::Tenant;
-use crate::extract::{Query, parse_json};
 use crate::{ApiError, ApiResult, AppState};
+use orchard_api_kit::{Query, parse_json};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/plugins", get(list)).route("/plugins/{name}", put(upload))
@@ -25,7 +25,7 @@ fn registry(state: &AppState) -> ApiResult<&Arc<Registry>> {
     state.plugins.as_ref().ok_or_else(|| ApiError::unavailable("this server runs no plugin runtime"))
 }
 
-#[utoipa::path(get, path = "/v1/plugins", tag = "plugins", summary = "The plugins this tenant can run: shared ones and its own uploads", responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/plugins", tag = "plugins", summary = "The plugins this tenant can run: shared ones and its own uploads", responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn list(State(state): State<Arc<AppState>>, Extension(tenant): Extension<Tenant>) -> ApiResult<Json<Value>> {
     let registry = registry(&state)?.clone();
     // A listing shows every shipped plugin as compiled (its world, imports, exports): those the
@@ -57,7 +57,7 @@ struct UploadJson {
 
 /// `PUT /v1/plugins/{name}`: the body is the component (`application/wasm`, manifest embedded or
 /// inferred) or JSON `{manifest, component_base64}`. Rollouts already running keep the old one.
-#[utoipa::path(put, path = "/v1/plugins/{name}", tag = "plugins", summary = "Upload a plugin (a component, or JSON with its manifest); swapped in by name for this tenant, or for everybody by an admin", params(("name" = String, Path, description = "The plugin's name"), UploadQuery), request_body(content = UploadJson, description = "JSON {manifest, component_base64}, or the component itself as application/wasm"), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(put, path = "/v1/plugins/{name}", tag = "plugins", summary = "Upload a plugin (a component, or JSON with its manifest); swapped in by name for this tenant, or for everybody by an admin", params(("name" = String, Path, description = "The plugin's name"), UploadQuery), request_body(content = UploadJson, description = "JSON {manifest, component_base64}, or the component itself as application/wasm"), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn upload(
     State(state): State<Arc<AppState>>,
     Extension(tenant): Extension<Tenant>,
@@ -90,22 +90,19 @@ async fn upload(
         let upload: UploadJson = parse_json(&body)?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(upload.component_base64.as_bytes())
-            .map_err(|e| ApiError::unprocessable(format!("component_base64: {e}")))?;
+            .map_err(|e| ApiError::invalid(format!("component_base64: {e}")))?;
         let manifest = upload
             .manifest
             .as_deref()
             .map(|m| Manifest::parse(m, "(uploaded)"))
             .transpose()
-            .map_err(ApiError::unprocessable)?;
+            .map_err(ApiError::invalid)?;
         (bytes, manifest, upload.manifest)
     };
     if let Some(m) = &manifest
         && m.name != name
     {
-        return Err(ApiError::unprocessable(format!(
-            "manifest: names the plugin {:?}, but the URL says {name:?}",
-            m.name
-        )));
+        return Err(ApiError::invalid(format!("manifest: names the plugin {:?}, but the URL says {name:?}", m.name)));
     }
     if let (Some(evals), Some(t)) = (&state.evals, &owner) {
         orchard_evals_api::quota::check_plugins(evals, t, bytes.len() as u64).await?;
@@ -124,7 +121,7 @@ async fn upload(
         .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "other", e.to_string()))?
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     if plugin.info.name != name {
-        return Err(ApiError::unprocessable(format!(
+        return Err(ApiError::invalid(format!(
             "the component's manifest names it {:?}, but the URL says {name:?}",
             plugin.info.name
         )));

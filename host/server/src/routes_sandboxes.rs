@@ -11,8 +11,8 @@ use orchard_sandbox::{SandboxInfo, SandboxSpec, SandboxStatus, parse_cpu, parse_
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::extract::{JsonBody, Query};
 use crate::{ApiError, ApiResult, AppState, Tenant};
+use orchard_api_kit::{JsonBody, Query};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()

@@ -18,10 +18,10 @@ use orchard_protocol::{ExecRequest, OutputLimit, ProcessStart, SessionStart, Sig
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::extract::{JsonBody, parse_json};
 use crate::routes_jobs::{ExecBody, parse_command, timeout_ms};
 use crate::routes_sandboxes::{CreateBody, sandbox_view};
 use crate::{ApiError, ApiResult, AppState, Tenant};
+use orchard_api_kit::{JsonBody, parse_json};
 
 /// Most sandboxes a batch create or exec may name.
 const MAX_BATCH: usize = 4096;
@@ -54,25 +54,25 @@ pub fn routes() -> Router<Arc<AppState>> {
 type S = State<Arc<AppState>>;
 type T = Extension<Tenant>;
 
-#[utoipa::path(post, path = "/v1/sandboxes", tag = "sandboxes", summary = "Create a sandbox", request_body = crate::routes_sandboxes::CreateBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/sandboxes", tag = "sandboxes", summary = "Create a sandbox", request_body = crate::routes_sandboxes::CreateBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn create(State(state): S, Extension(tenant): T, JsonBody(body): JsonBody<CreateBody>) -> ApiResult<Json<Value>> {
     let info = state.create_sandbox(body.to_spec(&tenant)?).await?;
     Ok(Json(sandbox_view(&info)))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes", summary = "The tenant's sandboxes", responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes", summary = "The tenant's sandboxes", responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn list(State(state): S, Extension(tenant): T) -> Json<Value> {
     let mine: Vec<Value> =
         state.backend.list().await.iter().filter(|i| i.tenant == tenant.0).map(sandbox_view).collect();
     Json(json!({ "sandboxes": mine }))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}", tag = "sandboxes", summary = "One sandbox", params(("id" = String, Path, description = "The sandbox id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}", tag = "sandboxes", summary = "One sandbox", params(("id" = String, Path, description = "The sandbox id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn get_one(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(sandbox_view(&state.sandbox(&tenant, &id).await?)))
 }
 
-#[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes", summary = "Delete a sandbox (its processes are gone when this answers)", params(("id" = String, Path, description = "The sandbox id")), responses((status = 204, description = "Deleted"), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes", summary = "Delete a sandbox (its processes are gone when this answers)", params(("id" = String, Path, description = "The sandbox id")), responses((status = 204, description = "Deleted"), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn delete(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<StatusCode> {
     state.delete_sandbox(&tenant, &id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -87,17 +87,17 @@ struct BatchCreateBody {
 
 /// Creates `count` sandboxes or none: admission is checked up front, and if any create fails
 /// the ones already made are deleted again.
-#[utoipa::path(post, path = "/v1/sandboxes/batch", tag = "sandboxes", summary = "Create N sandboxes, all or none", request_body = BatchCreateBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/sandboxes/batch", tag = "sandboxes", summary = "Create N sandboxes, all or none", request_body = BatchCreateBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn create_batch(
     State(state): S,
     Extension(tenant): T,
     JsonBody(body): JsonBody<BatchCreateBody>,
 ) -> ApiResult<Json<Value>> {
     if body.count == 0 || body.count > MAX_BATCH {
-        return Err(ApiError::unprocessable(format!("count: must be between 1 and {MAX_BATCH}")));
+        return Err(ApiError::invalid(format!("count: must be between 1 and {MAX_BATCH}")));
     }
     if body.spec.sandbox_id.is_some() {
-        return Err(ApiError::unprocessable("sandbox_id: cannot be given for a batch (ids are generated)"));
+        return Err(ApiError::invalid("sandbox_id: cannot be given for a batch (ids are generated)"));
     }
     let made = state.create_sandboxes(body.spec.to_spec(&tenant)?, body.count).await?;
     let views: Vec<Value> = made.iter().map(sandbox_view).collect();
@@ -120,7 +120,7 @@ fn one() -> usize {
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/fork", tag = "sandboxes",
     summary = "Fork a sandbox: N new sandboxes with its files as they are now (processes are not carried; each starts as a fresh sandbox of the same spec)",
     params(("id" = String, Path, description = "The sandbox id")), request_body = ForkBody,
-    responses((status = 201, description = "The children", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+    responses((status = 201, description = "The children", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn fork(
     State(state): S,
     Extension(tenant): T,
@@ -128,7 +128,7 @@ async fn fork(
     JsonBody(body): JsonBody<ForkBody>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     if body.count == 0 || body.count > orchard_sandbox::MAX_FORK {
-        return Err(ApiError::unprocessable(format!("count: must be between 1 and {}", orchard_sandbox::MAX_FORK)));
+        return Err(ApiError::invalid(format!("count: must be between 1 and {}", orchard_sandbox::MAX_FORK)));
     }
     let source = state.sandbox(&tenant, &id).await?;
     // The children count against the tenant's quota like any create.
@@ -170,7 +170,7 @@ impl V1ExecBody {
     }
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", tag = "exec", summary = "Run a command; the full result, or NDJSON frames with stream", params(("id" = String, Path, description = "The sandbox id")), request_body = V1ExecBody, responses((status = 200, description = "The result (or application/x-ndjson frames when stream is true)", body = orchard_protocol::ExecResult), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", tag = "exec", summary = "Run a command; the full result, or NDJSON frames with stream", params(("id" = String, Path, description = "The sandbox id")), request_body = V1ExecBody, responses((status = 200, description = "The result (or application/x-ndjson frames when stream is true)", body = orchard_protocol::ExecResult), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn exec(
     State(state): S,
     Extension(tenant): T,
@@ -201,14 +201,14 @@ struct BatchExecBody {
 }
 
 /// Runs one command in many sandboxes; each gets its own result or error.
-#[utoipa::path(post, path = "/v1/exec/batch", tag = "exec", summary = "Run one command in many sandboxes", request_body = BatchExecBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/exec/batch", tag = "exec", summary = "Run one command in many sandboxes", request_body = BatchExecBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn exec_batch(
     State(state): S,
     Extension(tenant): T,
     JsonBody(body): JsonBody<BatchExecBody>,
 ) -> ApiResult<Json<Value>> {
     if body.sandbox_ids.is_empty() || body.sandbox_ids.len() > MAX_BATCH {
-        return Err(ApiError::unprocessable(format!("sandbox_ids: give between 1 and {MAX_BATCH} ids")));
+        return Err(ApiError::invalid(format!("sandbox_ids: give between 1 and {MAX_BATCH} ids")));
     }
     let req = body.base.to_request()?;
     let runs = body.sandbox_ids.into_iter().map(|id| {
@@ -220,7 +220,7 @@ async fn exec_batch(
             };
             match outcome {
                 Ok(result) => json!({"sandbox_id": id, "result": result}),
-                Err(e) => json!({"sandbox_id": id, "error": {"detail": e.message, "kind": e.kind, "status": e.status.as_u16()}}),
+                Err(e) => json!({"sandbox_id": id, "error": {"detail": e.detail, "kind": e.kind, "status": e.status.as_u16()}}),
             }
         }
     });
@@ -228,7 +228,7 @@ async fn exec_batch(
     Ok(Json(json!({ "results": results })))
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions", tag = "sessions", summary = "Start a persistent bash session", params(("id" = String, Path, description = "The sandbox id")), request_body(content = Option<orchard_protocol::SessionStart>, description = "Optional"), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions", tag = "sessions", summary = "Start a persistent bash session", params(("id" = String, Path, description = "The sandbox id")), request_body(content = Option<orchard_protocol::SessionStart>, description = "Optional"), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn session_start(
     State(state): S,
     Extension(tenant): T,
@@ -240,7 +240,7 @@ async fn session_start(
     Ok(Json(json!(agent.start_session(&req).await?)))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/sessions", tag = "sessions", summary = "The sandbox's sessions", params(("id" = String, Path, description = "The sandbox id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/sessions", tag = "sessions", summary = "The sandbox's sessions", params(("id" = String, Path, description = "The sandbox id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn session_list(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(json!({"sessions": state.agent(&tenant, &id).await?.list_sessions().await?})))
 }
@@ -277,13 +277,12 @@ struct SessionContinueBody {
 fn idle_ms(seconds: Option<f64>) -> ApiResult<Option<u64>> {
     seconds
         .map(|s| {
-            timeout_ms(Some(s))
-                .map_err(|_| ApiError::unprocessable(format!("idle_seconds: {s} is out of range (0, 86400]")))
+            timeout_ms(Some(s)).map_err(|_| ApiError::invalid(format!("idle_seconds: {s} is out of range (0, 86400]")))
         })
         .transpose()
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{sid}/continue", tag = "sessions", summary = "Type into, wait on or interrupt a command left running", params(("id" = String, Path, description = "The sandbox id"), ("sid" = String, Path, description = "The session id")), request_body = SessionContinueBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{sid}/continue", tag = "sessions", summary = "Type into, wait on or interrupt a command left running", params(("id" = String, Path, description = "The sandbox id"), ("sid" = String, Path, description = "The session id")), request_body = SessionContinueBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn session_continue(
     State(state): S,
     Extension(tenant): T,
@@ -301,7 +300,7 @@ async fn session_continue(
     Ok(Json(json!(agent.session_continue(&sid, &req).await?)))
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{sid}/exec", tag = "sessions", summary = "Run a command in a session", params(("id" = String, Path, description = "The sandbox id"), ("sid" = String, Path, description = "The session id")), request_body = SessionExecBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{sid}/exec", tag = "sessions", summary = "Run a command in a session", params(("id" = String, Path, description = "The sandbox id"), ("sid" = String, Path, description = "The session id")), request_body = SessionExecBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn session_exec(
     State(state): S,
     Extension(tenant): T,
@@ -318,7 +317,7 @@ async fn session_exec(
     Ok(Json(json!(agent.session_exec(&sid, &req).await?)))
 }
 
-#[utoipa::path(delete, path = "/v1/sandboxes/{id}/sessions/{sid}", tag = "sessions", summary = "Close a session", params(("id" = String, Path, description = "The sandbox id"), ("sid" = String, Path, description = "The session id")), responses((status = 204, description = "Closed"), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/sessions/{sid}", tag = "sessions", summary = "Close a session", params(("id" = String, Path, description = "The sandbox id"), ("sid" = String, Path, description = "The session id")), responses((status = 204, description = "Closed"), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn session_close(
     State(state): S,
     Extension(tenant): T,
@@ -338,7 +337,7 @@ struct ProcessBody {
     env: std::collections::BTreeMap<String, String>,
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/processes", tag = "processes", summary = "Start a background process", params(("id" = String, Path, description = "The sandbox id")), request_body = ProcessBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/processes", tag = "processes", summary = "Start a background process", params(("id" = String, Path, description = "The sandbox id")), request_body = ProcessBody, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn process_start(
     State(state): S,
     Extension(tenant): T,
@@ -349,12 +348,12 @@ async fn process_start(
     Ok(Json(json!(state.agent(&tenant, &id).await?.start_process(&req).await?)))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes", tag = "processes", summary = "Background processes", params(("id" = String, Path, description = "The sandbox id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes", tag = "processes", summary = "Background processes", params(("id" = String, Path, description = "The sandbox id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn process_list(State(state): S, Extension(tenant): T, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(json!({"processes": state.agent(&tenant, &id).await?.list_processes().await?})))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes/{pid}", tag = "processes", summary = "One background process", params(("id" = String, Path, description = "The sandbox id"), ("pid" = String, Path, description = "The process id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes/{pid}", tag = "processes", summary = "One background process", params(("id" = String, Path, description = "The sandbox id"), ("pid" = String, Path, description = "The process id")), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn process_get(
     State(state): S,
     Extension(tenant): T,
@@ -363,7 +362,7 @@ async fn process_get(
     Ok(Json(json!(state.agent(&tenant, &id).await?.process(&pid).await?)))
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/processes/{pid}/signal", tag = "processes", summary = "Send a signal to a background process", params(("id" = String, Path, description = "The sandbox id"), ("pid" = String, Path, description = "The process id")), request_body = orchard_protocol::SignalRequest, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/processes/{pid}/signal", tag = "processes", summary = "Send a signal to a background process", params(("id" = String, Path, description = "The sandbox id"), ("pid" = String, Path, description = "The process id")), request_body = orchard_protocol::SignalRequest, responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn process_signal(
     State(state): S,
     Extension(tenant): T,
@@ -382,12 +381,12 @@ struct LogQuery {
     limit: Option<u64>,
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes/{pid}/log", tag = "processes", summary = "A page of a background process's output", params(("id" = String, Path, description = "The sandbox id"), ("pid" = String, Path, description = "The process id"), LogQuery), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_evals_api::openapi::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_evals_api::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/processes/{pid}/log", tag = "processes", summary = "A page of a background process's output", params(("id" = String, Path, description = "The sandbox id"), ("pid" = String, Path, description = "The process id"), LogQuery), responses((status = 200, description = "OK", body = serde_json::Value), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "Busy or unavailable; try again after Retry-After", body = orchard_api_kit::Problem)))]
 async fn process_log(
     State(state): S,
     Extension(tenant): T,
     Path((id, pid)): Path<(String, String)>,
-    crate::extract::Query(q): crate::extract::Query<LogQuery>,
+    orchard_api_kit::Query(q): orchard_api_kit::Query<LogQuery>,
 ) -> ApiResult<Json<Value>> {
     Ok(Json(json!(state.agent(&tenant, &id).await?.process_log(&pid, q.offset, q.limit).await?)))
 }
@@ -422,7 +421,7 @@ async fn forward(
 
 fn require_path(query: &Option<String>) -> ApiResult<()> {
     let has = query.as_deref().unwrap_or("").split('&').any(|kv| kv.starts_with("path="));
-    if has { Ok(()) } else { Err(ApiError::unprocessable("query: missing parameter `path`")) }
+    if has { Ok(()) } else { Err(ApiError::invalid("query: missing parameter `path`")) }
 }
 
 macro_rules! forwarding {

@@ -271,7 +271,7 @@ pub async fn retry(
 }
 
 /// After a job's form: back to its page, or the error as a page.
-fn back_to_job(id: &str, outcome: Result<(), orchard_evals_api::ApiError>) -> Response {
+fn back_to_job(id: &str, outcome: Result<(), orchard_api_kit::ApiError>) -> Response {
     match outcome {
         Ok(()) => Redirect::to(&format!("/ui/evals/{id}")).into_response(),
         Err(e) => api_error(e),

@@ -27,7 +27,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use orchard_evals_api::{ApiError, EvalService, TenantId};
+use orchard_api_kit::{ApiError, Tenant};
+use orchard_evals_api::EvalService;
 use serde::Deserialize;
 
 pub use session::{KeyCheck, Session, Sessions};
@@ -87,7 +88,7 @@ async fn security_headers(request: axum::extract::Request, next: axum::middlewar
 /// A signed-in request: its tenant and its session's CSRF token. Pages without a session
 /// redirect to the sign-in page and come back.
 pub struct Signed {
-    pub tenant: TenantId,
+    pub tenant: Tenant,
     pub csrf: String,
     pub open: bool,
     pub session: Session,
@@ -105,7 +106,7 @@ impl FromRequestParts<Arc<UiState>> for Signed {
         };
         match session {
             Some(s) if !revoked => Ok(Signed {
-                tenant: TenantId(s.tenant.clone()),
+                tenant: Tenant(s.tenant.clone()),
                 csrf: state.sessions.csrf(&parts.headers),
                 open: state.sessions.is_open(),
                 session: s,

@@ -4,7 +4,7 @@
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use orchard_evals_api::Query;
+use orchard_api_kit::Query;
 use orchard_store::RolloutFilter;
 use serde::Deserialize;
 

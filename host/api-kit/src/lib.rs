@@ -1,0 +1,45 @@
+//! The HTTP kit every API crate answers with (`server`, `evals-api`, `groups`, `model-proxy`,
+//! `web-ui`): one error type, one schema for it, one tenant type, and the extractors.
+//!
+//! Invariants:
+//! - Every refusal is `{"detail": …, "kind": …}` with its status ([`ApiError`]); `detail` names
+//!   what was wrong (the field, the parameter), and never what exists elsewhere.
+//! - A JSON body with a field the API does not have is refused with 400 naming it, never
+//!   ignored; a body that is malformed in any other way is 422 naming the path ([`parse_json`]).
+//! - The [`Tenant`] of a request is set once, by the server's authentication, and read from the
+//!   request's extensions by every route: no route decides who the caller is on its own.
+
+#![warn(missing_docs)]
+
+mod error;
+mod extract;
+
+pub use error::{ApiError, ApiResult, Problem};
+pub use extract::{JsonBody, Query, parse_json};
+
+/// The tenant a request acts for, put in the request's extensions by the server's
+/// authentication (and by the web UI's session for its pages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
+impl Tenant {
+    /// The tenant's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Tenant {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, ApiError> {
+        // Missing only if a route was mounted outside the authentication layer: our bug, and
+        // refusing is the safe answer.
+        parts.extensions.get::<Tenant>().cloned().ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "no API key was accepted for this request",
+            )
+        })
+    }
+}
