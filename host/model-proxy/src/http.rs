@@ -10,7 +10,7 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json, Router};
 use orchard_api_kit::{ApiError, Tenant};
-use orchard_scheduler::ModelSpec;
+use orchard_spec::ModelSpec;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use orchard_model::{Completion, ModelClient};
-use orchard_scheduler::{Env, ModelSpec};
+use orchard_spec::ModelSpec;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -27,7 +27,10 @@ pub const IDLE: Duration = Duration::from_secs(3600);
 pub const MAX_SESSIONS: usize = 1000;
 
 pub struct ProxyService {
-    env: Arc<Env>,
+    /// Where the tenants' secrets are (a session's `api_key_secret`).
+    store: orchard_store::Store,
+    /// Where a session's endpoint may point.
+    egress: orchard_egress::Policy,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
 }
 
@@ -69,8 +72,8 @@ pub enum ProxyError {
 }
 
 impl ProxyService {
-    pub fn new(env: Arc<Env>) -> Arc<ProxyService> {
-        Arc::new(ProxyService { env, sessions: Mutex::new(HashMap::new()) })
+    pub fn new(store: orchard_store::Store, egress: orchard_egress::Policy) -> Arc<ProxyService> {
+        Arc::new(ProxyService { store, egress, sessions: Mutex::new(HashMap::new()) })
     }
 
     /// Opens a session forwarding to `spec`'s endpoint.
@@ -78,9 +81,13 @@ impl ProxyService {
         if spec.sampling.as_ref().is_some_and(|s| !s.is_object()) {
             return Err(ProxyError::Invalid("model.sampling: expected a JSON object".into()));
         }
-        let mut config = orchard_scheduler::model_config(&self.env, tenant, &spec, "model")
-            .await
-            .map_err(|e| ProxyError::Invalid(e.0))?;
+        let api_key = match &spec.api_key_secret {
+            Some(name) => {
+                self.store.secret(tenant, name).await.map_err(|e| ProxyError::Invalid(format!("model: {e}")))?
+            }
+            None => None,
+        };
+        let mut config = spec.client_config("model", &self.egress, api_key).await.map_err(ProxyError::Invalid)?;
         config.logprobs = true;
         let client = ModelClient::new(config).map_err(|e| ProxyError::Invalid(e.to_string()))?;
         let id = format!("px-{}", uuid::Uuid::new_v4().simple());

@@ -6,18 +6,17 @@
 mod plugin_sync;
 mod prepare;
 mod runner;
-mod spec;
 
 use std::sync::Arc;
 
 use orchard_eval::{RolloutResult, Summary};
 use orchard_store::{EvalRow, NewEval, NewRollout, Store, StoreError};
 
+pub use orchard_spec::{EvalSpec, ModelSpec, TaskSource};
 pub use orchard_task_files::{Limits as UploadLimits, UnpackError, unpack};
 pub use plugin_sync::sync_plugins;
 pub use prepare::{Env, PrepareError, Prepared, SandboxDefaults, dataset_dir, model_config};
 pub use runner::{FinishedEvent, Runner, RunnerConfig};
-pub use spec::{EvalSpec, ModelSpec, TaskSource};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {

@@ -13,7 +13,7 @@ use orchard_model::{ModelClient, ModelConfig};
 use orchard_runtime::{Capability, Grants, Limits, Plugin, PluginKind, Registry};
 use orchard_store::Store;
 
-use crate::spec::{EvalSpec, ModelSpec, TaskSource};
+use orchard_spec::{EvalSpec, ModelSpec, TaskSource};
 
 /// What preparing a job needs from where it runs.
 pub struct Env {
@@ -255,27 +255,14 @@ async fn model_client(
 /// its URLs checked against the server's egress policy and pinned to the addresses checked, its
 /// API key read from the tenant's secrets.
 pub async fn model_config(env: &Env, tenant: &str, spec: &ModelSpec, field: &str) -> Result<ModelConfig, PrepareError> {
-    let mut config = ModelConfig::new(&spec.url, &spec.name);
-    config.concurrency = spec.concurrency.max(1);
-    config.logprobs = spec.logprobs;
-    config.sampling = spec.sampling.clone();
-    config.policy_version = spec.policy_version.clone();
-    config.tokenizer = spec.tokenize_url.clone();
-    config.upstream_detail = env.egress.is_open();
-    let checked = env.egress.check(&format!("{field}.url"), &spec.url).await.map_err(|e| err(e.to_string()))?;
-    config.destinations.push(checked);
-    if let Some(url) = &spec.tokenize_url {
-        let checked = env.egress.check(&format!("{field}.tokenize_url"), url).await.map_err(|e| err(e.to_string()))?;
-        config.destinations.push(checked);
-    }
-    if let Some(name) = &spec.api_key_secret {
-        let key = match env.local_secrets.get(name) {
+    let api_key = match &spec.api_key_secret {
+        None => None,
+        Some(name) => match env.local_secrets.get(name) {
             Some(key) => Some(key.clone()),
             None => env.store.secret(tenant, name).await.map_err(|e| err(format!("{field}: {e}")))?,
-        };
-        config.api_key = Some(key.ok_or_else(|| err(format!("{field}.api_key_secret: no secret named {name:?}")))?);
-    }
-    Ok(config)
+        },
+    };
+    spec.client_config(field, &env.egress, api_key).await.map_err(err)
 }
 
 /// The tasks of every folder, in order; a task id met twice is refused (results are keyed by it).

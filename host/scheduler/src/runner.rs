@@ -18,7 +18,7 @@ use orchard_store::{Claim, Finished, Store};
 use tokio::sync::{Notify, broadcast};
 
 use crate::prepare::{Env, Prepared};
-use crate::spec::EvalSpec;
+use orchard_spec::EvalSpec;
 
 pub struct RunnerConfig {
     /// This runner's name in the store's leases (unique per process).

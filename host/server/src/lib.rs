@@ -85,7 +85,7 @@ impl AppState {
     pub fn with_evals(self: Arc<Self>, evals: Arc<orchard_evals_api::EvalService>) -> Arc<Self> {
         let mut state = Arc::try_unwrap(self).unwrap_or_else(|_| panic!("with_evals before the state is shared"));
         state.groups = Some(orchard_groups::GroupService::new(evals.clone()));
-        state.proxy = Some(orchard_model_proxy::ProxyService::new(evals.env.clone()));
+        state.proxy = Some(orchard_model_proxy::ProxyService::new(evals.env.store.clone(), evals.env.egress.clone()));
         state.evals = Some(evals);
         Arc::new(state)
     }

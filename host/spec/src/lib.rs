@@ -1,6 +1,17 @@
 //! What an evaluation asks for, as the CLI and `POST /v1/evals` both give it: tasks, harnesses,
-//! tools, grader, model endpoints, attempts, grants, image, limits. Stored with the job as JSON;
-//! it never holds a secret's value (model API keys are named, and looked up when rollouts run).
+//! tools, grader, model endpoints, attempts, grants, image, limits.
+//!
+//! Invariants:
+//! - A spec is stored with its job as JSON and never holds a secret's value: model API keys are
+//!   named ([`ModelSpec::api_key_secret`]) and looked up when rollouts run.
+//! - Every field a client may send is here, and nothing else is accepted (`deny_unknown_fields`).
+//! - A model endpoint reaches a client only through [`ModelSpec::client_config`], which checks
+//!   its URLs against the operator's egress policy and pins them to the addresses checked.
+//!
+//! A crate of its own so that what only reads specs (the recording proxy) need not depend on
+//! the scheduler that runs them.
+
+#![warn(missing_docs)]
 
 use std::collections::BTreeMap;
 
@@ -51,11 +62,13 @@ impl TryFrom<TaskSourceFields> for TaskSource {
     }
 }
 
+/// A model endpoint a job (or a proxy session) names.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     /// OpenAI-compatible base URL.
     pub url: String,
+    /// The model's name, as the endpoint knows it.
     pub name: String,
     /// The name of the tenant's secret holding the API key (`/v1/secrets`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,23 +96,32 @@ fn default_model_concurrency() -> usize {
     32
 }
 
+/// One evaluation: every task × harness, `attempts` times.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EvalSpec {
+    /// Where the tasks come from.
     pub tasks: TaskSource,
+    /// The harness plugins to run, by name.
     pub harnesses: Vec<String>,
+    /// The tool adapters and browser drivers every rollout is given, by name.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// The grader plugin, by name.
     pub grader: String,
+    /// The policy the harnesses call (none for harnesses that call no model: the oracle).
     #[serde(default)]
     pub model: Option<ModelSpec>,
+    /// The model a grader may call (a judge).
     #[serde(default)]
     pub grader_model: Option<ModelSpec>,
+    /// Rollouts per task and harness.
     #[serde(default = "one")]
     pub attempts: u32,
     /// Rollouts of this job at once.
     #[serde(default = "four")]
     pub concurrency: usize,
+    /// What a harness may read of the task beyond its instruction (`solution` for the oracle).
     #[serde(default)]
     pub grants: Vec<String>,
     /// For tasks that name no prebuilt image.
@@ -112,9 +134,10 @@ pub struct EvalSpec {
     /// `config.get` answers, under the task's `[metadata.tool_config.NAME]`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tool_config: BTreeMap<String, serde_json::Value>,
-    /// Per plugin instance.
+    /// CPU seconds per plugin instance.
     #[serde(default = "default_plugin_cpu")]
     pub plugin_cpu: f64,
+    /// Memory per plugin instance (`512Mi`).
     #[serde(default = "default_plugin_memory")]
     pub plugin_memory: String,
     /// Plugin name → the sha256 of the exact version to run (else the current one when each
@@ -140,6 +163,36 @@ fn default_plugin_cpu() -> f64 {
 }
 fn default_plugin_memory() -> String {
     "512Mi".into()
+}
+
+impl ModelSpec {
+    /// The client configuration for this endpoint, named `field` in errors (`model`,
+    /// `grader_model`): its URLs checked against `egress` and pinned to the addresses checked;
+    /// `api_key` is the secret [`ModelSpec::api_key_secret`] names, looked up by the caller.
+    pub async fn client_config(
+        &self,
+        field: &str,
+        egress: &orchard_egress::Policy,
+        api_key: Option<String>,
+    ) -> Result<orchard_model::ModelConfig, String> {
+        let mut config = orchard_model::ModelConfig::new(&self.url, &self.name);
+        config.concurrency = self.concurrency.max(1);
+        config.logprobs = self.logprobs;
+        config.sampling = self.sampling.clone();
+        config.policy_version = self.policy_version.clone();
+        config.tokenizer = self.tokenize_url.clone();
+        config.upstream_detail = egress.is_open();
+        let checked = egress.check(&format!("{field}.url"), &self.url).await.map_err(|e| e.to_string())?;
+        config.destinations.push(checked);
+        if let Some(url) = &self.tokenize_url {
+            let checked = egress.check(&format!("{field}.tokenize_url"), url).await.map_err(|e| e.to_string())?;
+            config.destinations.push(checked);
+        }
+        if let Some(name) = &self.api_key_secret {
+            config.api_key = Some(api_key.ok_or_else(|| format!("{field}.api_key_secret: no secret named {name:?}"))?);
+        }
+        Ok(config)
+    }
 }
 
 impl EvalSpec {
