@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::bindings;
 use crate::host::HostState;
 use crate::manifest::{Contract, PluginKind};
 
@@ -159,25 +158,6 @@ fn linker_for(engine: &Engine, kind: PluginKind, contract: Contract) -> wasmtime
     // WASI for guests whose toolchains need it (every non-Rust one): no preopened directories,
     // no sockets, no environment, no arguments. `HostState` builds the context that way.
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    macro_rules! add {
-        ($v:ident) => {
-            match kind {
-                PluginKind::Harness => {
-                    bindings::$v::harness::Harness::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
-                }
-                PluginKind::ToolAdapter => {
-                    bindings::$v::tool_adapter::ToolAdapter::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
-                }
-                PluginKind::BrowserDriver => {
-                    bindings::$v::browser_driver::BrowserDriver::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?
-                }
-                PluginKind::Grader => bindings::$v::grader::Grader::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?,
-            }
-        };
-    }
-    match contract {
-        Contract::V0_1 => add!(v0_1),
-        Contract::V0_2 => add!(v0_2),
-    }
+    crate::contract::link(&mut linker, kind, contract)?;
     Ok(linker)
 }

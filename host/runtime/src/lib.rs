@@ -1,23 +1,24 @@
 //! Orchard's plugin runtime.
 //!
-//! Plugins are WebAssembly components implementing one world of `orchard:plugin@0.1.0`
-//! (`wit/0.1.0`): `harness`, `tool-adapter`, `browser-driver` or `grader`. The runtime compiles
+//! Plugins are WebAssembly components implementing one world of a contract version,
+//! `orchard:plugin@0.1.0` or `@0.2.0` (`wit/`, one module of [`contract`] each): `harness`,
+//! `tool-adapter`, `browser-driver` or `grader`. The runtime compiles
 //! each once (cached on disk, keyed by the engine's compatibility hash), checks it against its
 //! world, pre-instantiates it, and runs rollouts: a fresh store per plugin instance per rollout,
 //! with memory, CPU and wall-clock limits, WASI denied by default, every crossing recorded.
 
-pub mod bindings;
-mod convert;
+#[macro_use]
+pub mod host;
+mod contract;
 mod engine;
 mod failure;
-pub mod host;
 mod manifest;
 mod plugin;
 mod registry;
 mod rollout;
 mod trajectory;
 
-pub use bindings::ToolSpec;
+pub use contract::v0_1::ToolSpec;
 pub use engine::{Runtime, RuntimeConfig};
 pub use failure::{FailureKind, PluginFailure};
 pub use manifest::{Capability, Contract, Manifest, PluginKind};

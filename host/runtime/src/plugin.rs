@@ -6,9 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::bindings;
 use crate::engine::Runtime;
-use crate::host::HostState;
 use crate::manifest::{Capability, Contract, Manifest, PluginKind};
 
 #[derive(Debug, thiserror::Error)]
@@ -43,17 +41,7 @@ pub struct PluginInfo {
     pub origin: String,
 }
 
-/// A pre-instantiated component, by world and contract version.
-pub(crate) enum Pre {
-    Harness(bindings::v0_1::harness::HarnessPre<HostState>),
-    ToolAdapter(bindings::v0_1::tool_adapter::ToolAdapterPre<HostState>),
-    BrowserDriver(bindings::v0_1::browser_driver::BrowserDriverPre<HostState>),
-    Grader(bindings::v0_1::grader::GraderPre<HostState>),
-    HarnessV2(bindings::v0_2::harness::HarnessPre<HostState>),
-    ToolAdapterV2(bindings::v0_2::tool_adapter::ToolAdapterPre<HostState>),
-    BrowserDriverV2(bindings::v0_2::browser_driver::BrowserDriverPre<HostState>),
-    GraderV2(bindings::v0_2::grader::GraderPre<HostState>),
-}
+pub(crate) use crate::contract::Pre;
 
 pub struct Plugin {
     pub manifest: Manifest,
@@ -181,33 +169,7 @@ impl Runtime {
         let instance_pre =
             linker.instantiate_pre(&component).map_err(|e| world_err(format!("cannot be linked: {e}")))?;
         let typed = |e: wasmtime::Error| world_err(format!("exports do not match the {kind} world: {e}"));
-        use bindings::{v0_1 as a, v0_2 as b};
-        let pre = match (kind, contract) {
-            (PluginKind::Harness, Contract::V0_1) => {
-                Pre::Harness(a::harness::HarnessPre::new(instance_pre).map_err(typed)?)
-            }
-            (PluginKind::ToolAdapter, Contract::V0_1) => {
-                Pre::ToolAdapter(a::tool_adapter::ToolAdapterPre::new(instance_pre).map_err(typed)?)
-            }
-            (PluginKind::BrowserDriver, Contract::V0_1) => {
-                Pre::BrowserDriver(a::browser_driver::BrowserDriverPre::new(instance_pre).map_err(typed)?)
-            }
-            (PluginKind::Grader, Contract::V0_1) => {
-                Pre::Grader(a::grader::GraderPre::new(instance_pre).map_err(typed)?)
-            }
-            (PluginKind::Harness, Contract::V0_2) => {
-                Pre::HarnessV2(b::harness::HarnessPre::new(instance_pre).map_err(typed)?)
-            }
-            (PluginKind::ToolAdapter, Contract::V0_2) => {
-                Pre::ToolAdapterV2(b::tool_adapter::ToolAdapterPre::new(instance_pre).map_err(typed)?)
-            }
-            (PluginKind::BrowserDriver, Contract::V0_2) => {
-                Pre::BrowserDriverV2(b::browser_driver::BrowserDriverPre::new(instance_pre).map_err(typed)?)
-            }
-            (PluginKind::Grader, Contract::V0_2) => {
-                Pre::GraderV2(b::grader::GraderPre::new(instance_pre).map_err(typed)?)
-            }
-        };
+        let pre = Pre::new(kind, contract, instance_pre).map_err(typed)?;
         let info = PluginInfo {
             name: manifest.name.clone(),
             version: manifest.version.clone(),

@@ -10,14 +10,13 @@ use orchard_model::ModelClient;
 use serde::{Deserialize, Serialize};
 use wasmtime::{Store, StoreLimitsBuilder, UpdateDeadline};
 
-use crate::bindings::{ContentPart, ToolCall, ToolOutput, WitError};
-use crate::convert;
+use crate::contract::v0_1::{ContentPart, ToolCall, ToolOutput, WitError};
 use crate::engine::Runtime;
 use crate::failure::{CPU_EXCEEDED, within_wall_clock};
 use crate::failure::{FailureKind, PluginFailure};
 use crate::host::{HostState, ToolRouter};
 use crate::manifest::{Capability, PluginKind};
-use crate::plugin::{Plugin, Pre};
+use crate::plugin::Plugin;
 use crate::trajectory::{Step, Trajectory};
 
 #[derive(Debug, Clone, Copy)]
@@ -266,13 +265,13 @@ impl RolloutContext {
     ) {
         let (output, is_error) = match result {
             Ok(out) => (text_of(&out.content), out.is_error),
-            Err(e) => (format!("error: {}", convert::v0_1::error_text(e)), true),
+            Err(e) => (format!("error: {}", crate::contract::v0_1::convert::error_text(e)), true),
         };
         let mut t = self.trajectory.lock().unwrap_or_else(|p| p.into_inner());
         t.steps.push(Step::ToolCall {
             plugin: plugin.into(),
             adapter: adapter.into(),
-            call: convert::call_to_model(call),
+            call: crate::contract::v0_1::convert::call_to_model(call),
             output: output.clone(),
             is_error,
             at_ms,
@@ -282,7 +281,7 @@ impl RolloutContext {
         let mut message = match result {
             Ok(out) if out.content.iter().any(|p| matches!(p, ContentPart::Image(_))) => orchard_model::Message {
                 role: orchard_model::Role::Tool,
-                content: convert::parts_to_model(&out.content),
+                content: crate::contract::v0_1::convert::parts_to_model(&out.content),
                 tool_calls: vec![],
                 tool_call_id: None,
                 reasoning: None,
@@ -441,26 +440,7 @@ impl Runtime {
             let fail = |e: wasmtime::Error, store: &Store<HostState>| {
                 PluginFailure::from_error(plugin, "instantiate", e, store)
             };
-            // Every world and version: the same call on a differently typed pre-instance.
-            macro_rules! instantiate {
-                ($($variant:ident),*) => {
-                    match &plugin.pre {
-                        $(Pre::$variant(pre) => {
-                            pre.instantiate_async(&mut store).await.map_err(|e| fail(e, &store))?;
-                        })*
-                    }
-                };
-            }
-            instantiate!(
-                Harness,
-                ToolAdapter,
-                BrowserDriver,
-                Grader,
-                HarnessV2,
-                ToolAdapterV2,
-                BrowserDriverV2,
-                GraderV2
-            );
+            plugin.pre.instantiate(&mut store).await.map_err(|e| fail(e, &store))?;
         }
         Ok(())
     }
@@ -471,27 +451,16 @@ impl Runtime {
         &self,
         plugin: &Arc<Plugin>,
         config: serde_json::Value,
-    ) -> Result<Vec<crate::bindings::ToolSpec>, PluginFailure> {
+    ) -> Result<Vec<crate::ToolSpec>, PluginFailure> {
         let ctx = RolloutContext::new("list-tools", None, None);
         ctx.set_tool_config([(plugin.manifest.name.clone(), config)].into());
         let mut store = self.new_store(plugin, &ctx, &Limits::default(), &Grants::default());
         let fail = |call: &str, e: wasmtime::Error, store: &Store<HostState>| {
             PluginFailure::from_error(plugin, call, e, store)
         };
-        macro_rules! list {
-            ($pre:expr, $v:ident) => {{
-                let b = $pre.instantiate_async(&mut store).await.map_err(|e| fail("instantiate", e, &store))?;
-                let specs =
-                    b.orchard_plugin_tools().call_list(&mut store).await.map_err(|e| fail("tools.list", e, &store))?;
-                Ok(specs.into_iter().map(convert::$v::tool_spec_to_v1).collect())
-            }};
-        }
-        match &plugin.pre {
-            Pre::ToolAdapter(pre) => list!(pre, v0_1),
-            Pre::BrowserDriver(pre) => list!(pre, v0_1),
-            Pre::ToolAdapterV2(pre) => list!(pre, v0_2),
-            Pre::BrowserDriverV2(pre) => list!(pre, v0_2),
-            _ => Err(PluginFailure::config(plugin, "not a tool adapter or browser driver".into())),
+        match plugin.pre.bind_tools(&mut store).await.map_err(|(call, e)| fail(call, e, &store))? {
+            Some((_, specs)) => Ok(specs),
+            None => Err(PluginFailure::config(plugin, "not a tool adapter or browser driver".into())),
         }
     }
 
@@ -503,24 +472,15 @@ impl Runtime {
         let fail = |call: &str, e: wasmtime::Error, store: &Store<HostState>| {
             PluginFailure::from_error(plugin, call, e, store)
         };
-        macro_rules! time_list {
-            ($pre:expr) => {{
-                let b = $pre.instantiate_async(&mut store).await.map_err(|e| fail("instantiate", e, &store))?;
-                b.orchard_plugin_tools().call_list(&mut store).await.map_err(|e| fail("tools.list", e, &store))?;
-                let started = Instant::now();
-                for _ in 0..n {
-                    b.orchard_plugin_tools().call_list(&mut store).await.map_err(|e| fail("tools.list", e, &store))?;
-                }
-                Ok(started.elapsed() / n.max(1))
-            }};
+        let Some((bound, _)) = plugin.pre.bind_tools(&mut store).await.map_err(|(call, e)| fail(call, e, &store))?
+        else {
+            return Err(PluginFailure::config(plugin, "not a tool adapter".into()));
+        };
+        let started = Instant::now();
+        for _ in 0..n {
+            bound.list(&mut store).await.map_err(|e| fail("tools.list", e, &store))?;
         }
-        match &plugin.pre {
-            Pre::ToolAdapter(pre) => time_list!(pre),
-            Pre::BrowserDriver(pre) => time_list!(pre),
-            Pre::ToolAdapterV2(pre) => time_list!(pre),
-            Pre::BrowserDriverV2(pre) => time_list!(pre),
-            _ => Err(PluginFailure::config(plugin, "not a tool adapter".into())),
-        }
+        Ok(started.elapsed() / n.max(1))
     }
 
     /// Runs a harness on a task with the given tool adapters. The trajectory accumulates in `ctx`.
@@ -535,7 +495,7 @@ impl Runtime {
         limits: &Limits,
         grants: &Grants,
     ) -> Result<RunOutcome, PluginFailure> {
-        if !matches!(harness.pre, Pre::Harness(_) | Pre::HarnessV2(_)) {
+        if harness.pre.kind() != crate::PluginKind::Harness {
             return Err(PluginFailure::config(
                 harness,
                 format!("{} is a {}, not a harness", harness.id(), harness.kind()),
@@ -546,25 +506,10 @@ impl Runtime {
             let router = Arc::new(router);
             let _in_use = ToolsInUse::set(ctx, router.clone());
             let mut store = self.new_store(harness, ctx, limits, grants);
-            macro_rules! run {
-                ($pre:expr, $v:ident) => {{
-                    let bindings = $pre
-                        .instantiate_async(&mut store)
-                        .await
-                        .map_err(|e| PluginFailure::from_error(harness, "instantiate", e, &store))?;
-                    let task = convert::$v::task(task);
-                    let result = bindings.orchard_plugin_agent().call_run(&mut store, &task, &config.to_string()).await;
-                    result.map(|r| r.map(|o| convert::$v::outcome_from(&o)).map_err(|e| convert::$v::error_text(&e)))
-                }};
-            }
-            let result = match &harness.pre {
-                Pre::Harness(pre) => run!(pre, v0_1),
-                Pre::HarnessV2(pre) => run!(pre, v0_2),
-                _ => unreachable!("checked above"),
-            };
+            let result = harness.pre.run(&mut store, task, &config.to_string()).await.expect("checked above");
             ctx.record_output(store.data());
             router.drain_output().await;
-            let result = result.map_err(|e| PluginFailure::from_error(harness, "agent.run", e, &store))?;
+            let result = result.map_err(|(call, e)| PluginFailure::from_error(harness, call, e, &store))?;
             // An adapter that failed under the harness fails the rollout, whatever the harness made of it.
             if let Some(fatal) = ctx.take_fatal() {
                 return Err(fatal);
@@ -589,7 +534,7 @@ impl Runtime {
         limits: &Limits,
         grants: &Grants,
     ) -> Result<Verdict, PluginFailure> {
-        if !matches!(grader.pre, Pre::Grader(_) | Pre::GraderV2(_)) {
+        if grader.pre.kind() != crate::PluginKind::Grader {
             return Err(PluginFailure::config(grader, format!("{} is a {}, not a grader", grader.id(), grader.kind())));
         }
         let t = ctx.trajectory();
@@ -597,47 +542,12 @@ impl Runtime {
         let duration_ms = ctx.started.elapsed().as_millis() as u64;
         let work = async {
             let mut store = self.new_store(grader, ctx, limits, grants);
-            macro_rules! grade {
-                ($pre:expr, $v:ident, |$b:ident, $task:ident, $traj:ident, $outcome:ident| $call:expr) => {{
-                    use crate::bindings::$v::grader::exports::orchard::plugin::grading;
-                    let $b = $pre
-                        .instantiate_async(&mut store)
-                        .await
-                        .map_err(|e| PluginFailure::from_error(grader, "instantiate", e, &store))?;
-                    let $traj = grading::Trajectory {
-                        messages: t.history().iter().map(convert::$v::message_from_model).collect(),
-                        steps: t.model_calls,
-                        usage: convert::$v::usage_from_model(t.usage),
-                        duration_ms,
-                    };
-                    let $task = convert::$v::task(task);
-                    let $outcome = convert::$v::outcome_to(outcome);
-                    let result = $call.await;
-                    ctx.record_output(store.data());
-                    let result = result.map_err(|e| PluginFailure::from_error(grader, "grading.grade", e, &store))?;
-                    match result {
-                        Ok(grading::Verdict::Graded(s)) => Ok(Verdict::Graded {
-                            reward: s.reward,
-                            passed: s.passed,
-                            sub_scores: s.sub_scores.into_iter().map(|s| (s.name, s.value)).collect(),
-                            explanation: s.explanation,
-                        }),
-                        Ok(grading::Verdict::Unknown(reason)) => Ok(Verdict::Unknown { reason }),
-                        Err(e) => Err(PluginFailure::returned(grader, "grading.grade", convert::$v::error_text(&e))),
-                    }
-                }};
-            }
-            match &grader.pre {
-                Pre::Grader(pre) => grade!(pre, v0_1, |b, task, traj, outcome| b
-                    .orchard_plugin_grading()
-                    .call_grade(&mut store, &task, &traj, &outcome)),
-                Pre::GraderV2(pre) => {
-                    let env = environment.to_v0_2();
-                    grade!(pre, v0_2, |b, task, traj, outcome| b
-                        .orchard_plugin_grading()
-                        .call_grade(&mut store, &task, &traj, &outcome, &env))
-                }
-                _ => unreachable!("checked above"),
+            let input = crate::contract::GradeInput { task, outcome, trajectory: &t, duration_ms, environment };
+            let result = grader.pre.grade(&mut store, &input).await.expect("checked above");
+            ctx.record_output(store.data());
+            match result.map_err(|(call, e)| PluginFailure::from_error(grader, call, e, &store))? {
+                Ok(verdict) => Ok(verdict),
+                Err(e) => Err(PluginFailure::returned(grader, "grading.grade", e)),
             }
         };
         let verdict = within_wall_clock(grader, "grading.grade", limits.wall, work).await;
@@ -663,24 +573,6 @@ pub struct GradingEnvironment {
     pub dropped: Vec<(String, String)>,
     pub artifacts: Vec<String>,
     pub problem: Option<String>,
-}
-
-impl GradingEnvironment {
-    fn to_v0_2(&self) -> crate::bindings::v0_2::grader::exports::orchard::plugin::grading::Environment {
-        use crate::bindings::v0_2::grader::exports::orchard::plugin::grading::{DroppedChange, Environment};
-        Environment {
-            separate: self.separate,
-            base_commit: self.base_commit.clone(),
-            carried: self.carried.clone(),
-            dropped: self
-                .dropped
-                .iter()
-                .map(|(path, reason)| DroppedChange { path: path.clone(), reason: reason.clone() })
-                .collect(),
-            artifacts: self.artifacts.clone(),
-            problem: self.problem.clone(),
-        }
-    }
 }
 
 /// The most a grader may answer (explanation and sub-score names together).

@@ -8,7 +8,7 @@ use serde_json::json;
 use wasmtime::component::Resource;
 
 use super::HostState;
-use crate::bindings::WitError;
+use crate::contract::v0_1::WitError;
 use crate::manifest::Capability;
 use crate::trajectory::Step;
 
@@ -32,7 +32,7 @@ pub(crate) fn error(e: orchard_browser::BrowserError) -> WitError {
 
 impl HostState {
     /// A browser that could not start or is gone ends the rollout, with how it ended.
-    fn browser_failed(&self, op: &str, e: &orchard_browser::BrowserError) {
+    pub(crate) fn browser_failed(&self, op: &str, e: &orchard_browser::BrowserError) {
         use orchard_browser::BrowserError as B;
         if let B::Gone(_) | B::Crashed(_) | B::Launch(_) = e {
             let how = self.run.browser_exit().map(|r| format!(" (chromium {r})")).unwrap_or_default();
@@ -45,7 +45,7 @@ impl HostState {
         }
     }
 
-    fn record_browser(&self, op: &str, detail: serde_json::Value, started: u64) {
+    pub(crate) fn record_browser(&self, op: &str, detail: serde_json::Value, started: u64) {
         let step = Step::Sandbox {
             plugin: self.plugin.clone(),
             op: format!("browser-{op}"),
@@ -56,7 +56,7 @@ impl HostState {
         self.run.record(step);
     }
 
-    async fn browser_open(&mut self) -> Result<Resource<Session>, WitError> {
+    pub(crate) async fn browser_open(&mut self) -> Result<Resource<Session>, WitError> {
         self.require(Capability::Browser)?;
         let started = self.at_ms();
         let run = self.run.clone();
@@ -69,11 +69,11 @@ impl HostState {
         self.table.push(Session { tab }).map_err(|e| WitError::Other(e.to_string()))
     }
 
-    fn tab(&self, session: &Resource<Session>) -> Result<Arc<orchard_browser::Tab>, WitError> {
+    pub(crate) fn tab(&self, session: &Resource<Session>) -> Result<Arc<orchard_browser::Tab>, WitError> {
         self.table.get(session).map(|s| s.tab.clone()).map_err(|e| WitError::InvalidInput(e.to_string()))
     }
 
-    async fn browser_cdp(
+    pub(crate) async fn browser_cdp(
         &mut self,
         session: &Resource<Session>,
         method: String,
@@ -97,7 +97,7 @@ impl HostState {
     }
 
     /// The page's unasked events since the last call; each lands in the trajectory.
-    fn browser_events(&mut self, session: &Resource<Session>) -> Vec<orchard_browser::PageEvent> {
+    pub(crate) fn browser_events(&mut self, session: &Resource<Session>) -> Vec<orchard_browser::PageEvent> {
         let Ok(tab) = self.tab(session) else { return Vec::new() };
         let events = tab.take_events();
         if !events.is_empty() {
@@ -108,7 +108,7 @@ impl HostState {
         events
     }
 
-    async fn browser_screenshot(&mut self, session: &Resource<Session>) -> Result<Vec<u8>, WitError> {
+    pub(crate) async fn browser_screenshot(&mut self, session: &Resource<Session>) -> Result<Vec<u8>, WitError> {
         self.require(Capability::Browser)?;
         let tab = self.tab(session)?;
         let started = self.at_ms();
@@ -128,13 +128,13 @@ impl HostState {
 /// The `browser` interface of contract version `$v`.
 macro_rules! browser_host {
     ($v:ident $(, $extra:item)*) => {
-        impl crate::bindings::$v::browser_driver::orchard::plugin::browser::Host for HostState {}
+        impl crate::contract::$v::browser_driver::orchard::plugin::browser::Host for HostState {}
 
-        impl crate::bindings::$v::browser_driver::orchard::plugin::browser::HostSession for HostState {
+        impl crate::contract::$v::browser_driver::orchard::plugin::browser::HostSession for HostState {
             async fn open(
                 &mut self,
             ) -> wasmtime::Result<
-                Result<Resource<Session>, crate::bindings::$v::tool_adapter::orchard::plugin::types::Error>,
+                Result<Resource<Session>, crate::contract::$v::tool_adapter::orchard::plugin::types::Error>,
             > {
                 Ok(self.browser_open().await.map_err(Into::into))
             }
@@ -144,7 +144,7 @@ macro_rules! browser_host {
                 session: Resource<Session>,
                 method: String,
                 params: String,
-            ) -> wasmtime::Result<Result<String, crate::bindings::$v::tool_adapter::orchard::plugin::types::Error>>
+            ) -> wasmtime::Result<Result<String, crate::contract::$v::tool_adapter::orchard::plugin::types::Error>>
             {
                 Ok(self.browser_cdp(&session, method, params).await.map_err(Into::into))
             }
@@ -152,7 +152,7 @@ macro_rules! browser_host {
             async fn screenshot(
                 &mut self,
                 session: Resource<Session>,
-            ) -> wasmtime::Result<Result<Vec<u8>, crate::bindings::$v::tool_adapter::orchard::plugin::types::Error>>
+            ) -> wasmtime::Result<Result<Vec<u8>, crate::contract::$v::tool_adapter::orchard::plugin::types::Error>>
             {
                 Ok(self.browser_screenshot(&session).await.map_err(Into::into))
             }
@@ -166,23 +166,3 @@ macro_rules! browser_host {
         }
     };
 }
-
-browser_host!(v0_1);
-browser_host!(
-    v0_2,
-    async fn events(
-        &mut self,
-        session: Resource<Session>,
-    ) -> wasmtime::Result<Vec<crate::bindings::v0_2::browser_driver::orchard::plugin::browser::PageEvent>> {
-        use crate::bindings::v0_2::browser_driver::orchard::plugin::browser::PageEvent as E;
-        let events = self.browser_events(&session);
-        Ok(events
-            .into_iter()
-            .map(|e| match e {
-                orchard_browser::PageEvent::Dialog(m) => E::Dialog(m),
-                orchard_browser::PageEvent::Popup(u) => E::Popup(u),
-                orchard_browser::PageEvent::Download(u) => E::Download(u),
-            })
-            .collect())
-    }
-);

@@ -8,7 +8,7 @@ use crate::trajectory::Step;
 const MAX_EVENT: usize = 64 * 1024;
 
 impl HostState {
-    fn log_event(&mut self, level: &'static str, name: String, data: String) {
+    pub(crate) fn log_event(&mut self, level: &'static str, name: String, data: String) {
         if self.require(Capability::Log).is_err() {
             return;
         }
@@ -31,14 +31,14 @@ impl HostState {
 /// The `log` interface of contract version `$v`.
 macro_rules! log_host {
     ($v:ident) => {
-        impl crate::bindings::$v::tool_adapter::orchard::plugin::log::Host for HostState {
+        impl crate::contract::$v::tool_adapter::orchard::plugin::log::Host for HostState {
             async fn event(
                 &mut self,
-                level: crate::bindings::$v::tool_adapter::orchard::plugin::log::Level,
+                level: crate::contract::$v::tool_adapter::orchard::plugin::log::Level,
                 name: String,
                 data: String,
             ) {
-                use crate::bindings::$v::tool_adapter::orchard::plugin::log::Level;
+                use crate::contract::$v::tool_adapter::orchard::plugin::log::Level;
                 let level = match level {
                     Level::Debug => "debug",
                     Level::Info => "info",
@@ -50,6 +50,3 @@ macro_rules! log_host {
         }
     };
 }
-
-log_host!(v0_1);
-log_host!(v0_2);

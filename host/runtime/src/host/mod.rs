@@ -1,10 +1,15 @@
 //! The host side of every import: what a plugin's calls into the host do.
 
+#[macro_use]
 pub mod browser;
 mod config;
+#[macro_use]
 mod log;
+#[macro_use]
 mod model;
-mod sandbox;
+#[macro_use]
+pub(crate) mod sandbox;
+#[macro_use]
 mod tools;
 
 use std::collections::BTreeSet;
@@ -17,7 +22,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 pub(crate) use tools::ToolRouter;
 
-use crate::bindings::WitError;
+use crate::contract::v0_1::WitError;
 use crate::manifest::Capability;
 use crate::rollout::RolloutContext;
 
@@ -67,7 +72,7 @@ fn thread_cpu_ns() -> u64 {
 /// The data of one plugin instance's store.
 pub struct HostState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    pub(crate) table: ResourceTable,
     pub(crate) limits: StoreLimits,
     /// `name@version`, for errors and the trajectory.
     pub(crate) plugin: String,
@@ -115,7 +120,7 @@ impl HostState {
     }
 
     /// Refuses an import whose capability was not granted to this plugin.
-    fn require(&self, capability: Capability) -> Result<(), WitError> {
+    pub(crate) fn require(&self, capability: Capability) -> Result<(), WitError> {
         if self.granted.contains(&capability) {
             Ok(())
         } else {
@@ -127,22 +132,19 @@ impl HostState {
     }
 
     /// Runs a host operation that waits (I/O), keeping the wait off the plugin's CPU bill.
-    async fn waiting<F: std::future::Future>(&mut self, f: F) -> F::Output {
+    pub(crate) async fn waiting<F: std::future::Future>(&mut self, f: F) -> F::Output {
         self.meter.pause();
         f.await
     }
 
     /// Milliseconds since the rollout began.
-    fn at_ms(&self) -> u64 {
+    pub(crate) fn at_ms(&self) -> u64 {
         self.run.started.elapsed().as_millis() as u64
     }
 }
 
-impl crate::bindings::v0_1::tool_adapter::orchard::plugin::types::Host for HostState {}
-impl crate::bindings::v0_2::tool_adapter::orchard::plugin::types::Host for HostState {}
-
 /// Maps an agent error to the contract's error variant.
-fn agent_error(e: orchard_agent_client::AgentClientError) -> WitError {
+pub(crate) fn agent_error(e: orchard_agent_client::AgentClientError) -> WitError {
     use orchard_protocol::ErrorKind as K;
     let message = e.to_string();
     match e.kind() {

@@ -1,13 +1,13 @@
 //! `model`: the run's model endpoint. Every call is recorded, request and answer.
 
 use super::HostState;
-use crate::bindings::WitError;
+use crate::contract::v0_1::WitError;
 use crate::manifest::Capability;
 use crate::trajectory::Step;
 
 impl HostState {
     /// Sends a request (already in the model client's types) and records it; errors are 0.1.0's.
-    async fn complete_model(
+    pub(crate) async fn complete_model(
         &mut self,
         request: Vec<orchard_model::Message>,
         specs: Vec<orchard_model::ToolSpec>,
@@ -48,19 +48,19 @@ impl HostState {
 /// The `model` interface of contract version `$v`.
 macro_rules! model_host {
     ($v:ident) => {
-        impl crate::bindings::$v::harness::orchard::plugin::model::Host for HostState {
+        impl crate::contract::$v::harness::orchard::plugin::model::Host for HostState {
             async fn complete(
                 &mut self,
-                messages: Vec<crate::bindings::$v::tool_adapter::orchard::plugin::types::Message>,
-                tools: Vec<crate::bindings::$v::tool_adapter::orchard::plugin::types::ToolSpec>,
-                sampling: crate::bindings::$v::harness::orchard::plugin::model::Sampling,
+                messages: Vec<crate::contract::$v::tool_adapter::orchard::plugin::types::Message>,
+                tools: Vec<crate::contract::$v::tool_adapter::orchard::plugin::types::ToolSpec>,
+                sampling: crate::contract::$v::harness::orchard::plugin::model::Sampling,
             ) -> Result<
-                crate::bindings::$v::harness::orchard::plugin::model::Completion,
-                crate::bindings::$v::tool_adapter::orchard::plugin::types::Error,
+                crate::contract::$v::harness::orchard::plugin::model::Completion,
+                crate::contract::$v::tool_adapter::orchard::plugin::types::Error,
             > {
-                use crate::bindings::$v::harness::orchard::plugin::model::Completion;
-                use crate::bindings::$v::tool_adapter::orchard::plugin::types::Error;
-                use crate::convert::$v as convert;
+                use crate::contract::$v::convert;
+                use crate::contract::$v::harness::orchard::plugin::model::Completion;
+                use crate::contract::$v::tool_adapter::orchard::plugin::types::Error;
                 let request = messages.iter().map(convert::message_to_model).collect();
                 let specs = tools.iter().map(convert::spec_to_model).collect();
                 let sampling = convert::sampling_to_model(&sampling).map_err(Error::InvalidInput)?;
@@ -75,6 +75,3 @@ macro_rules! model_host {
         }
     };
 }
-
-model_host!(v0_1);
-model_host!(v0_2);

@@ -1,20 +1,20 @@
 //! `sandbox`: the run's sandbox, through its agent.
 
 use super::HostState;
-use crate::bindings::WitError;
+use crate::contract::v0_1::WitError;
 use crate::manifest::Capability;
 use crate::trajectory::Step;
 
 /// The largest file a plugin may read whole (its memory is limited below this anyway).
-const MAX_PLUGIN_READ: u64 = 256 << 20;
+pub(crate) const MAX_PLUGIN_READ: u64 = 256 << 20;
 
 impl HostState {
-    fn agent(&self) -> Result<std::sync::Arc<orchard_agent_client::AgentClient>, WitError> {
+    pub(crate) fn agent(&self) -> Result<std::sync::Arc<orchard_agent_client::AgentClient>, WitError> {
         self.require(Capability::Sandbox)?;
         self.run.current_sandbox().ok_or_else(|| WitError::Unavailable("this run has no sandbox".into()))
     }
 
-    fn record_sandbox(&self, op: &str, detail: serde_json::Value, started: u64) {
+    pub(crate) fn record_sandbox(&self, op: &str, detail: serde_json::Value, started: u64) {
         let step = Step::Sandbox {
             plugin: self.plugin.clone(),
             op: op.into(),
@@ -26,7 +26,7 @@ impl HostState {
     }
 }
 
-fn clip(text: &str, max: usize) -> String {
+pub(crate) fn clip(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }
@@ -40,16 +40,16 @@ fn clip(text: &str, max: usize) -> String {
 /// The `sandbox` interface of contract version `$v`.
 macro_rules! sandbox_host {
     ($v:ident) => {
-        pub(super) mod $v {
+        mod sandbox_host {
         use orchard_protocol::{Command as PCommand, ExecRequest as PExec, FileKind, OutputLimit};
         use serde_json::json;
 
-        use crate::bindings::$v::tool_adapter::orchard::plugin::sandbox::{
+        use crate::contract::$v::tool_adapter::orchard::plugin::sandbox::{
             Command, DirEntry, EntryKind, ExecRequest, ExecResult, Host, HttpRequest, HttpResponse, ProcessState,
             SessionAnswer, SessionInput,
         };
-        use crate::bindings::$v::tool_adapter::orchard::plugin::types::Error as WitError;
-        use super::MAX_PLUGIN_READ;
+        use crate::contract::$v::tool_adapter::orchard::plugin::types::Error as WitError;
+        use crate::host::sandbox::{MAX_PLUGIN_READ, clip};
         use crate::host::{HostState, agent_error};
 
         /// Records a session command's answer with `detail` (what was asked), and converts it.
@@ -65,8 +65,8 @@ macro_rules! sandbox_host {
             detail["running"] = running.into();
             detail["exit_code"] = out.exit_code.into();
             detail["timed_out"] = out.timed_out.into();
-            detail["stdout"] = super::clip(&out.stdout, 2048).into();
-            detail["stderr"] = super::clip(&out.stderr, 2048).into();
+            detail["stdout"] = clip(&out.stdout, 2048).into();
+            detail["stderr"] = clip(&out.stderr, 2048).into();
             state.record_sandbox(op, detail, started);
             SessionAnswer { output: out, running }
         }
@@ -216,7 +216,7 @@ macro_rules! sandbox_host {
                 self.record_sandbox(
                     "exec",
                     json!({"command": shown, "exit_code": out.exit_code, "timed_out": out.timed_out,
-                           "stdout": super::clip(&out.stdout, 2048), "stderr": super::clip(&out.stderr, 2048)}),
+                           "stdout": clip(&out.stdout, 2048), "stderr": clip(&out.stderr, 2048)}),
                     started,
                 );
                 Ok(out)
@@ -309,6 +309,3 @@ macro_rules! sandbox_host {
         }
     };
 }
-
-sandbox_host!(v0_1);
-sandbox_host!(v0_2);

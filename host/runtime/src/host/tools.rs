@@ -7,25 +7,18 @@ use std::sync::Arc;
 use wasmtime::Store;
 
 use super::HostState;
-use crate::bindings::{ToolCall, ToolOutput, ToolSpec, WitError, v0_1, v0_2};
-use crate::convert;
+use crate::contract::BoundTools;
+use crate::contract::v0_1::{ToolCall, ToolOutput, ToolSpec, WitError};
 use crate::engine::Runtime;
 use crate::failure::PluginFailure;
 use crate::manifest::Capability;
-use crate::plugin::{Plugin, Pre};
+use crate::plugin::Plugin;
 use crate::rollout::{Grants, Limits, RolloutContext};
-
-enum Bindings {
-    Tools(v0_1::tool_adapter::ToolAdapter),
-    Browser(v0_1::browser_driver::BrowserDriver),
-    ToolsV2(v0_2::tool_adapter::ToolAdapter),
-    BrowserV2(v0_2::browser_driver::BrowserDriver),
-}
 
 struct Adapter {
     plugin: Arc<Plugin>,
     store: tokio::sync::Mutex<Store<HostState>>,
-    bindings: Bindings,
+    bindings: BoundTools,
 }
 
 pub(crate) struct ToolRouter {
@@ -49,28 +42,12 @@ impl ToolRouter {
             let fail = |call: &str, e: wasmtime::Error, store: &Store<HostState>| {
                 PluginFailure::from_error(plugin, call, e, store)
             };
-            macro_rules! list {
-                ($pre:expr, $variant:ident, $v:ident) => {{
-                    let b = $pre.instantiate_async(&mut store).await.map_err(|e| fail("instantiate", e, &store))?;
-                    let specs = b
-                        .orchard_plugin_tools()
-                        .call_list(&mut store)
-                        .await
-                        .map_err(|e| fail("tools.list", e, &store))?;
-                    (Bindings::$variant(b), specs.into_iter().map(convert::$v::tool_spec_to_v1).collect::<Vec<_>>())
-                }};
-            }
-            let (bindings, specs) = match &plugin.pre {
-                Pre::ToolAdapter(pre) => list!(pre, Tools, v0_1),
-                Pre::BrowserDriver(pre) => list!(pre, Browser, v0_1),
-                Pre::ToolAdapterV2(pre) => list!(pre, ToolsV2, v0_2),
-                Pre::BrowserDriverV2(pre) => list!(pre, BrowserV2, v0_2),
-                _ => {
-                    return Err(PluginFailure::config(
-                        plugin,
-                        format!("{} is a {}, not a tool adapter", plugin.id(), plugin.kind()),
-                    ));
-                }
+            let bound = plugin.pre.bind_tools(&mut store).await.map_err(|(call, e)| fail(call, e, &store))?;
+            let Some((bindings, specs)) = bound else {
+                return Err(PluginFailure::config(
+                    plugin,
+                    format!("{} is a {}, not a tool adapter", plugin.id(), plugin.kind()),
+                ));
             };
             let index = router.adapters.len();
             for spec in specs {
@@ -105,21 +82,7 @@ impl ToolRouter {
         };
         let adapter = &self.adapters[index];
         let mut store = adapter.store.lock().await;
-        macro_rules! call_v2 {
-            ($b:expr) => {{
-                let call = convert::v0_2::tool_call_from_v1(call.clone());
-                $b.orchard_plugin_tools()
-                    .call_call(&mut *store, &call)
-                    .await
-                    .map(|r| r.map(convert::v0_2::tool_output_to_v1).map_err(convert::v0_2::error_to_v1))
-            }};
-        }
-        let result = match &adapter.bindings {
-            Bindings::Tools(b) => b.orchard_plugin_tools().call_call(&mut *store, call).await,
-            Bindings::Browser(b) => b.orchard_plugin_tools().call_call(&mut *store, call).await,
-            Bindings::ToolsV2(b) => call_v2!(b),
-            Bindings::BrowserV2(b) => call_v2!(b),
-        };
+        let result = adapter.bindings.call(&mut store, call).await;
         let result = result.map_err(|e| {
             PluginFailure::from_error(&adapter.plugin, &format!("tools.call({})", call.name), e, &store)
         })?;
@@ -136,14 +99,14 @@ impl ToolRouter {
 }
 
 impl HostState {
-    fn tool_specs(&self) -> Vec<ToolSpec> {
+    pub(crate) fn tool_specs(&self) -> Vec<ToolSpec> {
         if self.require(Capability::Tools).is_err() {
             return Vec::new();
         }
         self.run.tools.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.specs.clone()).unwrap_or_default()
     }
 
-    async fn call_tool(&mut self, call: ToolCall) -> Result<ToolOutput, WitError> {
+    pub(crate) async fn call_tool(&mut self, call: ToolCall) -> Result<ToolOutput, WitError> {
         self.require(Capability::Tools)?;
         let router = self
             .run
@@ -172,24 +135,21 @@ impl HostState {
 /// The `tools` interface (harnesses) of contract version `$v`; the router speaks 0.1.0's types.
 macro_rules! tools_host {
     ($v:ident) => {
-        impl crate::bindings::$v::harness::orchard::plugin::tools::Host for HostState {
-            async fn list(&mut self) -> Vec<crate::bindings::$v::tool_adapter::orchard::plugin::types::ToolSpec> {
-                self.tool_specs().into_iter().map(crate::convert::$v::tool_spec_from_v1).collect()
+        impl crate::contract::$v::harness::orchard::plugin::tools::Host for HostState {
+            async fn list(&mut self) -> Vec<crate::contract::$v::tool_adapter::orchard::plugin::types::ToolSpec> {
+                self.tool_specs().into_iter().map(crate::contract::$v::convert::tool_spec_from_v1).collect()
             }
 
             async fn call(
                 &mut self,
-                call: crate::bindings::$v::tool_adapter::orchard::plugin::types::ToolCall,
+                call: crate::contract::$v::tool_adapter::orchard::plugin::types::ToolCall,
             ) -> Result<
-                crate::bindings::$v::tool_adapter::orchard::plugin::types::ToolOutput,
-                crate::bindings::$v::tool_adapter::orchard::plugin::types::Error,
+                crate::contract::$v::tool_adapter::orchard::plugin::types::ToolOutput,
+                crate::contract::$v::tool_adapter::orchard::plugin::types::Error,
             > {
-                let result = self.call_tool(crate::convert::$v::tool_call_to_v1(call)).await;
-                result.map(crate::convert::$v::tool_output_from_v1).map_err(Into::into)
+                let result = self.call_tool(crate::contract::$v::convert::tool_call_to_v1(call)).await;
+                result.map(crate::contract::$v::convert::tool_output_from_v1).map_err(Into::into)
             }
         }
     };
 }
-
-tools_host!(v0_1);
-tools_host!(v0_2);
