@@ -1,7 +1,7 @@
 //! Orchard's plugin runtime.
 //!
 //! Plugins are WebAssembly components implementing one world of a contract version,
-//! `orchard:plugin@0.1.0` or `@0.2.0` (`wit/`, one module of [`contract`] each): `harness`,
+//! `orchard:plugin@0.1.0` or `@0.2.0` (`wit/`, one module of `contract` each): `harness`,
 //! `tool-adapter`, `browser-driver` or `grader`. The runtime compiles
 //! each once (cached on disk, keyed by the engine's compatibility hash), checks it against its
 //! world, pre-instantiates it, and runs rollouts: a fresh store per plugin instance per rollout,

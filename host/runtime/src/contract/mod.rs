@@ -2,11 +2,11 @@
 //! keeps one per WIT version: each holds that version's generated bindings, its conversions to
 //! the host's own types, which host interfaces it links (and what they do that an older version
 //! did not), and how its worlds are instantiated and called. The rest of the runtime speaks only
-//! [`Pre`] and [`BoundTools`], dispatched here.
+//! `Pre` and `BoundTools`, dispatched here.
 //!
 //! Invariants:
 //! - A frozen version's module never changes what its plugins see: a new version is a new file
-//!   and one line in [`versions!`], never an edit of an older one.
+//!   and one line in `versions!`, never an edit of an older one.
 //! - The host's tool router speaks 0.1.0's types; every version converts at its edge.
 
 /// The four worlds of the contract in `$path`.
