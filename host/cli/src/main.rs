@@ -1,5 +1,9 @@
 //! `orchard`: one binary for the environment layer.
 
+// The arguments' doc comments are their --help text (clap), where `[default: …]` and
+// `HOST[:PORT]` read as written: they are not rustdoc links.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 mod admission_args;
 mod agent_bin;
 mod backend;

@@ -54,7 +54,7 @@ impl Default for Options {
     }
 }
 
-/// Reads a specs file: `[repos."owner/name"]` tables of [`RepoSpec`] fields.
+/// Reads a specs file: `[repos."owner/name"]` tables of `RepoSpec` fields.
 pub fn read_specs(path: &Path) -> Result<BTreeMap<String, RepoSpec>, ConvertError> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]

@@ -351,7 +351,7 @@ fn drop_nulls(v: &mut Value) {
 /// `function_call` (the calls as JSON: an object, or an array for parallel calls) and
 /// `observation`. LLaMA-Factory drops any record whose turns do not alternate user side
 /// (`human`, `observation`) and model side (`gpt`, `function_call`), starting with the user and
-/// ending with the model, so runs of one side are merged (see [`alternate`]) and trailing
+/// ending with the model, so runs of one side are merged (see `alternate`) and trailing
 /// user-side turns, which teach nothing, are dropped.
 pub fn sharegpt(rollout: &Value) -> Value {
     let mut system = String::new();

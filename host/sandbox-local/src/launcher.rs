@@ -130,7 +130,7 @@ impl Launcher {
     }
 
     /// Starts a sandbox: forks its setup and returns at once (a fork of the launcher's time);
-    /// [`Started::setup`] says when the setup is done.
+    /// `Started::setup` says when the setup is done.
     pub async fn launch(&self, request: &Request, fds: Fds) -> Result<Started, String> {
         let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
         if body.len() > MAX_MESSAGE {

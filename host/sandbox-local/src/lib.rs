@@ -450,7 +450,7 @@ impl LocalBackend {
     }
 
     /// Creates the sandbox whose id `reserve` took, and registers it.
-    /// Forks `id` into `count` new sandboxes (see [`fork`]); also answers how long the source
+    /// Forks `id` into `count` new sandboxes (see `fork`); also answers how long the source
     /// was frozen (`None` when it forked by tar).
     pub async fn fork_sandbox(&self, id: &str, count: usize) -> Result<(Vec<SandboxInfo>, Option<Duration>)> {
         let source = self.find(id)?;

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use crate::AppState;
 use orchard_api_kit::ApiError;
 
-/// The tenant a request acts for, put in the request's extensions by [`authenticate`].
+/// The tenant a request acts for, put in the request's extensions by `authenticate`.
 pub use orchard_api_kit::Tenant;
 
 /// The tenant used when the server runs without keys (loopback only).
