@@ -1,0 +1,87 @@
+//! Warm pools on this machine: a matching create claims a ready sandbox in memory; a
+//! background task keeps each pool filled to its size.
+
+use crate::*;
+use orchard_sandbox::{SandboxInfo, SandboxSpec, SandboxStatus};
+use record::now;
+use std::time::Duration;
+
+impl LocalBackend {
+    /// A ready sandbox of the shape `spec` asks for, now the caller's.
+    pub(crate) fn claim_pooled(&self, spec: &SandboxSpec) -> Option<SandboxInfo> {
+        let pool = self.pools.iter().find(|p| p.shape.serves(spec))?;
+        let claimed = loop {
+            let id = pool.take()?;
+            // One that died while it waited is dropped (the refill task replaces it).
+            match self.find(&id) {
+                Ok(sandbox) if sandbox.info().status == SandboxStatus::Ready => break sandbox,
+                _ => continue,
+            }
+        };
+        {
+            let mut r = claimed.record.lock().unwrap_or_else(|p| p.into_inner());
+            r.tenant = spec.tenant.clone();
+            r.ttl_seconds = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
+            r.created_at = now();
+            r.last_active = now();
+            if let Err(e) = r.save(&claimed.dir) {
+                tracing::warn!(sandbox = %r.id, "claiming a pooled sandbox: {e}");
+            }
+        }
+        self.refill.notify_one();
+        Some(claimed.info())
+    }
+
+    /// Creates what the pools lack, one sandbox at a time per pool, within capacity.
+    pub(crate) async fn refill_once(&self) {
+        for pool in &self.pools {
+            while pool.len() < pool.size && self.free_slots_now() > 0 {
+                let spec = pool.shape.spec();
+                let created = match self.reserve(&spec) {
+                    Ok(id) => {
+                        let made = self.create_inner(&id, &spec).await;
+                        if let Ok(sandbox) = &made {
+                            // Warm: the agent's first command pays for threads and page cache
+                            // that later ones find ready; a pooled sandbox pays it now.
+                            let _ = sandbox
+                                .agent
+                                .exec(&orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(vec![
+                                    "true".into(),
+                                ])))
+                                .await;
+                        }
+                        let made = made.map(|sandbox| {
+                            self.sandboxes.write().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), sandbox);
+                            id.clone()
+                        });
+                        self.release(&id);
+                        made
+                    }
+                    Err(e) => Err(e),
+                };
+                match created {
+                    Ok(id) => pool.put(id),
+                    Err(e) => {
+                        tracing::warn!(image = %pool.shape.image, "warm pool: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keeps the pools full: refills at start, shortly after claims, and every few seconds (pooled
+/// sandboxes that died are replaced). A refill waits until claims have paused for a moment: the
+/// sandbox just claimed gets the machine for its first commands, and a burst of claims is made
+/// up for in one go.
+pub(crate) async fn refill_pools(backend: std::sync::Weak<LocalBackend>) {
+    const QUIET: Duration = Duration::from_millis(100);
+    loop {
+        let Some(strong) = backend.upgrade() else { return };
+        strong.refill_once().await;
+        if tokio::time::timeout(Duration::from_secs(5), strong.refill.notified()).await.is_ok() {
+            while tokio::time::timeout(QUIET, strong.refill.notified()).await.is_ok() {}
+        }
+    }
+}
