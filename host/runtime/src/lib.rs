@@ -9,6 +9,7 @@
 
 #[macro_use]
 pub mod host;
+mod context;
 mod contract;
 mod engine;
 mod failure;
