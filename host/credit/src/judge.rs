@@ -6,10 +6,13 @@
 use orchard_model::{Message, ModelClient, Role, Sampling};
 use serde_json::Value;
 
+/// Why the judge gave no per-turn progress.
 #[derive(Debug, thiserror::Error)]
 pub enum JudgeError {
+    /// The judge's endpoint failed.
     #[error("the judge's endpoint: {0}")]
     Model(#[from] orchard_model::ModelError),
+    /// The judge did not answer the JSON the prompt asks for.
     #[error("the judge's answer: {0}")]
     Answer(String),
 }

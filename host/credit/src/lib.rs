@@ -9,6 +9,8 @@
 //! keep the curve and how it was made in `metadata.credit`; the token export zeroes the loss mask
 //! of uncredited turns in the recorded token-faithful segments.
 
+#![warn(missing_docs)]
+
 mod judge;
 mod mc;
 mod tokens;

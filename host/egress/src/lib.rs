@@ -18,6 +18,8 @@
 //! - **Errors teach nothing.** A refused URL is answered with the field's name and one message,
 //!   whether the name did not resolve, resolved somewhere private or matched no rule.
 
+#![warn(missing_docs)]
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
@@ -27,7 +29,9 @@ pub use reqwest::Url;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {reason}")]
 pub struct EgressError {
+    /// The request field that named the URL (`model.url`).
     pub field: String,
+    /// Why it was refused.
     pub reason: String,
 }
 
@@ -60,6 +64,7 @@ pub struct Policy {
 /// A checked URL and the addresses the client must connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Destination {
+    /// The URL as the tenant named it.
     pub url: Url,
     /// The host name the addresses are pinned for (`None` for an address literal or an open policy).
     host: Option<String>,
@@ -83,6 +88,7 @@ impl Policy {
         Ok(Policy { rules: Some(rules) })
     }
 
+    /// Whether this policy admits every URL ([`Policy::open`], the operator's own runs).
     pub fn is_open(&self) -> bool {
         self.rules.is_none()
     }
