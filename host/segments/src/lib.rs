@@ -11,16 +11,21 @@
 //! a new segment, and the record says where the prompt stopped matching. Calls of parallel
 //! threads (subagents) each continue their own segment.
 
+#![warn(missing_docs)]
+
 use serde::{Deserialize, Serialize};
 
 /// One model call as the endpoint answered it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenCall {
+    /// The prompt's token ids.
     pub prompt_ids: Vec<u32>,
+    /// The sampled completion's token ids.
     pub completion_ids: Vec<u32>,
     /// One per completion id (empty when the endpoint gave none).
     #[serde(default)]
     pub logprobs: Vec<f32>,
+    /// Why the completion ended (`stop`, `length`, `tool_calls`, …).
     #[serde(default)]
     pub finish_reason: String,
     /// The policy version the trainer named for this call.
@@ -36,14 +41,22 @@ pub enum SegmentStart {
     First,
     /// A call whose prompt extends no open segment. `diverged_at`: where its prompt stopped
     /// matching the closest one (`None` when it shares no prefix at all).
-    HistoryRewritten { closest_segment: Option<usize>, diverged_at: Option<usize> },
+    HistoryRewritten {
+        /// The open segment whose prompt this one shares the longest prefix with.
+        closest_segment: Option<usize>,
+        /// Where the two stopped matching.
+        diverged_at: Option<usize>,
+    },
 }
 
 /// One model turn inside a segment's response: its ids are `response_ids[start..end]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnSpan {
+    /// The call, by index in the rollout.
     pub call: usize,
+    /// Where its completion starts in `response_ids`.
     pub start: usize,
+    /// Where it ends (exclusive).
     pub end: usize,
 }
 
@@ -51,6 +64,7 @@ pub struct TurnSpan {
 /// sampled them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Segment {
+    /// The first call's prompt.
     pub prompt_ids: Vec<u32>,
     /// Completions and the observations between them, in order.
     pub response_ids: Vec<u32>,
@@ -58,7 +72,9 @@ pub struct Segment {
     pub loss_mask: Vec<u8>,
     /// The sampled tokens' logprobs, 0 on observation tokens; as long as `response_ids`.
     pub logprobs: Vec<f32>,
+    /// Where each model turn's completion lies in `response_ids`.
     pub turns: Vec<TurnSpan>,
+    /// Why the segment starts.
     pub start: SegmentStart,
     /// The calls it holds, by index in the rollout.
     pub calls: Vec<usize>,

@@ -11,11 +11,22 @@ use cap_std::fs::{Dir, OpenOptions};
 /// A failed read of a task folder; every variant names the path relative to the root.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
+    /// The file is over the read limit.
     #[error("{path}: larger than {limit} bytes")]
-    TooLarge { path: String, limit: u64 },
+    TooLarge {
+        /// The file, relative to the root.
+        path: String,
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// The path (or a link on the way) leads outside the root, or to nothing.
     #[error("{path}: {reason}")]
-    Unreadable { path: String, reason: String },
+    Unreadable {
+        /// The path, relative to the root.
+        path: String,
+        /// Why it could not be read.
+        reason: String,
+    },
 }
 
 /// Files under one root, every path resolved beneath it.

@@ -20,6 +20,8 @@
 //! - **Errors name only paths relative to the root, under the label the caller gave it**, and
 //!   never quote a file's content: a tenant learns nothing about the server's own files.
 
+#![warn(missing_docs)]
+
 mod files;
 mod unpack;
 

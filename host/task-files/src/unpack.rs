@@ -31,9 +31,24 @@ pub enum UnpackError {
     /// `what` is the limit's unit ("bytes unpacked", "entries", "bytes in one file"); `entry`
     /// the file that crossed it, where one did.
     #[error("{}over the limit of {limit} {what}", entry.as_ref().map(|e| format!("{e}: ")).unwrap_or_default())]
-    TooLarge { what: &'static str, limit: u64, entry: Option<String> },
+    TooLarge {
+        /// The limit's unit.
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+        /// The entry that crossed it, where one did.
+        entry: Option<String>,
+    },
+    /// An entry that may not be unpacked (a link outside the archive, a hard link, a special
+    /// file, a path that would land outside the folder).
     #[error("entry {entry}: {reason}")]
-    Refused { entry: String, reason: String },
+    Refused {
+        /// The entry's path in the archive.
+        entry: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The upload is not a gzip-compressed tar.
     #[error("not a .tar.gz: {0}")]
     Malformed(String),
     /// Writing the unpacked folder failed (the server's disk, not the upload).
