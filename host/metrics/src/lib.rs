@@ -2,6 +2,8 @@
 //! the runner, the HTTP server) and `/metrics` encodes. Labels never carry a tenant or a job id:
 //! their number stays bounded however many jobs run.
 
+#![warn(missing_docs)]
+
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -12,43 +14,61 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// The labels of `orchard_rollouts`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RolloutLabels {
     /// graded | unknown | error
     pub status: String,
     /// The harness and grader by name (versions come and go; names are bounded).
     pub harness: String,
+    /// The grader, by name.
     pub grader: String,
 }
 
+/// The label of the per-plugin histograms.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabel {
+    /// The plugin, by name.
     pub plugin: String,
 }
 
+/// The label of `orchard_model_request_duration_seconds`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
     /// ok | retried | failed
     pub outcome: String,
 }
 
+/// The labels of `orchard_http_responses`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
+    /// The request's method.
     pub method: String,
     /// 2xx, 4xx, 5xx ...
     pub code: String,
 }
 
+/// This process's metrics, served at `/metrics` in Prometheus's text format (prefix `orchard_`;
+/// counters' samples end in `_total`).
 pub struct Metrics {
     registry: Registry,
+    /// `orchard_rollouts`: rollouts finished, by status, harness and grader.
     pub rollouts: Family<RolloutLabels, Counter>,
+    /// `orchard_rollout_duration_seconds`: a rollout's wall time, by harness.
     pub rollout_seconds: Family<PluginLabel, Histogram>,
+    /// `orchard_grade_duration_seconds`: a grader's time, by grader.
     pub grade_seconds: Family<PluginLabel, Histogram>,
+    /// `orchard_rollouts_running`: rollouts running in this process.
     pub rollouts_running: Gauge,
+    /// `orchard_sandboxes_live`: sandboxes this process's backend holds.
     pub sandboxes_live: Gauge,
+    /// `orchard_queue_depth`: rollouts queued in the database (every replica's).
     pub queue_depth: Gauge,
+    /// `orchard_model_request_duration_seconds`: model requests, by outcome.
     pub model_request_seconds: Family<OutcomeLabel, Histogram>,
+    /// `orchard_model_retries`: model requests retried.
     pub model_retries: Counter,
+    /// `orchard_http_responses`: the API's and UI's answers, by method and status class.
     pub http_responses: Family<HttpLabels, Counter>,
 }
 
@@ -136,6 +156,7 @@ impl Metrics {
         }
     }
 
+    /// Counts one HTTP answer by its method and status class (`2xx`, `4xx`, …).
     pub fn http_response(&self, method: &str, status: u16) {
         let labels = HttpLabels { method: method.to_string(), code: format!("{}xx", status / 100) };
         self.http_responses.get_or_create(&labels).inc();
