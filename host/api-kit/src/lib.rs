@@ -18,28 +18,6 @@ pub use error::{ApiError, ApiResult, Problem};
 pub use extract::{JsonBody, Query, parse_json};
 
 /// The tenant a request acts for, put in the request's extensions by the server's
-/// authentication (and by the web UI's session for its pages).
+/// authentication (routes read it as `Extension<Tenant>`; the web UI's pages from their session).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub String);
-
-impl Tenant {
-    /// The tenant's name.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Tenant {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, ApiError> {
-        // Missing only if a route was mounted outside the authentication layer: our bug, and
-        // refusing is the safe answer.
-        parts.extensions.get::<Tenant>().cloned().ok_or_else(|| {
-            ApiError::new(
-                axum::http::StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "no API key was accepted for this request",
-            )
-        })
-    }
-}

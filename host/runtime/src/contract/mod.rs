@@ -437,28 +437,12 @@ pub(crate) struct GradeInput<'a> {
     pub environment: &'a crate::GradingEnvironment,
 }
 
-/// Converts a grader's answer (the same record in every version) into the host's verdict.
-macro_rules! verdict_from {
-    ($grading:path, $result:expr) => {{
-        use $grading as grading;
-        match $result {
-            Ok(grading::Verdict::Graded(s)) => Ok(crate::Verdict::Graded {
-                reward: s.reward,
-                passed: s.passed,
-                sub_scores: s.sub_scores.into_iter().map(|s| (s.name, s.value)).collect(),
-                explanation: s.explanation,
-            }),
-            Ok(grading::Verdict::Unknown(reason)) => Ok(crate::Verdict::Unknown { reason }),
-            Err(e) => Err(convert::error_text(&e)),
-        }
-    }};
-}
-
 /// The parts of a version module that are the same in every version but for the types: the
-/// typed pre-instances, linking, instantiating, tools and running a harness. Grading differs by
-/// version (0.2.0 adds the environment) and stays in each version's file.
+/// typed pre-instances, linking, instantiating, tools, running a harness and grading.
+/// `$grading_env` names the version's function that builds `grading.grade`'s extra argument,
+/// for versions whose grader is told its environment (0.2.0 on).
 macro_rules! common_calls {
-    () => {
+    ($($grading_env:ident)?) => {
         use wasmtime::Store;
         use wasmtime::component::{HasSelf, InstancePre, Linker};
 
@@ -557,6 +541,42 @@ macro_rules! common_calls {
                             .await
                             .map_err(|e| ("agent.run", e))?;
                         Ok(result.map(|o| convert::outcome_from(&o)).map_err(|e| convert::error_text(&e)))
+                    }
+                    .await,
+                )
+            }
+
+            pub(crate) async fn grade(
+                &self,
+                store: &mut Store<HostState>,
+                input: &super::GradeInput<'_>,
+            ) -> Option<Result<Result<crate::Verdict, String>, (&'static str, wasmtime::Error)>> {
+                use grader::exports::orchard::plugin::grading;
+                let Pre::Grader(pre) = self else { return None };
+                Some(
+                    async {
+                        let bindings = pre.instantiate_async(&mut *store).await.map_err(|e| ("instantiate", e))?;
+                        let result = bindings
+                            .orchard_plugin_grading()
+                            .call_grade(
+                                &mut *store,
+                                &convert::task(input.task),
+                                &trajectory(input),
+                                &convert::outcome_to(input.outcome),
+                                $(&$grading_env(input.environment),)?
+                            )
+                            .await
+                            .map_err(|e| ("grading.grade", e))?;
+                        Ok(match result {
+                            Ok(grading::Verdict::Graded(s)) => Ok(crate::Verdict::Graded {
+                                reward: s.reward,
+                                passed: s.passed,
+                                sub_scores: s.sub_scores.into_iter().map(|s| (s.name, s.value)).collect(),
+                                explanation: s.explanation,
+                            }),
+                            Ok(grading::Verdict::Unknown(reason)) => Ok(crate::Verdict::Unknown { reason }),
+                            Err(e) => Err(convert::error_text(&e)),
+                        })
                     }
                     .await,
                 )

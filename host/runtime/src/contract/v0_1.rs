@@ -19,30 +19,3 @@ model_host!(v0_1);
 sandbox_host!(v0_1);
 tools_host!(v0_1);
 browser_host!(v0_1);
-
-impl Pre {
-    pub(crate) async fn grade(
-        &self,
-        store: &mut Store<HostState>,
-        input: &super::GradeInput<'_>,
-    ) -> Option<Result<Result<crate::Verdict, String>, (&'static str, wasmtime::Error)>> {
-        let Pre::Grader(pre) = self else { return None };
-        Some(
-            async {
-                let bindings = pre.instantiate_async(&mut *store).await.map_err(|e| ("instantiate", e))?;
-                let result = bindings
-                    .orchard_plugin_grading()
-                    .call_grade(
-                        &mut *store,
-                        &convert::task(input.task),
-                        &trajectory(input),
-                        &convert::outcome_to(input.outcome),
-                    )
-                    .await
-                    .map_err(|e| ("grading.grade", e))?;
-                Ok(verdict_from!(grader::exports::orchard::plugin::grading, result))
-            }
-            .await,
-        )
-    }
-}

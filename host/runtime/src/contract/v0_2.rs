@@ -10,7 +10,7 @@ use crate::host::browser::Session;
 
 worlds!("../../wit/0.2.0");
 conversions!(v0_2);
-common_calls!();
+common_calls!(grading_environment);
 
 impl tool_adapter::orchard::plugin::types::Host for HostState {}
 log_host!(v0_2);
@@ -63,44 +63,21 @@ impl From<super::v0_1::WitError> for tool_adapter::orchard::plugin::types::Error
     }
 }
 
-impl Pre {
-    pub(crate) async fn grade(
-        &self,
-        store: &mut Store<HostState>,
-        input: &super::GradeInput<'_>,
-    ) -> Option<Result<Result<crate::Verdict, String>, (&'static str, wasmtime::Error)>> {
-        use grader::exports::orchard::plugin::grading::{DroppedChange, Environment};
-        let Pre::Grader(pre) = self else { return None };
-        let env = input.environment;
-        let environment = Environment {
-            separate: env.separate,
-            base_commit: env.base_commit.clone(),
-            carried: env.carried.clone(),
-            dropped: env
-                .dropped
-                .iter()
-                .map(|(path, reason)| DroppedChange { path: path.clone(), reason: reason.clone() })
-                .collect(),
-            artifacts: env.artifacts.clone(),
-            problem: env.problem.clone(),
-        };
-        Some(
-            async {
-                let bindings = pre.instantiate_async(&mut *store).await.map_err(|e| ("instantiate", e))?;
-                let result = bindings
-                    .orchard_plugin_grading()
-                    .call_grade(
-                        &mut *store,
-                        &convert::task(input.task),
-                        &trajectory(input),
-                        &convert::outcome_to(input.outcome),
-                        &environment,
-                    )
-                    .await
-                    .map_err(|e| ("grading.grade", e))?;
-                Ok(verdict_from!(grader::exports::orchard::plugin::grading, result))
-            }
-            .await,
-        )
+/// `grading.environment` (new in 0.2.0): where the grader works and what was carried there.
+fn grading_environment(
+    env: &crate::GradingEnvironment,
+) -> grader::exports::orchard::plugin::grading::Environment {
+    use grader::exports::orchard::plugin::grading::{DroppedChange, Environment};
+    Environment {
+        separate: env.separate,
+        base_commit: env.base_commit.clone(),
+        carried: env.carried.clone(),
+        dropped: env
+            .dropped
+            .iter()
+            .map(|(path, reason)| DroppedChange { path: path.clone(), reason: reason.clone() })
+            .collect(),
+        artifacts: env.artifacts.clone(),
+        problem: env.problem.clone(),
     }
 }
