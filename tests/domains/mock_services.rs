@@ -41,6 +41,7 @@ async fn call(server: &Server, id: &str, port: u16, method: &str, path: &str, bo
 async fn as_grader(server: &Server, id: &str, port: u16, method: &str, path: &str) -> (u16, Value) {
     let record = server.record(id);
     let socket = server.state_dir.join("run/sandboxes").join(id).join("agent.sock");
+    use orchard_agent_client::SandboxAgent;
     let agent = orchard_agent_client::AgentClient::new(
         orchard_agent_client::AgentAddr::Unix(socket),
         record["token"].as_str().unwrap(),

@@ -4,6 +4,7 @@
 //! keeps idle connections for reuse so that an exec costs one request, not one connect, and turns
 //! the agent's answers back into `orchard-protocol` types.
 
+mod agent;
 mod error;
 mod pool;
 mod stream;
@@ -15,12 +16,13 @@ use futures::{Stream, TryStreamExt};
 use http_body_util::BodyExt;
 use hyper::{Method, Request, Response, StatusCode, body::Incoming};
 use orchard_protocol::{
-    ExecFrame, ExecRequest, ExecResult, FileEntry, Health, Listing, LogChunk, ProcessInfo, ProcessStart, SessionInfo,
+    ExecRequest, ExecResult, FileEntry, Health, Listing, LogChunk, ProcessInfo, ProcessStart, SessionInfo,
     SessionStart, SignalRequest, WriteResult,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use agent::{FrameStream, SandboxAgent, SharedAgent};
 pub use error::AgentClientError;
 pub use pool::AgentAddr;
 pub use stream::AgentStream;
@@ -43,6 +45,8 @@ where
     http_body_util::StreamBody::new(stream.map_ok(hyper::body::Frame::data)).boxed_unsync()
 }
 
+/// The HTTP client of one sandbox's `orchard-agent`: what the local and Kubernetes backends
+/// hand out as their [`SandboxAgent`].
 pub struct AgentClient {
     pool: pool::Pool,
     bearer: String,
@@ -55,44 +59,6 @@ impl AgentClient {
 
     pub fn addr(&self) -> &AgentAddr {
         self.pool.addr()
-    }
-
-    /// Sends a raw request; the answer's body is left for the caller to stream.
-    pub async fn send(&self, method: Method, path_and_query: &str, body: Body) -> Result<Response<Incoming>> {
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("http://agent{path_and_query}"))
-            .header(hyper::header::AUTHORIZATION, &self.bearer)
-            .header(hyper::header::HOST, "agent")
-            .body(body)
-            .map_err(|e| AgentClientError::Protocol(e.to_string()))?;
-        let response = self.pool.send(request).await?;
-        if response.status().is_success() {
-            return Ok(response);
-        }
-        Err(error::from_response(response).await)
-    }
-
-    /// Sends a request and decodes a JSON answer; the connection goes back to the pool.
-    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Body) -> Result<T> {
-        let response = self.send(method, path, body).await?;
-        let bytes = response.into_body().collect().await.map_err(|e| AgentClientError::Protocol(e.to_string()))?;
-        serde_json::from_slice(&bytes.to_bytes()).map_err(|e| AgentClientError::Protocol(format!("bad answer: {e}")))
-    }
-
-    async fn call_json<T: DeserializeOwned>(&self, method: Method, path: &str, body: &impl Serialize) -> Result<T> {
-        let bytes = serde_json::to_vec(body).map_err(|e| AgentClientError::Protocol(e.to_string()))?;
-        self.call(method, path, full(bytes)).await
-    }
-
-    async fn call_empty(&self, method: Method, path: &str) -> Result<()> {
-        let response = self.send(method, path, full(Bytes::new())).await?;
-        let _ = response.into_body().collect().await;
-        Ok(())
-    }
-
-    pub async fn health(&self) -> Result<Health> {
-        self.call(Method::GET, "/health", full(Bytes::new())).await
     }
 
     /// Polls `/health` until the agent answers or `timeout` passes.
@@ -111,35 +77,110 @@ impl AgentClient {
         }
     }
 
-    pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult> {
+    /// Sends a raw request; the answer's body is left for the caller to stream.
+    async fn send_raw(&self, method: Method, path_and_query: &str, body: Body) -> Result<Response<Incoming>> {
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://agent{path_and_query}"))
+            .header(hyper::header::AUTHORIZATION, &self.bearer)
+            .header(hyper::header::HOST, "agent")
+            .body(body)
+            .map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        let response = self.pool.send(request).await?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(error::from_response(response).await)
+    }
+
+    /// Sends a request and decodes a JSON answer; the connection goes back to the pool.
+    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Body) -> Result<T> {
+        let response = self.send_raw(method, path, body).await?;
+        let bytes = response.into_body().collect().await.map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        serde_json::from_slice(&bytes.to_bytes()).map_err(|e| AgentClientError::Protocol(format!("bad answer: {e}")))
+    }
+
+    async fn call_json<T: DeserializeOwned>(&self, method: Method, path: &str, body: &impl Serialize) -> Result<T> {
+        let bytes = serde_json::to_vec(body).map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        self.call(method, path, full(bytes)).await
+    }
+
+    async fn call_empty(&self, method: Method, path: &str) -> Result<()> {
+        let response = self.send_raw(method, path, full(Bytes::new())).await?;
+        let _ = response.into_body().collect().await;
+        Ok(())
+    }
+
+    async fn connect_ws(&self, path: &str) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
+        let io = self.pool.connect().await?;
+        let request = Request::builder()
+            .uri(format!("ws://agent/{path}"))
+            .header(hyper::header::AUTHORIZATION, &self.bearer)
+            .header(hyper::header::HOST, "agent")
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", tokio_tungstenite::tungstenite::handshake::client::generate_key())
+            .body(())
+            .map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        let (ws, _response) = tokio_tungstenite::client_async(request, io).await.map_err(|e| match e {
+            tokio_tungstenite::tungstenite::Error::Http(r) if r.status() == StatusCode::UNAUTHORIZED => {
+                AgentClientError::Agent {
+                    status: 401,
+                    kind: orchard_protocol::ErrorKind::Denied,
+                    message: "agent refused the token".into(),
+                }
+            }
+            other => AgentClientError::Protocol(format!("{path} handshake: {other}")),
+        })?;
+        Ok(ws)
+    }
+}
+
+#[async_trait::async_trait]
+impl SandboxAgent for AgentClient {
+    fn describe(&self) -> String {
+        self.pool.addr().to_string()
+    }
+
+    async fn send(&self, method: Method, path_and_query: &str, body: Body) -> Result<Response<Body>> {
+        let response = self.send_raw(method, path_and_query, body).await?;
+        Ok(response.map(|incoming| incoming.map_err(std::io::Error::other).boxed_unsync()))
+    }
+
+    async fn health(&self) -> Result<Health> {
+        self.call(Method::GET, "/health", full(Bytes::new())).await
+    }
+
+    async fn exec(&self, req: &ExecRequest) -> Result<ExecResult> {
         self.call_json(Method::POST, "/exec", req).await
     }
 
     /// Runs a command and yields its frames as they come; the last one is `Exit` or `Error`.
-    pub async fn exec_stream(&self, req: &ExecRequest) -> Result<impl Stream<Item = Result<ExecFrame>> + Send + use<>> {
+    async fn exec_stream(&self, req: &ExecRequest) -> Result<FrameStream> {
         let bytes = serde_json::to_vec(req).map_err(|e| AgentClientError::Protocol(e.to_string()))?;
-        let response = self.send(Method::POST, "/exec?stream=true", full(bytes)).await?;
-        Ok(stream::ndjson_frames(response.into_body()))
+        let response = self.send_raw(Method::POST, "/exec?stream=true", full(bytes)).await?;
+        Ok(Box::pin(stream::ndjson_frames(response.into_body())))
     }
 
-    pub async fn start_process(&self, req: &ProcessStart) -> Result<ProcessInfo> {
+    async fn start_process(&self, req: &ProcessStart) -> Result<ProcessInfo> {
         self.call_json(Method::POST, "/processes", req).await
     }
 
-    pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>> {
+    async fn list_processes(&self) -> Result<Vec<ProcessInfo>> {
         self.call(Method::GET, "/processes", full(Bytes::new())).await
     }
 
-    pub async fn process(&self, id: &str) -> Result<ProcessInfo> {
+    async fn process(&self, id: &str) -> Result<ProcessInfo> {
         self.call(Method::GET, &format!("/processes/{}", encode(id)), full(Bytes::new())).await
     }
 
-    pub async fn signal_process(&self, id: &str, signal: &str) -> Result<ProcessInfo> {
+    async fn signal_process(&self, id: &str, signal: &str) -> Result<ProcessInfo> {
         let body = SignalRequest { signal: signal.to_string() };
         self.call_json(Method::POST, &format!("/processes/{}/signal", encode(id)), &body).await
     }
 
-    pub async fn process_log(&self, id: &str, offset: u64, limit: Option<u64>) -> Result<LogChunk> {
+    async fn process_log(&self, id: &str, offset: u64, limit: Option<u64>) -> Result<LogChunk> {
         let mut path = format!("/processes/{}/log?offset={offset}", encode(id));
         if let Some(limit) = limit {
             path += &format!("&limit={limit}");
@@ -147,41 +188,35 @@ impl AgentClient {
         self.call(Method::GET, &path, full(Bytes::new())).await
     }
 
-    pub async fn start_session(&self, req: &SessionStart) -> Result<SessionInfo> {
+    async fn start_session(&self, req: &SessionStart) -> Result<SessionInfo> {
         self.call_json(Method::POST, "/sessions", req).await
     }
 
-    pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+    async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
         self.call(Method::GET, "/sessions", full(Bytes::new())).await
     }
 
-    pub async fn session_exec(&self, id: &str, req: &ExecRequest) -> Result<ExecResult> {
+    async fn session_exec(&self, id: &str, req: &ExecRequest) -> Result<ExecResult> {
         self.call_json(Method::POST, &format!("/sessions/{}/exec", encode(id)), req).await
     }
 
     /// Continues, types into or interrupts the command a session left running.
-    pub async fn session_continue(&self, id: &str, req: &orchard_protocol::SessionContinue) -> Result<ExecResult> {
+    async fn session_continue(&self, id: &str, req: &orchard_protocol::SessionContinue) -> Result<ExecResult> {
         self.call_json(Method::POST, &format!("/sessions/{}/continue", encode(id)), req).await
     }
 
-    pub async fn close_session(&self, id: &str) -> Result<()> {
+    async fn close_session(&self, id: &str) -> Result<()> {
         self.call_empty(Method::DELETE, &format!("/sessions/{}", encode(id))).await
     }
 
-    pub async fn read_file(&self, path: &str) -> Result<Bytes> {
-        let response = self.send(Method::GET, &format!("/files?path={}", encode(path)), full(Bytes::new())).await?;
+    async fn read_file(&self, path: &str) -> Result<Bytes> {
+        let response = self.send_raw(Method::GET, &format!("/files?path={}", encode(path)), full(Bytes::new())).await?;
         let body = response.into_body().collect().await.map_err(|e| AgentClientError::Protocol(e.to_string()))?;
         Ok(body.to_bytes())
     }
 
     /// Writes a file atomically. `mode` is octal permission bits (e.g. 0o755).
-    pub async fn write_file(
-        &self,
-        path: &str,
-        body: Body,
-        mode: Option<u32>,
-        create_parents: bool,
-    ) -> Result<WriteResult> {
+    async fn write_file(&self, path: &str, body: Body, mode: Option<u32>, create_parents: bool) -> Result<WriteResult> {
         let mut query = format!("/files?path={}&create_parents={create_parents}", encode(path));
         if let Some(mode) = mode {
             query += &format!("&mode={mode:o}");
@@ -189,35 +224,35 @@ impl AgentClient {
         self.call(Method::PUT, &query, body).await
     }
 
-    pub async fn list(&self, path: &str) -> Result<Listing> {
+    async fn list(&self, path: &str) -> Result<Listing> {
         self.call(Method::GET, &format!("/files/list?path={}", encode(path)), full(Bytes::new())).await
     }
 
-    pub async fn stat(&self, path: &str) -> Result<FileEntry> {
+    async fn stat(&self, path: &str) -> Result<FileEntry> {
         self.call(Method::GET, &format!("/files/stat?path={}", encode(path)), full(Bytes::new())).await
     }
 
-    pub async fn remove(&self, path: &str, recursive: bool) -> Result<()> {
+    async fn remove(&self, path: &str, recursive: bool) -> Result<()> {
         self.call_empty(Method::DELETE, &format!("/files?path={}&recursive={recursive}", encode(path))).await
     }
 
     /// Downloads a directory as a tar stream.
-    pub async fn tar_download(&self, path: &str) -> Result<Response<Incoming>> {
+    async fn tar_download(&self, path: &str) -> Result<Response<Body>> {
         self.send(Method::GET, &format!("/tar?path={}", encode(path)), full(Bytes::new())).await
     }
 
     /// Uploads a tar stream and extracts it into `path`.
-    pub async fn tar_upload(&self, path: &str, body: Body) -> Result<WriteResult> {
+    async fn tar_upload(&self, path: &str, body: Body) -> Result<WriteResult> {
         self.call(Method::PUT, &format!("/tar?path={}", encode(path)), body).await
     }
 
     /// Sends an HTTP request to a service on the sandbox's loopback.
-    pub async fn http(&self, req: &orchard_protocol::HttpRequest) -> Result<orchard_protocol::HttpResponse> {
+    async fn http(&self, req: &orchard_protocol::HttpRequest) -> Result<orchard_protocol::HttpResponse> {
         self.call_json(Method::POST, "/http", req).await
     }
 
     /// Opens the PTY WebSocket (`/pty`); frames are relayed as they are.
-    pub async fn connect_pty(&self) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
+    async fn connect_pty(&self) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
         self.connect_ws("pty").await
     }
 
@@ -225,7 +260,7 @@ impl AgentClient {
     /// `--remote-debugging-pipe`) and answers its DevTools pipe as a byte stream: what is
     /// written reaches the browser's fd 3, what it writes to fd 4 is read. Closing the stream
     /// kills the browser.
-    pub async fn open_browser(&self, argv: &[String]) -> Result<tokio::io::DuplexStream> {
+    async fn open_browser(&self, argv: &[String]) -> Result<tokio::io::DuplexStream> {
         use futures::{SinkExt, StreamExt};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         use tokio_tungstenite::tungstenite::Message;
@@ -278,31 +313,6 @@ impl AgentClient {
             }
         });
         Ok(theirs)
-    }
-
-    async fn connect_ws(&self, path: &str) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
-        let io = self.pool.connect().await?;
-        let request = Request::builder()
-            .uri(format!("ws://agent/{path}"))
-            .header(hyper::header::AUTHORIZATION, &self.bearer)
-            .header(hyper::header::HOST, "agent")
-            .header("Connection", "Upgrade")
-            .header("Upgrade", "websocket")
-            .header("Sec-WebSocket-Version", "13")
-            .header("Sec-WebSocket-Key", tokio_tungstenite::tungstenite::handshake::client::generate_key())
-            .body(())
-            .map_err(|e| AgentClientError::Protocol(e.to_string()))?;
-        let (ws, _response) = tokio_tungstenite::client_async(request, io).await.map_err(|e| match e {
-            tokio_tungstenite::tungstenite::Error::Http(r) if r.status() == StatusCode::UNAUTHORIZED => {
-                AgentClientError::Agent {
-                    status: 401,
-                    kind: orchard_protocol::ErrorKind::Denied,
-                    message: "agent refused the token".into(),
-                }
-            }
-            other => AgentClientError::Protocol(format!("{path} handshake: {other}")),
-        })?;
-        Ok(ws)
     }
 }
 

@@ -52,6 +52,25 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
     }
 }
 
+/// Takes `key` out of a JSON object, parsed as `T` (`None` when absent or null); the error
+/// names the key. For bodies that carry their own fields beside a shared struct's: serde's
+/// `flatten` cannot refuse unknown fields, so such a body takes its own keys out with this and
+/// parses the rest as the shared struct, which refuses what it does not know.
+pub fn take_field<T: DeserializeOwned>(
+    object: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> Result<Option<T>, String> {
+    match object.remove(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(value) => serde_json::from_value(value).map(Some).map_err(|e| format!("{key}: {e}")),
+    }
+}
+
+/// The rest of a JSON object (after [`take_field`]) parsed as `T`.
+pub fn parse_rest<T: DeserializeOwned>(object: serde_json::Map<String, serde_json::Value>) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::Object(object)).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use orchard_agent_client::AgentClient;
+use orchard_agent_client::SandboxAgent;
 use orchard_task_files::TaskFiles;
 
 use crate::task::Task;
 
 /// A task's environment as its Dockerfile describes it: files copied and archives unpacked.
-pub(crate) async fn prepare_environment(agent: &AgentClient, task: &Task) -> Result<(), String> {
+pub(crate) async fn prepare_environment(agent: &dyn SandboxAgent, task: &Task) -> Result<(), String> {
     if let Some(context) = &task.context {
         for (src, dest) in &task.copies {
             copy_in(agent, context, src, dest).await?;
@@ -27,7 +27,7 @@ const HEALTHY_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Starts the Dockerfile's ENTRYPOINT/CMD in the background (its output in
 /// `/tmp/orchard-entrypoint.log`) and waits until its HEALTHCHECK passes.
-async fn start_service(agent: &AgentClient, task: &Task) -> Result<(), String> {
+async fn start_service(agent: &dyn SandboxAgent, task: &Task) -> Result<(), String> {
     let Some(argv) = &task.start else { return Ok(()) };
     // The command's own words reach it as `sh`'s arguments: nothing to quote.
     let mut command: Vec<String> =
@@ -70,7 +70,7 @@ pub(crate) fn ignore_missing(
 
 /// A Dockerfile COPY: a directory lands at `dest`; a file lands at `dest`, or inside it when
 /// `dest` ends in '/' or is a directory already.
-async fn copy_in(agent: &AgentClient, context: &TaskFiles, src: &Path, dest: &str) -> Result<(), String> {
+async fn copy_in(agent: &dyn SandboxAgent, context: &TaskFiles, src: &Path, dest: &str) -> Result<(), String> {
     if context.is_dir(src) {
         return upload_dir(agent, context, src, dest.trim_end_matches('/')).await;
     }
@@ -101,7 +101,7 @@ async fn copy_in(agent: &AgentClient, context: &TaskFiles, src: &Path, dest: &st
 
 /// Unpacks a tar archive of the build context (gzipped or not) at `dest` in the sandbox, as
 /// Docker's ADD does.
-async fn unpack_in(agent: &AgentClient, context: &TaskFiles, archive: &Path, dest: &str) -> Result<(), String> {
+async fn unpack_in(agent: &dyn SandboxAgent, context: &TaskFiles, archive: &Path, dest: &str) -> Result<(), String> {
     let what = format!("ADD {}", context.display(archive));
     let (files, rel) = (context.clone(), archive.to_path_buf());
     let read = move || -> std::io::Result<Vec<u8>> {
@@ -126,7 +126,12 @@ async fn unpack_in(agent: &AgentClient, context: &TaskFiles, archive: &Path, des
 
 /// Copies a folder of the task's files into the sandbox (as a tar stream; links kept as links,
 /// never followed on the host).
-pub(crate) async fn upload_dir(agent: &AgentClient, files: &TaskFiles, rel: &Path, to: &str) -> Result<(), String> {
+pub(crate) async fn upload_dir(
+    agent: &dyn SandboxAgent,
+    files: &TaskFiles,
+    rel: &Path,
+    to: &str,
+) -> Result<(), String> {
     let (files, rel) = (files.clone(), rel.to_path_buf());
     let pack = move || files.pack(&rel, crate::MAX_COPY_BYTES).map_err(std::io::Error::other);
     upload_tar(agent, to, pack, &format!("packing {to}"), &format!("copying {to} into the sandbox")).await
@@ -135,7 +140,7 @@ pub(crate) async fn upload_dir(agent: &AgentClient, files: &TaskFiles, rel: &Pat
 /// Makes a tar archive off the async threads and unpacks it at `to` in the sandbox; errors say
 /// which step failed with `making` or `uploading`.
 async fn upload_tar(
-    agent: &AgentClient,
+    agent: &dyn SandboxAgent,
     to: &str,
     make: impl FnOnce() -> std::io::Result<Vec<u8>> + Send + 'static,
     making: &str,
@@ -145,4 +150,74 @@ async fn upload_tar(
         tokio::task::spawn_blocking(make).await.map_err(|e| e.to_string())?.map_err(|e| format!("{making}: {e}"))?;
     agent.tar_upload(to, orchard_agent_client::full(archive)).await.map_err(|e| format!("{uploading}: {e}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! On the in-process fake backend: what a Dockerfile's COPY, ADD, CMD and HEALTHCHECK put
+    //! into a sandbox, without root or a real one.
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use orchard_sandbox::{Backend, SandboxSpec};
+    use orchard_sandbox_fake::{FakeBackend, exited};
+
+    use super::*;
+
+    fn task_dir(dockerfile: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t");
+        std::fs::create_dir_all(t.join("environment/conf")).unwrap();
+        std::fs::write(t.join("instruction.md"), "do it").unwrap();
+        std::fs::write(t.join("environment/Dockerfile"), dockerfile).unwrap();
+        std::fs::write(t.join("environment/data.txt"), "rows").unwrap();
+        std::fs::write(t.join("environment/conf/app.ini"), "[app]").unwrap();
+        let mut archive = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(5);
+        header.set_mode(0o644);
+        archive.append_data(&mut header, "repo/README", &b"hello"[..]).unwrap();
+        std::fs::write(t.join("environment/repo.tar"), archive.into_inner().unwrap()).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn copies_archives_and_the_service_land_in_the_sandbox() {
+        let dir = task_dir(
+            "FROM x\nWORKDIR /app\nCOPY data.txt .\nCOPY conf /etc/conf\nADD repo.tar /work\n\
+             CMD [\"serve\", \"--port\", \"80\"]\nHEALTHCHECK CMD probe\n",
+        );
+        let task = crate::load_tasks(&dir.path().join("t")).unwrap().remove(0);
+        // The probe passes on its third try: the rollout waits for it.
+        let probes = Arc::new(AtomicUsize::new(0));
+        let seen = probes.clone();
+        // HEALTHCHECK's shell form runs as `/bin/sh -c probe`.
+        let backend = FakeBackend::new().with_exec(move |call| match call.line().as_str() {
+            "/bin/sh -c probe" => exited(if seen.fetch_add(1, Ordering::SeqCst) >= 2 { 0 } else { 1 }, "", ""),
+            line if line.contains("serve --port 80") => exited(0, "", ""),
+            line => exited(127, "", &format!("{line}: unexpected")),
+        });
+        let info = backend.create(SandboxSpec::new("t", "host")).await.unwrap();
+        let agent = backend.agent(&info.id).await.unwrap();
+        prepare_environment(&*agent, &task).await.unwrap();
+        let files = backend.files(&info.id).unwrap();
+        assert_eq!(files.read("/app/data.txt").unwrap(), "rows");
+        assert_eq!(files.read("/etc/conf/app.ini").unwrap(), "[app]");
+        assert_eq!(files.read("/work/repo/README").unwrap(), "hello");
+        assert_eq!(probes.load(Ordering::SeqCst), 3);
+        let started = backend.commands(&info.id).unwrap();
+        assert!(started[0].command.display().ends_with("sh serve --port 80"), "{:?}", started[0]);
+    }
+
+    #[tokio::test]
+    async fn a_failing_copy_names_the_file_and_the_sandbox_refusal() {
+        let dir = task_dir("FROM x\nCOPY data.txt /full/data.txt\n");
+        let task = crate::load_tasks(&dir.path().join("t")).unwrap().remove(0);
+        let backend = FakeBackend::new();
+        let info = backend.create(SandboxSpec { disk_bytes: Some(2), ..SandboxSpec::new("t", "host") }).await.unwrap();
+        let agent = backend.agent(&info.id).await.unwrap();
+        let e = prepare_environment(&*agent, &task).await.unwrap_err();
+        assert!(e.contains("COPY") && e.contains("data.txt") && e.contains("no space"), "{e}");
+    }
 }

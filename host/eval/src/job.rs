@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orchard_agent_client::AgentClient;
+use orchard_agent_client::{SandboxAgent, SharedAgent};
 use orchard_model::ModelClient;
 use orchard_runtime::{
     BrowserOptions, Capability, FailureKind, GradingEnvironment, Grants, Limits, Plugin, RolloutContext, RunOutcome,
@@ -177,7 +177,7 @@ async fn run_in_sandbox(
     job: &Job,
     harness: &Arc<Plugin>,
     task: &Task,
-    agent: &Arc<AgentClient>,
+    agent: &SharedAgent,
     runtime: &Runtime,
     result: &mut RolloutResult,
     verifier: &VerifierSetup<'_>,
@@ -215,12 +215,12 @@ async fn run_in_sandbox(
         };
         ctx.set_browser(options);
     }
-    prepare_environment(agent, task).await?;
+    prepare_environment(&**agent, task).await?;
     // The reference solution reaches the sandbox only for a harness granted it (the oracle).
     let show_solution =
         job.grants.allows(Capability::Solution) && harness.manifest.capabilities.contains(&Capability::Solution);
     if show_solution && task.has_solution {
-        upload_dir(agent, &task.files, Path::new("solution"), "/solution").await?;
+        upload_dir(&**agent, &task.files, Path::new("solution"), "/solution").await?;
         // A solution recorded as tool calls (a browsing task's clicks) reaches the harness
         // itself: it has no file access of its own.
         let calls = task.files.read_string(Path::new("solution/calls.json"), crate::MAX_PATCH_BYTES);
@@ -268,7 +268,7 @@ async fn run_in_sandbox(
     let (grading_sandbox, verifier_sandbox) = match &carry {
         Some(carry) => {
             let (sandbox, report) =
-                separate::prepare(verifier.backend, verifier.spec.clone(), agent, task, carry).await?;
+                separate::prepare(verifier.backend, verifier.spec.clone(), &**agent, task, carry).await?;
             ctx.set_verifier_sandbox(sandbox.client.clone());
             let record = VerifierRecord {
                 environment: Mode::Separate,
@@ -291,7 +291,7 @@ async fn run_in_sandbox(
             (agent.clone(), None)
         }
     };
-    let graded = grade(job, task, &ctx, &grading_sandbox, runtime, &input, &outcome, show_solution, result).await;
+    let graded = grade(job, task, &ctx, &*grading_sandbox, runtime, &input, &outcome, show_solution, result).await;
     if let Some(id) = verifier_sandbox
         && let Err(e) = verifier.backend.delete(&id).await
     {
@@ -306,7 +306,7 @@ async fn grade(
     job: &Job,
     task: &Task,
     ctx: &Arc<RolloutContext>,
-    sandbox: &AgentClient,
+    sandbox: &dyn SandboxAgent,
     runtime: &Runtime,
     input: &TaskInput,
     outcome: &RunOutcome,

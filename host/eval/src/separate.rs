@@ -1,9 +1,7 @@
 //! Grading in a separate verifier environment: a fresh sandbox from the task's image, prepared
 //! as the agent's was, into which only what the task declares is carried (`orchard-verifier`).
 
-use std::sync::Arc;
-
-use orchard_agent_client::AgentClient;
+use orchard_agent_client::{SandboxAgent, SharedAgent};
 use orchard_runtime::Plugin;
 use orchard_sandbox::{Backend, SandboxSpec};
 use orchard_verifier::{CarryReport, CarrySpec, Extracted, Mode, RepoCarry};
@@ -49,7 +47,7 @@ pub fn carry_spec(task: &Task, grader: &Plugin) -> Result<CarrySpec, String> {
 /// The verifier's sandbox, while it exists.
 pub struct VerifierSandbox {
     pub id: String,
-    pub client: Arc<AgentClient>,
+    pub client: SharedAgent,
 }
 
 /// The id of the verifier's sandbox beside an agent's sandbox id (known in advance, so that a
@@ -63,7 +61,7 @@ pub fn verifier_id(agent_sandbox_id: &str) -> String {
 pub async fn prepare(
     backend: &dyn Backend,
     mut spec: SandboxSpec,
-    agent: &AgentClient,
+    agent: &dyn SandboxAgent,
     task: &Task,
     carry: &CarrySpec,
 ) -> Result<(VerifierSandbox, CarryReport), String> {
@@ -71,11 +69,11 @@ pub async fn prepare(
     let info = backend.create(spec).await.map_err(|e| format!("verifier sandbox: {e}"))?;
     let prepared = async {
         let client = backend.agent(&info.id).await.map_err(|e| format!("verifier sandbox: {e}"))?;
-        crate::environment::prepare_environment(&client, task).await?;
+        crate::environment::prepare_environment(&*client, task).await?;
         // The base: the task's, else what the clean checkout has at HEAD.
         let base = match carry.repo.as_ref() {
             Some(RepoCarry { base_commit: Some(b), .. }) => Some(b.clone()),
-            Some(repo) => head_of(&client, &repo.dir).await,
+            Some(repo) => head_of(&*client, &repo.dir).await,
             None => None,
         };
         let mut extracted = Extracted::default();
@@ -87,7 +85,7 @@ pub async fn prepare(
         }
         orchard_verifier::extract_artifacts(agent, carry, &mut extracted).await;
         let report =
-            orchard_verifier::carry(&client, carry, base.as_deref(), extracted).await.map_err(|e| e.to_string())?;
+            orchard_verifier::carry(&*client, carry, base.as_deref(), extracted).await.map_err(|e| e.to_string())?;
         Ok::<_, String>((client, report))
     };
     match prepared.await {
@@ -99,7 +97,7 @@ pub async fn prepare(
     }
 }
 
-async fn head_of(client: &AgentClient, dir: &str) -> Option<String> {
+async fn head_of(client: &dyn SandboxAgent, dir: &str) -> Option<String> {
     let mut req = orchard_protocol::ExecRequest::argv(["git", "rev-parse", "--verify", "HEAD"]);
     req.cwd = Some(dir.to_string());
     let r = client.exec(&req).await.ok()?;

@@ -41,6 +41,7 @@ pub struct ProcessInfo {
 /// Body of `POST /processes/{id}/signal`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct SignalRequest {
     /// A signal name (`TERM`, `SIGKILL`, `INT`...) or number.
     pub signal: String,
@@ -60,6 +61,7 @@ pub struct LogChunk {
 /// Body of `POST /sessions`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct SessionStart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,

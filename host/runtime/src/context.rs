@@ -6,7 +6,7 @@ use crate::contract::v0_1::{ContentPart, ToolCall, ToolOutput, WitError};
 use crate::failure::PluginFailure;
 use crate::host::{HostState, ToolRouter};
 use crate::trajectory::{Step, Trajectory};
-use orchard_agent_client::AgentClient;
+use orchard_agent_client::SharedAgent;
 use orchard_model::ModelClient;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -14,7 +14,7 @@ use std::time::Instant;
 /// Everything one rollout's plugins share: its sandbox, its model, its tools, its trajectory.
 pub struct RolloutContext {
     pub task_id: String,
-    pub sandbox: Option<Arc<AgentClient>>,
+    pub sandbox: Option<SharedAgent>,
     pub model: Option<Arc<ModelClient>>,
     /// The run's tool adapters, while the harness runs. Their stores point back at this context,
     /// so the router must be dropped when the run ends (see `ToolsInUse`), or every rollout's
@@ -28,7 +28,7 @@ pub struct RolloutContext {
     /// The grader's own endpoint (a judge model), when it differs from the run's.
     pub(crate) grader_model: std::sync::OnceLock<Arc<ModelClient>>,
     /// The clean sandbox the grader works in, when the task is verified apart from the agent's.
-    pub(crate) verifier_sandbox: std::sync::OnceLock<Arc<AgentClient>>,
+    pub(crate) verifier_sandbox: std::sync::OnceLock<SharedAgent>,
     /// How this rollout's browser is started (in the sandbox's network), when it may have one.
     pub(crate) browser_options: std::sync::OnceLock<orchard_browser::BrowserOptions>,
     /// The rollout's browser, started at the first tab a plugin opens; killed with the context.
@@ -38,7 +38,7 @@ pub struct RolloutContext {
 }
 
 impl RolloutContext {
-    pub fn new(task_id: &str, sandbox: Option<Arc<AgentClient>>, model: Option<Arc<ModelClient>>) -> Arc<Self> {
+    pub fn new(task_id: &str, sandbox: Option<SharedAgent>, model: Option<Arc<ModelClient>>) -> Arc<Self> {
         Arc::new(RolloutContext {
             task_id: task_id.to_string(),
             sandbox,
@@ -126,12 +126,12 @@ impl RolloutContext {
 
     /// Gives the grader a sandbox of its own (a separate verifier environment) instead of the
     /// agent's.
-    pub fn set_verifier_sandbox(&self, sandbox: Arc<AgentClient>) {
+    pub fn set_verifier_sandbox(&self, sandbox: SharedAgent) {
         let _ = self.verifier_sandbox.set(sandbox);
     }
 
     /// The sandbox a `sandbox` call reaches now: the verifier's while grading, if it has one.
-    pub(crate) fn current_sandbox(&self) -> Option<Arc<AgentClient>> {
+    pub(crate) fn current_sandbox(&self) -> Option<SharedAgent> {
         match self.verifier_sandbox.get() {
             Some(s) if self.is_grading() => Some(s.clone()),
             _ => self.sandbox.clone(),

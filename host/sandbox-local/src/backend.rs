@@ -2,11 +2,10 @@
 //! pieces it is made of (slots, pools, forks, creating and tearing down) are `LocalBackend`'s
 //! own methods in `lib.rs` and the modules beside it.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use orchard_agent_client::AgentClient;
+use orchard_agent_client::SharedAgent;
 use orchard_sandbox::{Backend, Result, SandboxError, SandboxInfo, SandboxSpec, SandboxStatus};
 
 use crate::record::now;
@@ -66,7 +65,7 @@ impl Backend for LocalBackend {
         infos
     }
 
-    async fn agent(&self, id: &str) -> Result<Arc<AgentClient>> {
+    async fn agent(&self, id: &str) -> Result<SharedAgent> {
         let sandbox = self.find(id)?;
         sandbox.touch(false);
         Ok(sandbox.agent.clone())

@@ -3,7 +3,7 @@
 //! are given back and whatever was made is torn down).
 
 use crate::*;
-use orchard_agent_client::{AgentAddr, AgentClient};
+use orchard_agent_client::{AgentAddr, AgentClient, SandboxAgent};
 use orchard_sandbox::{Result, SandboxError, SandboxInfo, SandboxSpec, SandboxStatus};
 use record::{Record, now};
 use std::os::unix::fs::PermissionsExt;

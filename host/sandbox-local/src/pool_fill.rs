@@ -2,6 +2,7 @@
 //! background task keeps each pool filled to its size.
 
 use crate::*;
+use orchard_agent_client::SandboxAgent;
 use orchard_sandbox::{SandboxInfo, SandboxSpec, SandboxStatus};
 use record::now;
 use std::time::Duration;

@@ -6,10 +6,9 @@ mod pool;
 mod quantity;
 mod spec;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use orchard_agent_client::AgentClient;
+use orchard_agent_client::SharedAgent;
 
 pub use error::SandboxError;
 pub use pool::{POOL_TENANT, PoolShape};
@@ -38,7 +37,7 @@ pub trait Backend: Send + Sync + 'static {
     async fn list(&self) -> Vec<SandboxInfo>;
 
     /// The client for the sandbox's agent. Counts as activity for idle expiry.
-    async fn agent(&self, id: &str) -> Result<Arc<AgentClient>>;
+    async fn agent(&self, id: &str) -> Result<SharedAgent>;
 
     /// Blocks until the sandbox is ready, has failed, or `timeout` passes (`NotReady`).
     async fn wait_ready(&self, id: &str, timeout: Duration) -> Result<SandboxInfo>;

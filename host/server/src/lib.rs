@@ -105,7 +105,7 @@ impl AppState {
     }
 
     /// The sandbox's agent client, after the tenant check.
-    pub async fn agent(&self, tenant: &Tenant, id: &str) -> ApiResult<Arc<orchard_agent_client::AgentClient>> {
+    pub async fn agent(&self, tenant: &Tenant, id: &str) -> ApiResult<orchard_agent_client::SharedAgent> {
         let info = self.sandbox(tenant, id).await?;
         Ok(self.backend.agent(&info.id).await?)
     }

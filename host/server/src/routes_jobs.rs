@@ -29,6 +29,7 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExecBody {
     pub command: Value,
     #[serde(default)]
@@ -141,6 +142,7 @@ async fn wait(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PatchBody {
     patch: String,
     #[serde(default)]

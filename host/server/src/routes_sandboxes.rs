@@ -32,6 +32,7 @@ pub async fn health() -> Json<Value> {
 
 /// `POST /sandboxes`, and the shared part of every create.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateBody {
     pub image: String,
     #[serde(default = "yes", deserialize_with = "orchard_protocol::null_as_true")]

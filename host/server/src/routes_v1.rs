@@ -13,15 +13,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use futures::{StreamExt, TryStreamExt};
-use orchard_agent_client::{AgentClient, full, streaming};
+use orchard_agent_client::{SandboxAgent, full, streaming};
 use orchard_protocol::{ExecRequest, OutputLimit, ProcessStart, SessionStart, SignalRequest};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::routes_jobs::{ExecBody, parse_command, timeout_ms};
 use crate::routes_sandboxes::{CreateBody, sandbox_view};
 use crate::{ApiError, ApiResult, AppState, Tenant};
-use orchard_api_kit::{JsonBody, parse_json};
+use orchard_api_kit::{JsonBody, parse_json, parse_rest, take_field};
 
 /// Most sandboxes a batch create or exec may name.
 const MAX_BATCH: usize = 4096;
@@ -79,10 +79,19 @@ async fn delete(State(state): S, Extension(tenant): T, Path(id): Path<String>) -
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(try_from = "Map<String, Value>")]
 struct BatchCreateBody {
     count: usize,
     #[serde(flatten)]
     spec: CreateBody,
+}
+
+impl TryFrom<Map<String, Value>> for BatchCreateBody {
+    type Error = String;
+    fn try_from(mut object: Map<String, Value>) -> Result<Self, String> {
+        let count = take_field(&mut object, "count")?.ok_or("missing field `count`")?;
+        Ok(BatchCreateBody { count, spec: parse_rest(object)? })
+    }
 }
 
 /// Creates `count` sandboxes or none: admission is checked up front, and if any create fails
@@ -151,13 +160,23 @@ async fn fork(
 
 /// `/v1` exec: the Orchard Env fields plus output limits, answered with the full result.
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(try_from = "Map<String, Value>")]
 struct V1ExecBody {
     #[serde(flatten)]
     base: ExecBody,
     #[serde(default)]
     output_limit: Option<OutputLimit>,
-    #[serde(default, deserialize_with = "orchard_protocol::null_as_default")]
+    #[serde(default)]
     stream: bool,
+}
+
+impl TryFrom<Map<String, Value>> for V1ExecBody {
+    type Error = String;
+    fn try_from(mut object: Map<String, Value>) -> Result<Self, String> {
+        let output_limit = take_field(&mut object, "output_limit")?;
+        let stream = take_field(&mut object, "stream")?.unwrap_or(false);
+        Ok(V1ExecBody { output_limit, stream, base: parse_rest(object)? })
+    }
 }
 
 impl V1ExecBody {
@@ -194,10 +213,19 @@ async fn exec(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(try_from = "Map<String, Value>")]
 struct BatchExecBody {
     sandbox_ids: Vec<String>,
     #[serde(flatten)]
     base: ExecBody,
+}
+
+impl TryFrom<Map<String, Value>> for BatchExecBody {
+    type Error = String;
+    fn try_from(mut object: Map<String, Value>) -> Result<Self, String> {
+        let sandbox_ids = take_field(&mut object, "sandbox_ids")?.ok_or("missing field `sandbox_ids`")?;
+        Ok(BatchExecBody { sandbox_ids, base: parse_rest(object)? })
+    }
 }
 
 /// Runs one command in many sandboxes; each gets its own result or error.
@@ -393,7 +421,7 @@ async fn process_log(
 
 /// Forwards a request to the agent as it is, streaming the body both ways.
 async fn forward(
-    agent: &AgentClient,
+    agent: &dyn SandboxAgent,
     method: Method,
     path: &str,
     query: Option<String>,
@@ -435,7 +463,7 @@ macro_rules! forwarding {
         ) -> ApiResult<Response> {
             require_path(&query)?;
             let agent = state.agent(&tenant, &id).await?;
-            forward(&agent, $method, $agent_path, query, $with_body.then_some(body)).await
+            forward(&*agent, $method, $agent_path, query, $with_body.then_some(body)).await
         }
     };
 }

@@ -1,6 +1,6 @@
 //! Reading the agent's change out of its sandbox and applying it in the verifier's.
 
-use orchard_agent_client::AgentClient;
+use orchard_agent_client::SandboxAgent;
 use orchard_protocol::{ExecRequest, ExecResult};
 
 use crate::{CarryReport, CarrySpec, Dropped, MAX_CARRY_BYTES, RepoCarry, VerifierError, policy};
@@ -20,7 +20,7 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-async fn sh(agent: &AgentClient, script: &str, cwd: Option<&str>, timeout_s: u64) -> Result<ExecResult, String> {
+async fn sh(agent: &dyn SandboxAgent, script: &str, cwd: Option<&str>, timeout_s: u64) -> Result<ExecResult, String> {
     let mut req = ExecRequest::argv(["bash", "-c", script]);
     req.cwd = cwd.map(str::to_string);
     req.timeout_ms = Some(timeout_s * 1000);
@@ -34,7 +34,7 @@ fn failed(what: &str, r: &ExecResult) -> String {
 
 /// Runs `script` with `$OUT` naming a fresh file, and reads that file back (at most
 /// [`MAX_CARRY_BYTES`]); the file is removed.
-async fn produce(agent: &AgentClient, script: &str, cwd: Option<&str>, what: &str) -> Result<Vec<u8>, String> {
+async fn produce(agent: &dyn SandboxAgent, script: &str, cwd: Option<&str>, what: &str) -> Result<Vec<u8>, String> {
     let out = format!("/tmp/orchard-carry-{}", uuid::Uuid::new_v4().simple());
     let mut req = ExecRequest::argv(["bash", "-c", script]);
     req.cwd = cwd.map(str::to_string);
@@ -59,7 +59,7 @@ async fn produce(agent: &AgentClient, script: &str, cwd: Option<&str>, what: &st
 /// The agent's change to `repo` against `base`: every tracked and untracked (not ignored) file,
 /// binary included, as `git diff` writes it. The agent's own git runs here: what it prints is
 /// only ever a claim, applied and checked by the verifier's git.
-pub async fn extract_diff(agent: &AgentClient, repo: &RepoCarry, base: &str) -> Result<Vec<u8>, String> {
+pub async fn extract_diff(agent: &dyn SandboxAgent, repo: &RepoCarry, base: &str) -> Result<Vec<u8>, String> {
     let script = format!(
         "set -e; export GIT_INDEX_FILE=\"$OUT.index\"; git read-tree {base}; git add -A; \
          git -c core.quotepath=off diff --cached --binary --full-index --no-ext-diff --no-textconv --no-color \
@@ -70,7 +70,7 @@ pub async fn extract_diff(agent: &AgentClient, repo: &RepoCarry, base: &str) -> 
 }
 
 /// Reads what `spec` carries out of the agent's sandbox (before it goes).
-pub async fn extract_artifacts(agent: &AgentClient, spec: &CarrySpec, extracted: &mut Extracted) {
+pub async fn extract_artifacts(agent: &dyn SandboxAgent, spec: &CarrySpec, extracted: &mut Extracted) {
     let mut total = 0u64;
     for path in &spec.artifacts {
         let script = format!(
@@ -95,7 +95,7 @@ pub async fn extract_artifacts(agent: &AgentClient, spec: &CarrySpec, extracted:
 /// Puts what was extracted into the verifier's clean sandbox, enforcing the repository's drop
 /// policy with the verifier's own git, and says what it did.
 pub async fn carry(
-    verifier: &AgentClient,
+    verifier: &dyn SandboxAgent,
     spec: &CarrySpec,
     base: Option<&str>,
     extracted: Extracted,
@@ -125,7 +125,7 @@ pub async fn carry(
 }
 
 async fn apply_repo_change(
-    verifier: &AgentClient,
+    verifier: &dyn SandboxAgent,
     repo: &RepoCarry,
     base: &str,
     diff: Vec<u8>,
@@ -206,7 +206,12 @@ async fn apply_repo_change(
 }
 
 /// A file as it is at `base` in the verifier's repository (`None`: it did not exist).
-async fn read_at(verifier: &AgentClient, dir: &str, base: &str, path: &str) -> Result<Option<String>, VerifierError> {
+async fn read_at(
+    verifier: &dyn SandboxAgent,
+    dir: &str,
+    base: &str,
+    path: &str,
+) -> Result<Option<String>, VerifierError> {
     let object = quote(&format!("{base}:{path}"));
     let exists =
         sh(verifier, &format!("git cat-file -e {object}"), Some(dir), 60).await.map_err(VerifierError::Sandbox)?;
@@ -219,7 +224,7 @@ async fn read_at(verifier: &AgentClient, dir: &str, base: &str, path: &str) -> R
     Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
-async fn read_now(verifier: &AgentClient, dir: &str, path: &str) -> Result<Option<String>, VerifierError> {
+async fn read_now(verifier: &dyn SandboxAgent, dir: &str, path: &str) -> Result<Option<String>, VerifierError> {
     let full = format!("{}/{}", dir.trim_end_matches('/'), path);
     match verifier.read_file(&full).await {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),

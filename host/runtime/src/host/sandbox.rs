@@ -9,7 +9,7 @@ use crate::trajectory::Step;
 pub(crate) const MAX_PLUGIN_READ: u64 = 256 << 20;
 
 impl HostState {
-    pub(crate) fn agent(&self) -> Result<std::sync::Arc<orchard_agent_client::AgentClient>, WitError> {
+    pub(crate) fn agent(&self) -> Result<orchard_agent_client::SharedAgent, WitError> {
         self.require(Capability::Sandbox)?;
         self.run.current_sandbox().ok_or_else(|| WitError::Unavailable("this run has no sandbox".into()))
     }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use orchard_agent_client::{AgentAddr, AgentClient};
+use orchard_agent_client::{AgentAddr, AgentClient, SharedAgent};
 use orchard_sandbox::{
     Backend, INLINE_READY_WAIT, Result, SandboxError, SandboxInfo, SandboxSpec, SandboxStatus, valid_sandbox_id,
 };
@@ -532,7 +532,7 @@ impl Backend for Kubernetes {
         infos
     }
 
-    async fn agent(&self, id: &str) -> Result<Arc<AgentClient>> {
+    async fn agent(&self, id: &str) -> Result<SharedAgent> {
         let b = &self.0;
         let record = b.record(id)?;
         if record.status != SandboxStatus::Ready {
