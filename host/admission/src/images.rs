@@ -28,6 +28,7 @@ pub const DEFAULT_REGISTRIES: &[&str] = &[
 const LOCAL_SCHEMES: &[&str] = &["dir", "oci", "oci-archive", "docker-archive"];
 
 #[derive(Debug, Clone)]
+/// Which images an API client may name, and what each becomes (see the module doc).
 pub struct ImagePolicy {
     /// `host` (the host's /usr, /bin and /lib read-only) may be used.
     pub allow_host: bool,
@@ -87,6 +88,7 @@ impl ImagePolicy {
         }
     }
 
+    /// The registries pulls may go to.
     pub fn registries(&self) -> &[String] {
         &self.registries
     }

@@ -10,6 +10,8 @@
 //! - holds the tenant's quota for the sandbox being created ([`Quotas`]): a tenant over its quota
 //!   is told to retry later instead of taking the host from everybody else.
 
+#![warn(missing_docs)]
+
 mod images;
 mod quotas;
 mod resources;
@@ -21,10 +23,16 @@ pub use resources::{ResourcePolicy, format_bytes};
 use orchard_sandbox::SandboxSpec;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
+/// Why a request was not admitted.
 pub enum AdmissionError {
     /// The request asked for something this server never allows; the message names the field.
     #[error("{field}: {reason}")]
-    Refused { field: &'static str, reason: String },
+    Refused {
+        /// The field of the request.
+        field: &'static str,
+        /// Why it cannot be had.
+        reason: String,
+    },
     /// The tenant is at its quota; retrying after some of its sandboxes are gone will work.
     #[error("{0}")]
     OverQuota(String),
@@ -39,8 +47,11 @@ impl AdmissionError {
 /// The operator's rules for API clients.
 #[derive(Debug, Default)]
 pub struct Admission {
+    /// Which images may be named.
     pub images: ImagePolicy,
+    /// Default and most resources.
     pub resources: ResourcePolicy,
+    /// Each tenant's quota and what it holds.
     pub quotas: Quotas,
 }
 

@@ -16,8 +16,11 @@ use crate::{AdmissionError, format_bytes};
 /// Limits for one tenant; `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Quota {
+    /// Most sandboxes (`None`: no limit).
     pub sandboxes: Option<usize>,
+    /// Most memory over its sandboxes, in bytes.
     pub memory_bytes: Option<u64>,
+    /// Most CPU over its sandboxes, in cores.
     pub cpu: Option<f64>,
 }
 
@@ -44,8 +47,11 @@ impl Quota {
 /// What a tenant holds. CPU in thousandths of a core, so that sums never drift.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// Sandboxes held.
     pub sandboxes: usize,
+    /// Memory held, in bytes.
     pub memory_bytes: u64,
+    /// CPU held, in thousandths of a core.
     pub millicpu: u64,
 }
 
@@ -96,6 +102,7 @@ impl Ledger {
 }
 
 #[derive(Debug, Default)]
+/// Every tenant's quota and usage.
 pub struct Quotas {
     /// Applies to every tenant without a quota of its own.
     pub default: Quota,
@@ -104,14 +111,17 @@ pub struct Quotas {
 }
 
 impl Quotas {
+    /// Quotas where every tenant has `default` unless set.
     pub fn new(default: Quota) -> Self {
         Quotas { default, ..Default::default() }
     }
 
+    /// Sets one tenant's quota.
     pub fn set(&mut self, tenant: &str, quota: Quota) {
         self.per_tenant.insert(tenant.to_string(), quota);
     }
 
+    /// A tenant's quota.
     pub fn quota(&self, tenant: &str) -> Quota {
         self.per_tenant.get(tenant).copied().unwrap_or(self.default)
     }

@@ -6,14 +6,23 @@ use orchard_sandbox::SandboxSpec;
 use crate::AdmissionError;
 
 #[derive(Debug, Clone, PartialEq)]
+/// Default and most resources per sandbox (`None`: no default, no limit).
 pub struct ResourcePolicy {
+    /// Memory given when a request names none.
     pub default_memory_bytes: Option<u64>,
+    /// Most memory a request may ask for.
     pub max_memory_bytes: Option<u64>,
+    /// CPU given when a request names none.
     pub default_cpu: Option<f64>,
+    /// Most CPU a request may ask for.
     pub max_cpu: Option<f64>,
+    /// Process limit given when a request names none.
     pub default_pids: Option<u64>,
+    /// Most processes a request may ask for.
     pub max_pids: Option<u64>,
+    /// Disk given when a request names none.
     pub default_disk_bytes: Option<u64>,
+    /// Most disk a request may ask for.
     pub max_disk_bytes: Option<u64>,
 }
 

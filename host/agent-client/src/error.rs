@@ -4,13 +4,26 @@ use hyper::body::Incoming;
 use orchard_protocol::{ErrorBody, ErrorKind};
 
 #[derive(Debug, thiserror::Error)]
+/// Why a call to the agent failed.
 pub enum AgentClientError {
     /// The agent could not be reached at all (connect failed, connection dropped).
     #[error("agent unreachable at {addr}: {reason}")]
-    Unreachable { addr: String, reason: String },
+    Unreachable {
+        /// Where the agent was looked for.
+        addr: String,
+        /// What the connection said.
+        reason: String,
+    },
     /// The agent answered with an error.
     #[error("{message}")]
-    Agent { status: u16, kind: ErrorKind, message: String },
+    Agent {
+        /// The agent's HTTP status.
+        status: u16,
+        /// The agent's error kind.
+        kind: ErrorKind,
+        /// The agent's message, naming what was wrong.
+        message: String,
+    },
     /// The agent answered something we could not understand.
     #[error("agent protocol error: {0}")]
     Protocol(String),

@@ -4,6 +4,8 @@
 //! keeps idle connections for reuse so that an exec costs one request, not one connect, and turns
 //! the agent's answers back into `orchard-protocol` types.
 
+#![warn(missing_docs)]
+
 mod agent;
 mod error;
 mod pool;
@@ -30,6 +32,7 @@ pub use stream::AgentStream;
 /// The request body type: a boxed stream of byte chunks.
 pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
 
+/// What every call answers.
 pub type Result<T> = std::result::Result<T, AgentClientError>;
 
 /// A body from bytes in memory.
@@ -53,10 +56,12 @@ pub struct AgentClient {
 }
 
 impl AgentClient {
+    /// A client of the agent at `addr`, which answers requests bearing `token`.
     pub fn new(addr: AgentAddr, token: &str) -> Self {
         AgentClient { pool: pool::Pool::new(addr), bearer: format!("Bearer {token}") }
     }
 
+    /// Where the agent listens.
     pub fn addr(&self) -> &AgentAddr {
         self.pool.addr()
     }

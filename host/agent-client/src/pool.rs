@@ -17,7 +17,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where an agent listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentAddr {
+    /// A unix socket (the local backend's sandboxes).
     Unix(PathBuf),
+    /// An address on the pod network (the Kubernetes backend's).
     Tcp(SocketAddr),
 }
 

@@ -12,7 +12,9 @@ use crate::AgentClientError;
 
 /// A connection to the agent: a unix socket or TCP.
 pub enum AgentStream {
+    /// Over a unix socket.
     Unix(tokio::net::UnixStream),
+    /// Over TCP.
     Tcp(tokio::net::TcpStream),
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::posterior::Posterior;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// How groups are built.
 pub struct GroupConfig {
     /// Rollouts per emitted group (G).
     pub size: u32,
@@ -39,6 +40,7 @@ pub struct GroupConfig {
 pub const DEFAULT_OPPORTUNITY: f64 = 1.0;
 
 impl GroupConfig {
+    /// A configuration for groups of `size`, with the defaults.
     pub fn new(size: u32) -> GroupConfig {
         let size = size.max(2);
         GroupConfig {
@@ -74,9 +76,13 @@ pub enum Step {
 /// One decision, for the record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
+    /// What was decided.
     pub step: Step,
+    /// Rollouts launched so far.
     pub launched: u32,
+    /// Rewards ≥ 0.5 so far.
     pub positives: u32,
+    /// Rewards < 0.5 so far.
     pub negatives: u32,
     /// The probability that drove it (of a usable group within the cap), when one did.
     pub p_usable: Option<f64>,
@@ -85,13 +91,26 @@ pub struct Decision {
 /// How a finished group ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum GroupOutcome {
-    Emitted { selected: Vec<usize>, positives: u32, negatives: u32 },
-    Abandoned { generated: u32 },
+    /// Enough of each outcome: the group is out.
+    Emitted {
+        /// Which rollouts (by launch order) form the group.
+        selected: Vec<usize>,
+        /// How many of them passed.
+        positives: u32,
+        /// How many failed.
+        negatives: u32,
+    },
+    /// A usable group was too unlikely within the cap.
+    Abandoned {
+        /// Rollouts spent on it.
+        generated: u32,
+    },
 }
 
 /// One group in the making. Rewards count as positive at ≥ 0.5.
 #[derive(Debug, Clone)]
 pub struct GroupBuilder {
+    /// How it is built.
     pub config: GroupConfig,
     /// The task's posterior, updated with this group's results as they come.
     pub posterior: Posterior,
@@ -100,6 +119,7 @@ pub struct GroupBuilder {
     /// Slots given up without a reward (the environment failed them): they count for neither
     /// outcome, but their launch stays spent.
     discarded: Vec<bool>,
+    /// Every decision taken, in order.
     pub decisions: Vec<Decision>,
     done: bool,
 }
@@ -129,6 +149,7 @@ fn p_reach(post: &Posterior, n: u32, need_pos: u32, need_neg: u32) -> f64 {
 }
 
 impl GroupBuilder {
+    /// A group for a task whose pass rate is believed to be `posterior`.
     pub fn new(config: GroupConfig, posterior: Posterior) -> GroupBuilder {
         GroupBuilder {
             config,

@@ -9,6 +9,8 @@
 //! rollouts with the minority outcome kept, and computes advantages against the posterior mean
 //! rather than the selected group's own mean ([`advantages`]). Every decision is recorded.
 
+#![warn(missing_docs)]
+
 mod group;
 mod planner;
 mod posterior;

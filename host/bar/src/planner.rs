@@ -23,7 +23,9 @@ pub fn admit_probability(p_mixed: f64) -> f64 {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// Which tasks get groups next, from what is known of each.
 pub struct Planner {
+    /// How groups are built.
     pub config: GroupConfig,
     /// What survives of a task's counts per epoch of the policy.
     pub keep_per_epoch: f64,
@@ -37,6 +39,7 @@ pub struct Planner {
 }
 
 impl Planner {
+    /// A planner over `tasks` tasks, each starting at `prior`.
     pub fn new(tasks: usize, prior: Prior, config: GroupConfig) -> Planner {
         Planner {
             config,

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 pub struct Prior {
     /// Prior probability that the task is unsolvable (pass rate exactly 0).
     pub pi0: f64,
+    /// Beta prior's first shape parameter (of the solvable tasks' pass rates).
     pub a: f64,
+    /// Beta prior's second shape parameter.
     pub b: f64,
 }
 
@@ -79,13 +81,16 @@ pub(crate) fn ln_beta_pub(a: f64, b: f64) -> f64 {
 /// What is known of one task's pass rate.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Posterior {
+    /// What is believed before any rollout.
     pub prior: Prior,
     /// Decayed counts of passed and failed rollouts.
     pub successes: f64,
+    /// Decayed count of failed rollouts.
     pub failures: f64,
 }
 
 impl Posterior {
+    /// Nothing seen yet.
     pub fn new(prior: Prior) -> Posterior {
         Posterior { prior, successes: 0.0, failures: 0.0 }
     }

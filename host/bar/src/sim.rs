@@ -10,10 +10,15 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Beta, Distribution};
 
+/// One simulated run.
 pub struct Setup {
+    /// Tasks in the pool.
     pub tasks: usize,
+    /// The rollout budget.
     pub rollouts: u64,
+    /// Rollouts per group (G).
     pub group: u32,
+    /// The random seed.
     pub seed: u64,
     /// Logit added to every solvable task's pass rate per epoch (G rollouts of every task).
     pub drift: f64,
@@ -78,9 +83,13 @@ impl World {
 /// What one way of picking prompts got from the budget.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Tally {
+    /// Groups with both outcomes.
     pub mixed: u64,
+    /// Groups with each outcome at least G/4 times.
     pub balanced: u64,
+    /// Squared error of the estimated pass rates.
     pub sq_err: f64,
+    /// Rollouts spent.
     pub rollouts: u64,
 }
 

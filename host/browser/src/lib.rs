@@ -11,6 +11,8 @@
 //! - Its own profile directory, deleted with it; its whole process group is killed when it is
 //!   dropped.
 
+#![warn(missing_docs)]
+
 pub mod pipe;
 pub mod policy;
 mod session;
@@ -18,6 +20,7 @@ mod session;
 pub use session::{Browser, BrowserOptions, PageEvent, Tab, command_line, pss_kb};
 
 #[derive(Debug, thiserror::Error)]
+/// Why a browser call failed.
 pub enum BrowserError {
     /// This run has no browser (its backend cannot place one in the sandbox's network).
     #[error("{0}")]
@@ -32,13 +35,32 @@ pub enum BrowserError {
     #[error("{0}")]
     Crashed(String),
     #[error("{method} did not answer within {seconds} s")]
-    Timeout { method: String, seconds: f64 },
+    /// The browser did not answer a call in time.
+    Timeout {
+        /// The DevTools method called.
+        method: String,
+        /// How long it was waited for.
+        seconds: f64,
+    },
     /// A method a plugin may not call.
     #[error("{0}")]
     Refused(String),
     /// The browser's own error answer.
     #[error("{method}: {message}")]
-    Protocol { method: String, message: String },
+    Protocol {
+        /// The DevTools method called.
+        method: String,
+        /// What the browser answered.
+        message: String,
+    },
     #[error("{method}: the answer is {size} bytes, over the {limit} allowed")]
-    TooLarge { method: String, size: usize, limit: usize },
+    /// An answer larger than a plugin may receive.
+    TooLarge {
+        /// The DevTools method called.
+        method: String,
+        /// The answer's size in bytes.
+        size: usize,
+        /// The most accepted.
+        limit: usize,
+    },
 }

@@ -21,6 +21,7 @@ type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, BrowserError
 
 type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
 
+/// A Chrome DevTools Protocol connection over the browser's pipe: calls matched to answers by id, events fanned out to subscribers.
 pub struct Cdp {
     commands: tokio::sync::Mutex<Writer>,
     pending: Pending,

@@ -12,6 +12,7 @@ use crate::pipe::Cdp;
 use crate::{BrowserError, policy};
 
 #[derive(Debug, Clone)]
+/// How a browser is started and bounded.
 pub struct BrowserOptions {
     /// The Chromium binary.
     pub binary: PathBuf,
@@ -47,6 +48,7 @@ impl Default for BrowserOptions {
     }
 }
 
+/// One browser of one rollout, and its page.
 pub struct Browser {
     cdp: Arc<Cdp>,
     /// The browser's process, when it runs here (not behind a relay).
@@ -456,6 +458,7 @@ impl Tab {
         self.dialogs.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The DevTools id of the page this session drives.
     pub fn target_id(&self) -> &str {
         &self.target
     }

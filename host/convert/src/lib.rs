@@ -1,5 +1,7 @@
 //! Converters from datasets as users have them into Harbor task folders Orchard evaluates.
 
+#![warn(missing_docs)]
+
 pub mod claw_eval;
 pub mod miniwob;
 pub mod swe_bench;
@@ -13,17 +15,31 @@ use serde_json::Value;
 /// What a conversion did: the task folders written and the rows left out, with why.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct Report {
+    /// The task folders written.
     pub converted: Vec<String>,
     /// (row id or line, reason)
     pub skipped: Vec<(String, String)>,
 }
 
 #[derive(Debug, thiserror::Error)]
+/// Why a conversion failed.
 pub enum ConvertError {
     #[error("{path}: {reason}")]
-    Input { path: String, reason: String },
+    /// The input is not what the converter reads.
+    Input {
+        /// The input file.
+        path: String,
+        /// What is wrong in it.
+        reason: String,
+    },
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    /// A file could not be read or written.
+    Io {
+        /// The file.
+        path: String,
+        /// The system's error.
+        source: std::io::Error,
+    },
 }
 
 /// The rows of a JSONL file (one object per line) or of a JSON array, with where each came from.

@@ -16,11 +16,13 @@ const SERVE: &str = include_str!("../assets/miniwob/serve.py");
 const TEST: &str = include_str!("../assets/miniwob/test.sh");
 
 #[derive(Debug, Clone)]
+/// How MiniWoB++ tasks are converted.
 pub struct Options {
     /// Only these pages (names without `.html`); all when empty.
     pub envs: Vec<String>,
     /// The episodes' seed (each page's is this and its name).
     pub seed: u64,
+    /// The agent's time limit per task, in seconds.
     pub agent_timeout_sec: f64,
 }
 

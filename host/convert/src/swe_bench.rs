@@ -29,6 +29,7 @@ use crate::{ConvertError, Report};
 pub const DEFAULT_IMAGE_TEMPLATE: &str = "swebench/sweb.eval.x86_64.{docker_id}:latest";
 
 #[derive(Debug, Clone)]
+/// How SWE-bench instances are converted.
 pub struct Options {
     /// Put the gold patch in as the reference solution (`--harness oracle` proves a conversion).
     pub gold: bool,
@@ -39,6 +40,7 @@ pub struct Options {
     pub specs: BTreeMap<String, RepoSpec>,
     /// Where relative paths of the specs (archives) are.
     pub specs_dir: PathBuf,
+    /// The agent's time limit per task, in seconds.
     pub agent_timeout_sec: f64,
 }
 

@@ -19,14 +19,20 @@ use serde_json::Value;
 use crate::{ConvertError, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which web benchmark.
 pub enum Dataset {
+    /// WebVoyager.
     WebVoyager,
+    /// Online-Mind2Web.
     OnlineMind2Web,
+    /// DeepShop.
     DeepShop,
 }
 
 #[derive(Debug, Clone)]
+/// How a web benchmark is converted.
 pub struct Options {
+    /// Which benchmark the input is.
     pub dataset: Dataset,
     /// The agent's time limit per task, in seconds.
     pub agent_timeout_sec: f64,

@@ -7,13 +7,18 @@
 use serde_json::{Map, Value, json};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A training format rollouts are exported in.
 pub enum Format {
+    /// OpenAI chat messages with tool calls, one rollout a line.
     OpenAi,
+    /// Harbor's Agent Trajectory Interchange Format.
     Atif,
+    /// ShareGPT conversations.
     ShareGpt,
 }
 
 impl Format {
+    /// Reads a format's name (`openai`, `atif`, `sharegpt`).
     pub fn parse(s: &str) -> Result<Format, String> {
         match s {
             "openai" => Ok(Format::OpenAi),
@@ -25,8 +30,11 @@ impl Format {
 }
 
 #[derive(Debug, Clone, Default)]
+/// Which rollouts an export keeps.
 pub struct Filter {
+    /// Only passed ones.
     pub only_passed: bool,
+    /// Only ones rewarded at least this.
     pub min_reward: Option<f64>,
     /// Only rollouts of these harnesses (`react`, or `react@0.1.0`): train on one harness's
     /// trajectories of a cross-harness matrix, evaluate on the others.
@@ -36,6 +44,7 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Whether a result line is kept.
     pub fn keeps(&self, line: &Value) -> bool {
         if self.only_passed && line["passed"] != true {
             return false;

@@ -19,33 +19,43 @@ use crate::result::{FailureClass, RolloutResult, RolloutStatus, VerifierRecord};
 use crate::separate;
 use crate::task::Task;
 
+/// What a job runs: tasks under harnesses with tools and a grader, and how.
 pub struct Job {
+    /// The tasks.
     pub tasks: Vec<Task>,
     /// Every task runs under each harness (a cross-harness matrix when there are several).
     pub harnesses: Vec<Arc<Plugin>>,
+    /// Tool adapters offered to the harnesses.
     pub tools: Vec<Arc<Plugin>>,
     /// The tool adapters tasks name in `[agent] tools`, by name: such a task runs with those
     /// instead of `tools`.
     pub named_tools: std::collections::BTreeMap<String, Arc<Plugin>>,
+    /// The grader.
     pub grader: Arc<Plugin>,
     /// The graders tasks name in `[verifier] grader`, by name.
     pub named_graders: std::collections::BTreeMap<String, Arc<Plugin>>,
+    /// The model the harnesses call.
     pub model: Option<Arc<ModelClient>>,
     /// The grader's own endpoint (a judge model); the run's when absent.
     pub grader_model: Option<Arc<ModelClient>>,
     /// For tasks that name no prebuilt image.
     pub default_image: String,
+    /// Attempts per task and harness.
     pub attempts: u32,
+    /// Rollouts at once.
     pub concurrency: usize,
+    /// Handed to the harnesses.
     pub harness_config: serde_json::Value,
     /// Tool adapters' and browser drivers' configuration by plugin name; a task's
     /// `[metadata.tool_config.NAME]` keys win over these.
     pub tool_config: std::collections::BTreeMap<String, serde_json::Value>,
     /// Per plugin instance; the wall clock comes from each task's timeouts.
     pub limits: Limits,
+    /// What the plugins are granted (the solution, the network, ...).
     pub grants: Grants,
     /// Limits of each rollout's sandbox beyond what tasks declare (a server's defaults).
     pub sandbox_pids: Option<u64>,
+    /// Writable disk of each sandbox, in bytes.
     pub sandbox_disk_bytes: Option<u64>,
     /// Where a browser a plugin opens runs, and how long one of its calls may take.
     pub browser: BrowserPlacement,
@@ -57,6 +67,7 @@ pub struct Job {
 /// from the operator's environment); libraries read no environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrowserPlacement {
+    /// Started inside the sandbox by its agent, rather than by the host.
     pub in_sandbox: bool,
     /// The host's Chromium, for browsers the host starts.
     pub chromium: std::path::PathBuf,
@@ -91,7 +102,9 @@ impl Job {
 /// find it again (to stop it), the id it gets.
 #[derive(Debug, Clone)]
 pub struct Placement {
+    /// The tenant it is created for.
     pub tenant: String,
+    /// The id it gets, when the caller chooses one.
     pub sandbox_id: Option<String>,
 }
 

@@ -1,6 +1,8 @@
 //! Evaluations: tasks × harness (+ tool adapters) × model × grader × attempts, run as rollouts
 //! on sandboxes, graded, summarised with pass@k, and written to disk.
 
+#![warn(missing_docs)]
+
 mod environment;
 pub mod export;
 mod job;

@@ -10,67 +10,109 @@ use crate::metrics::{pass_at_k, pass_hat_k};
 use crate::result::{RolloutResult, RolloutStatus};
 
 #[derive(Debug, Clone, Serialize)]
+/// One task under one harness.
 pub struct TaskSummary {
+    /// The task.
     pub task_id: String,
+    /// Its domain.
     pub domain: String,
+    /// The harness.
     pub harness: String,
+    /// Attempts run.
     pub attempts: u32,
+    /// Attempts graded.
     pub graded: u32,
+    /// Attempts that passed.
     pub passed: u32,
+    /// Attempts the grader could not decide.
     pub unknown: u32,
+    /// Attempts that errored.
     pub errors: u32,
     /// Over graded rollouts; `None` when none was graded.
     pub mean_reward: Option<f64>,
+    /// Each attempt's reward (`None`: not graded).
     pub rewards: Vec<Option<f64>>,
     /// pass@1 and pass@k (k = attempts), over the graded attempts alone: an errored rollout
     /// (the environment failed) or an unknown one (the grader could not decide) is neither a
     /// pass nor a failure, and is counted apart. pass@k is `None` until k attempts are graded
     /// (never a pass@k figure computed from fewer).
     pub pass_at_1: Option<f64>,
+    /// pass@k (k = attempts).
     pub pass_at_k: Option<f64>,
+    /// pass^k: all k attempts passed.
     pub pass_hat_k: Option<f64>,
 }
 
 /// One harness's totals (a column of the cross-harness matrix).
 #[derive(Debug, Clone, Serialize)]
 pub struct HarnessSummary {
+    /// The harness.
     pub harness: String,
+    /// Rollouts run.
     pub rollouts: usize,
+    /// Rollouts that passed.
     pub passed: usize,
+    /// Rollouts the grader could not decide.
     pub unknown: usize,
+    /// Rollouts that errored.
     pub errors: usize,
+    /// Mean reward of the graded ones.
     pub mean_reward: Option<f64>,
+    /// pass@1.
     pub pass_at_1: Option<f64>,
+    /// pass@k.
     pub pass_at_k: Option<f64>,
+    /// pass^k.
     pub pass_hat_k: Option<f64>,
 }
 
 /// One domain under one harness (the summary rows of a matrix spanning domains).
 #[derive(Debug, Clone, Serialize)]
 pub struct DomainSummary {
+    /// The domain.
     pub domain: String,
+    /// The harness.
     pub harness: String,
+    /// Tasks.
     pub tasks: usize,
+    /// Rollouts run.
     pub rollouts: usize,
+    /// Rollouts that passed.
     pub passed: usize,
+    /// Mean reward of the graded ones.
     pub mean_reward: Option<f64>,
+    /// pass@1.
     pub pass_at_1: Option<f64>,
+    /// pass@k.
     pub pass_at_k: Option<f64>,
+    /// pass^k.
     pub pass_hat_k: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// A run's results in numbers.
 pub struct Summary {
+    /// Rollouts run.
     pub rollouts: usize,
+    /// Rollouts graded.
     pub graded: usize,
+    /// Rollouts that passed.
     pub passed: usize,
+    /// Rollouts the grader could not decide.
     pub unknown: usize,
+    /// Rollouts that errored.
     pub errors: usize,
+    /// Attempts per task and harness.
     pub k: u32,
+    /// Mean reward of the graded ones.
     pub mean_reward: Option<f64>,
+    /// pass@1.
     pub pass_at_1: Option<f64>,
+    /// pass@k.
     pub pass_at_k: Option<f64>,
+    /// pass^k.
     pub pass_hat_k: Option<f64>,
+    /// Per harness.
     pub harnesses: Vec<HarnessSummary>,
     /// One row per domain and harness, domains in the order first met.
     pub domains: Vec<DomainSummary>,
@@ -83,6 +125,7 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
+/// Sums up results whose tasks had `k` attempts each.
 pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
     let mut by_task: BTreeMap<(&str, &str), Vec<&RolloutResult>> = BTreeMap::new();
     for r in results {

@@ -25,6 +25,7 @@ pub enum FailureClass {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// How a rollout ended.
 pub enum RolloutStatus {
     /// Graded: `reward` and `passed` hold.
     Graded,
@@ -35,45 +36,66 @@ pub enum RolloutStatus {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// One rollout: what ran, how it ended, what it was graded, and its trajectory.
 pub struct RolloutResult {
+    /// Its id.
     pub rollout_id: String,
+    /// Its task.
     pub task_id: String,
     /// The task's domain (see `Task::domain`), for per-domain summaries.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub domain: String,
+    /// Its attempt (0-based).
     pub attempt: u32,
+    /// The harness plugin.
     pub harness: String,
+    /// The tool adapters offered.
     pub tools: Vec<String>,
+    /// The grader.
     pub grader: String,
     /// The content hash (sha256) of each plugin the rollout ran, by `name@version`.
     #[serde(default)]
     pub plugins: std::collections::BTreeMap<String, String>,
+    /// The model the harness called.
     pub model: Option<String>,
+    /// Graded, unknown or errored.
     pub status: RolloutStatus,
+    /// The grader's reward.
     pub reward: Option<f64>,
+    /// Whether it passed.
     pub passed: bool,
+    /// The grader's whole verdict.
     pub verdict: Option<Verdict>,
+    /// How the harness's run ended.
     pub outcome: Option<RunOutcome>,
+    /// What failed, if it did.
     pub error: Option<String>,
+    /// A plugin's failure, when one failed.
     pub failure: Option<PluginFailure>,
     /// Where an errored rollout failed, typed where it happened (never guessed afterwards from
     /// the trajectory): what a trainer, the API and the UI branch on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_in: Option<FailureClass>,
+    /// The sandbox it ran in.
     pub sandbox_id: Option<String>,
+    /// The harness's run, in seconds.
     pub agent_seconds: f64,
+    /// Grading, in seconds.
     pub grade_seconds: f64,
+    /// All of it, sandbox included, in seconds.
     pub total_seconds: f64,
     /// Where the grader worked and, in a separate environment, what was carried into it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<VerifierRecord>,
     #[serde(skip)]
+    /// Every step: model calls, tool calls, observations.
     pub trajectory: Trajectory,
 }
 
 /// The verifier's environment of one rollout.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct VerifierRecord {
+    /// Where it was graded: in its own sandbox or a separate one.
     pub environment: orchard_verifier::Mode,
     /// The verifier's own sandbox (separate environments).
     #[serde(default, skip_serializing_if = "Option::is_none")]

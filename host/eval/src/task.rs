@@ -25,13 +25,18 @@ use serde_json::{Value, json};
 
 #[derive(Debug, thiserror::Error)]
 #[error("task {path}: {reason}")]
+/// Why a task could not be read.
 pub struct TaskError {
+    /// The task folder.
     pub path: String,
+    /// What is wrong in it.
     pub reason: String,
 }
 
 #[derive(Debug, Clone)]
+/// A task, read from its folder.
 pub struct Task {
+    /// Its id (the folder's name, or `[task] name`).
     pub id: String,
     /// The domain the task belongs to, for summaries: its `[metadata] domain`, else the name
     /// of the folder of tasks it was loaded from (`examples/assistant/x` → `assistant`).
@@ -39,19 +44,27 @@ pub struct Task {
     /// Where the task was read from, as errors and listings name it (relative to what the
     /// caller named: never a server's own path).
     pub location: String,
+    /// What the agent is asked.
     pub instruction: String,
+    /// The agent's time limit, in seconds.
     pub agent_timeout_sec: f64,
     /// `[agent] tools`: the tool adapters the task names, used instead of the run's.
     pub tools: Option<Vec<String>>,
     /// `[verifier] grader`: the grader the task names, used instead of the run's.
     pub grader: Option<String>,
+    /// The verifier's time limit, in seconds.
     pub verifier_timeout_sec: f64,
     /// A prebuilt image the task names; `None` when it only has a Dockerfile (or nothing).
     pub image: Option<String>,
+    /// CPU, in cores.
     pub cpus: Option<f64>,
+    /// Memory, in bytes.
     pub memory_bytes: Option<u64>,
+    /// Whether the sandbox may reach the internet.
     pub allow_internet: bool,
+    /// The working directory.
     pub workdir: Option<String>,
+    /// The sandbox's environment.
     pub env: BTreeMap<String, String>,
     /// Files the Dockerfile copies in: (file or directory in the build context, destination).
     pub copies: Vec<(PathBuf, String)>,
@@ -68,6 +81,7 @@ pub struct Task {
     /// Whether the folder has `tests/` (copied into the grading sandbox) and `solution/` (shown
     /// to a harness granted it).
     pub has_tests: bool,
+    /// Whether it has `solution/`.
     pub has_solution: bool,
     /// The task folder itself: every read of it goes through here.
     pub files: TaskFiles,

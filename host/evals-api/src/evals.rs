@@ -26,6 +26,7 @@ pub async fn owned(service: &EvalService, tenant: &Tenant, id: &str) -> ApiResul
     }
 }
 
+/// A job as the API shows it.
 pub fn eval_view(e: &EvalRow) -> Value {
     json!({
         "id": e.id,
@@ -234,6 +235,7 @@ pub async fn retry_eval(service: &EvalService, tenant: &Tenant, id: &str) -> Api
 
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+/// `GET /v1/evals/{id}/export`'s parameters.
 pub struct ExportQuery {
     format: String,
     #[serde(default)]
@@ -243,6 +245,7 @@ pub struct ExportQuery {
 }
 
 #[utoipa::path(get, path = "/v1/evals/{id}/export", tag = "evals", summary = "Finished rollouts as NDJSON: training data (openai, atif, sharegpt) or whole results", params(("id" = String, Path, description = "The evaluation id"), ExportQuery), responses((status = 200, description = "One JSON document per line", content_type = "application/x-ndjson", body = String), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
+/// `GET /v1/evals/{id}/export`: the job's rollouts in a training format.
 pub async fn export(
     State(service): S,
     Extension(tenant): T,

@@ -18,6 +18,7 @@ use crate::{EvalService, Tenant};
 use orchard_api_kit::ApiResult;
 
 #[utoipa::path(get, path = "/v1/evals/{id}/events", tag = "evals", summary = "Server-sent events: rollout (each as it finishes; id = finish order, resumable with Last-Event-ID), counts, end", params(("id" = String, Path, description = "The evaluation id")), responses((status = 200, description = "An event stream", content_type = "text/event-stream", body = String), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The database is unavailable", body = orchard_api_kit::Problem)))]
+/// `GET /v1/evals/{id}/events`: results as they finish (server-sent events).
 pub async fn stream(
     State(service): State<Arc<EvalService>>,
     Extension(tenant): Extension<Tenant>,

@@ -4,6 +4,8 @@
 //! another tenant's job, as if it did not exist. The request handlers only read and write the
 //! store; runners (in this replica and any other on the same database) do the work.
 
+#![warn(missing_docs)]
+
 mod datasets;
 mod evals;
 mod events;
@@ -22,8 +24,11 @@ pub use events::stream as event_stream;
 pub use orchard_api_kit::{ApiError, ApiResult, Query, Tenant};
 pub use summary::{CellView, HarnessTotal, Matrix, summary_of};
 
+/// The evaluation service: the job engine behind `/v1/evals`.
 pub struct EvalService {
+    /// What jobs are prepared with.
     pub env: Arc<Env>,
+    /// This replica's runner.
     pub runner: Arc<Runner>,
     /// What each tenant may keep on the server.
     pub quotas: StorageQuotas,
@@ -43,6 +48,7 @@ pub struct StorageQuotas {
 
 pub use datasets::sweep as sweep_datasets;
 
+/// The service's routes (`/evals`, `/datasets`, `/secrets`), to nest under `/v1`.
 pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<EvalService>) -> Router<S> {
     use axum::routing::{delete, get, post, put};
     // The compressed upload is bounded like what it unpacks to.

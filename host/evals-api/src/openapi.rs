@@ -26,4 +26,5 @@ use utoipa::OpenApi;
     ),
     components(schemas(Problem))
 )]
+/// The service's OpenAPI document.
 pub struct EvalsDoc;

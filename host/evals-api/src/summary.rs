@@ -8,38 +8,65 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, Serialize)]
+/// One task × harness cell of a job's matrix.
 pub struct CellView {
+    /// The task.
     pub task_id: String,
+    /// The harness.
     pub harness: String,
+    /// Rollouts finished.
     pub done: i64,
+    /// Rollouts that passed.
     pub passed: i64,
+    /// Rollouts that errored.
     pub errored: i64,
+    /// Rollouts whose grade is unknown.
     pub unknown: i64,
+    /// Mean reward of the graded ones.
     pub mean_reward: Option<f64>,
+    /// pass@1.
     pub pass_at_1: Option<f64>,
+    /// pass@k.
     pub pass_at_k: Option<f64>,
+    /// pass^k: all k passed.
     pub pass_hat_k: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// One harness over all tasks.
 pub struct HarnessTotal {
+    /// The harness.
     pub harness: String,
+    /// Rollouts finished.
     pub done: i64,
+    /// Rollouts that passed.
     pub passed: i64,
+    /// Rollouts that errored.
     pub errored: i64,
+    /// Rollouts whose grade is unknown.
     pub unknown: i64,
+    /// Mean reward of the graded ones.
     pub mean_reward: Option<f64>,
+    /// pass@1.
     pub pass_at_1: Option<f64>,
+    /// pass@k.
     pub pass_at_k: Option<f64>,
+    /// pass^k: all k passed.
     pub pass_hat_k: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// A job's results as a task × harness matrix.
 pub struct Matrix {
+    /// Attempts per task and harness.
     pub k: i64,
+    /// The columns.
     pub harnesses: Vec<String>,
+    /// The rows.
     pub tasks: Vec<String>,
+    /// Every cell.
     pub cells: Vec<CellView>,
+    /// Per harness, over all tasks.
     pub totals: Vec<HarnessTotal>,
 }
 

@@ -23,10 +23,13 @@ const DRAIN_WAIT: Duration = Duration::from_secs(30);
 /// How a group ended, for the stream's last record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
+    /// Enough of each outcome: emitted.
     Emitted,
+    /// A usable group was too unlikely within its cap or the budget.
     Abandoned,
     /// Ended unfinished: as many groups as the request wanted were emitted by others.
     Stopped,
+    /// Its job was refused or failed.
     Failed,
     /// The client went away: the group's job was cancelled.
     Dropped,

@@ -17,6 +17,7 @@ use crate::GroupService;
 use crate::record::Record;
 use crate::request::GroupRequest;
 
+/// The group routes (`/groups`), to nest under `/v1`.
 pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<GroupService>) -> Router<S> {
     Router::new().route("/groups", axum::routing::post(submit)).with_state(service)
 }

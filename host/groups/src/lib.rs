@@ -14,6 +14,8 @@
 //! group will be mixed, groups top up until they are and are abandoned when that has become
 //! unlikely, and advantages are computed against each task's posterior mean.
 
+#![warn(missing_docs)]
+
 mod driver;
 mod http;
 mod memory;
@@ -34,13 +36,16 @@ pub use memory::{KEEP_PER_VERSION, Memory};
 pub use record::{GroupRecord, Record, RolloutKind, RolloutRecord, Timings, classify};
 pub use request::{BarOptions, GroupRequest, MAX_SIZE};
 
+/// Rollout groups for trainers (`POST /v1/groups`), on the evaluation service's engine.
 pub struct GroupService {
+    /// The evaluation service the groups' rollouts run on.
     pub evals: Arc<EvalService>,
     /// Each task's posterior between requests.
     pub memory: Memory,
 }
 
 impl GroupService {
+    /// A group service on `evals`.
     pub fn new(evals: Arc<EvalService>) -> Arc<GroupService> {
         Arc::new(GroupService { evals, memory: Memory::default() })
     }

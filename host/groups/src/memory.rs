@@ -11,6 +11,7 @@ use orchard_bar::{Posterior, Prior};
 pub const KEEP_PER_VERSION: f64 = 0.6;
 
 #[derive(Default)]
+/// What is known of each task's pass rate across requests, per policy version.
 pub struct Memory {
     tasks: Mutex<HashMap<String, Remembered>>,
 }
@@ -65,6 +66,7 @@ impl Memory {
             .or_insert(Remembered { posterior, version: tag });
     }
 
+    /// Keeps a task's posterior.
     pub fn store(&self, key: &str, posterior: Posterior, version: Option<&str>) {
         let tag = version_tag(version);
         self.tasks

@@ -9,35 +9,53 @@ use serde_json::Value;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+/// One line of a group stream.
 pub enum Record {
+    /// A finished rollout.
     Rollout(Box<RolloutRecord>),
+    /// A decided group.
     Group(Box<GroupRecord>),
     /// BAR did not admit the task this time: a group of it was unlikely to be mixed.
     Skipped {
+        /// The task.
         task_id: String,
+        /// Probability that its group would have both outcomes.
         p_mixed: f64,
+        /// The probability it was admitted with.
         p_admit: f64,
+        /// Its posterior mean pass rate.
         estimated_pass_rate: f64,
     },
     /// A group could not run at all (its job was refused).
     Error {
+        /// The task.
         task_id: String,
+        /// The group, if it was made.
         group_id: Option<String>,
+        /// Why.
         message: String,
     },
+    /// The last line: what the request did.
     End {
+        /// Groups run.
         groups: usize,
+        /// Groups emitted.
         emitted: usize,
+        /// Groups abandoned.
         abandoned: usize,
         /// Ended because as many groups as wanted were emitted.
         stopped: usize,
+        /// Tasks BAR did not admit.
         skipped: usize,
+        /// Groups that could not run.
         failed: usize,
         /// Rollout records streamed (in groups, surplus, or of abandoned groups).
         rollouts: usize,
         /// Rollouts launched (retries included): what the request spent.
         spent: u32,
+        /// The request's budget.
         budget: Option<u32>,
+        /// The groups the request wanted.
         groups_wanted: Option<u32>,
     },
 }
@@ -65,43 +83,62 @@ impl RolloutKind {
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// How long a rollout took.
 pub struct Timings {
+    /// The harness's run.
     pub agent_seconds: f64,
+    /// Grading.
     pub grade_seconds: f64,
+    /// All of it, sandbox included.
     pub total_seconds: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// One rollout, for a trainer.
 pub struct RolloutRecord {
+    /// Its id.
     pub rollout_id: String,
+    /// Its group.
     pub group_id: String,
+    /// Its task.
     pub task_id: String,
     /// The slot in the group (launch order); a retried slot keeps its index.
     pub index: usize,
+    /// Runs of its slot so far (retries).
     pub attempt: u32,
+    /// How it ended.
     pub status: RolloutKind,
     /// Whether BAR counted it (an environment or model error never is).
     pub counted: bool,
     /// It finished after its group was decided (emitted or abandoned): streamed so that every
     /// rollout the server ran reaches the trainer once, but in no group and not counted.
     pub surplus: bool,
+    /// The grader's reward.
     pub reward: Option<f64>,
+    /// Reward ≥ 0.5.
     pub passed: bool,
     /// The grader's sub-scores by name.
     pub reward_parts: BTreeMap<String, f64>,
+    /// What failed, if it did.
     pub error: Option<String>,
+    /// The policy version it sampled from.
     pub policy_version: Option<String>,
     /// Token-faithful training segments (see `orchard-segments`), when the endpoint gave ids.
     pub segments: Value,
     /// The conversation as OpenAI chat messages.
     pub messages: Value,
+    /// The tools offered, as OpenAI tool definitions.
     pub tools: Value,
+    /// How long it took.
     pub timings: Timings,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// One decided group, for a trainer.
 pub struct GroupRecord {
+    /// Its id.
     pub group_id: String,
+    /// Its task.
     pub task_id: String,
     /// emitted | abandoned
     pub outcome: String,
@@ -109,19 +146,27 @@ pub struct GroupRecord {
     pub reason: String,
     /// The emitted rollouts (ids), in launch order.
     pub selected: Vec<String>,
+    /// The selected rollouts' rewards.
     pub rewards: Vec<f64>,
     /// `reward − baseline` for each selected rollout.
     pub advantages: Vec<f64>,
+    /// What each reward is compared with.
     pub baseline: f64,
     /// `posterior_mean` (BAR) or `group_mean`.
     pub baseline_kind: &'static str,
+    /// Rollouts launched for it.
     pub generated: u32,
+    /// Passed rollouts counted.
     pub positives: u32,
+    /// Failed rollouts counted.
     pub negatives: u32,
+    /// Rollouts the environment failed (not counted).
     pub env_errors: u32,
+    /// Rollouts the model failed (not counted).
     pub model_errors: u32,
     /// The task's posterior mean pass rate after this group.
     pub estimated_pass_rate: f64,
+    /// The policy version its rollouts sampled from.
     pub policy_version: Option<String>,
     /// Every BAR decision, in order.
     pub decisions: Vec<orchard_bar::Decision>,

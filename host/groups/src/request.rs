@@ -8,14 +8,18 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+/// `POST /v1/groups`: which tasks, how many rollouts each, run how.
 pub struct GroupRequest {
     /// Where the tasks are: an uploaded archive or a registered dataset.
     pub tasks: TaskSource,
     /// One group per task id (the same id twice gives two groups).
     pub task_ids: Vec<String>,
+    /// The harness plugin.
     pub harness: String,
     #[serde(default)]
+    /// Tool adapters offered to the harness.
     pub tools: Vec<String>,
+    /// The grader plugin.
     pub grader: String,
     /// The policy's OpenAI-compatible endpoint. Token ids and logprobs are always asked for;
     /// `sampling` is fixed for every request whatever the harness asks. Needed by every
@@ -23,6 +27,7 @@ pub struct GroupRequest {
     #[serde(default)]
     pub model: Option<ModelSpec>,
     #[serde(default)]
+    /// The model a judging grader calls.
     pub grader_model: Option<ModelSpec>,
     /// Recorded with every model call and rollout (overrides `model.policy_version`).
     #[serde(default)]
@@ -46,18 +51,22 @@ pub struct GroupRequest {
     #[serde(default)]
     pub groups: Option<u32>,
     #[serde(default)]
+    /// Grants given to the plugins (`solution`, ...).
     pub grants: Vec<String>,
     #[serde(default = "host")]
+    /// The sandboxes' image.
     pub image: String,
     /// Handed to the harness.
     #[serde(default = "empty_object")]
     pub config: serde_json::Value,
     #[serde(default)]
+    /// Configuration per tool adapter.
     pub tool_config: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+/// How BAR grows groups.
 pub struct BarOptions {
     /// At least a quarter of each outcome per group, not just one.
     #[serde(default)]
@@ -197,6 +206,7 @@ impl GroupRequest {
         }
     }
 
+    /// The group configuration these options make.
     pub fn group_config(&self) -> orchard_bar::GroupConfig {
         let mut c = orchard_bar::GroupConfig::new(self.size);
         if let Some(bar) = &self.bar {
@@ -214,6 +224,7 @@ impl GroupRequest {
         c
     }
 
+    /// The policy version recorded with the rollouts.
     pub fn policy_version(&self) -> Option<String> {
         self.policy_version.clone().or_else(|| self.model.as_ref().and_then(|m| m.policy_version.clone()))
     }

@@ -14,6 +14,8 @@
 //! Layers are unpacked once per manifest digest into `<cache>/rootfs/<digest>` and shared by every
 //! sandbox of that image.
 
+#![warn(missing_docs)]
+
 mod archive;
 mod host;
 mod layers;
@@ -29,13 +31,32 @@ use serde::{Deserialize, Serialize};
 pub use registry::{RegistryOptions, registry_run_config};
 
 #[derive(Debug, thiserror::Error)]
+/// Why an image could not be had.
 pub enum ImageError {
     #[error("image {reference}: {reason}")]
-    Invalid { reference: String, reason: String },
+    /// The reference is not one this host can use.
+    Invalid {
+        /// The image as named.
+        reference: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     #[error("image {reference}: pull failed: {reason}")]
-    Pull { reference: String, reason: String },
+    /// The registry refused or failed.
+    Pull {
+        /// The image as named.
+        reference: String,
+        /// What the registry said.
+        reason: String,
+    },
     #[error("image cache {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    /// A file of the cache could not be read or written.
+    Io {
+        /// The file.
+        path: String,
+        /// The system's error.
+        source: std::io::Error,
+    },
 }
 
 impl ImageError {
@@ -47,6 +68,7 @@ impl ImageError {
     }
 }
 
+/// What every image operation answers.
 pub type Result<T> = std::result::Result<T, ImageError>;
 
 /// How a sandbox of this image runs, from the image's config.
@@ -54,15 +76,20 @@ pub type Result<T> = std::result::Result<T, ImageError>;
 pub struct RunConfig {
     /// `KEY=value` entries.
     pub env: Vec<String>,
+    /// The image's working directory.
     pub working_dir: Option<String>,
+    /// The image's entrypoint.
     pub entrypoint: Vec<String>,
+    /// The image's command.
     pub cmd: Vec<String>,
+    /// The user the image runs as.
     pub user: Option<String>,
 }
 
 /// A resolved image, ready to be mounted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Image {
+    /// The image as named.
     pub reference: String,
     /// The manifest digest, or the directory for plain roots.
     pub id: String,
@@ -70,9 +97,11 @@ pub struct Image {
     pub root: PathBuf,
     /// Host paths bound read-only into the sandbox: (source, destination).
     pub ro_binds: Vec<(PathBuf, PathBuf)>,
+    /// How the image runs.
     pub config: RunConfig,
 }
 
+/// Images unpacked into a cache directory, shared by sandboxes.
 pub struct ImageStore {
     cache: PathBuf,
     registry: RegistryOptions,
@@ -83,6 +112,7 @@ pub struct ImageStore {
 }
 
 impl ImageStore {
+    /// A store caching under `cache`, pulling with `registry`'s options.
     pub fn new(cache: impl Into<PathBuf>, registry: RegistryOptions) -> Result<Self> {
         let cache = cache.into();
         for sub in ["rootfs", "blobs", "tmp"] {
@@ -109,10 +139,12 @@ impl ImageStore {
             .clone()
     }
 
+    /// Where images are cached.
     pub fn cache_dir(&self) -> &Path {
         &self.cache
     }
 
+    /// The image `reference` names, pulled or unpacked if not cached yet.
     pub async fn resolve(&self, reference: &str) -> Result<Image> {
         if let Some(image) = self.resolved.lock().unwrap_or_else(|p| p.into_inner()).get(reference) {
             return Ok(image.clone());

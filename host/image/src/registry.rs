@@ -18,6 +18,7 @@ pub struct RegistryOptions {
     pub insecure: Vec<String>,
     /// Basic credentials, applied to every registry.
     pub username: Option<String>,
+    /// The registry password or token.
     pub password: Option<String>,
 }
 

@@ -3,7 +3,9 @@
 //! draw depends only on the seed and the call's number, so a run is reproducible.
 
 #[derive(Debug, Clone, Copy, PartialEq)]
+/// Faults injected into answers, deterministically from a seed.
 pub struct Faults {
+    /// The seed.
     pub seed: u64,
     /// Probability per call of a fault.
     pub rate: f64,
@@ -12,9 +14,13 @@ pub struct Faults {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One injected fault.
 pub enum Fault {
+    /// A 500.
     ServerError,
+    /// A 429 with Retry-After.
     RateLimited,
+    /// No answer until the client gives up.
     Timeout,
 }
 

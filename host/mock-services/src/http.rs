@@ -25,13 +25,17 @@ use tokio::sync::Mutex;
 use crate::faults::{Fault, Faults};
 use crate::store::{AuditEntry, CallError, SERVICES, Store};
 
+/// The mock services' server state.
 pub struct App {
+    /// The services' data and audit log.
     pub store: Mutex<Store>,
+    /// Faults to inject, if any.
     pub faults: Option<Faults>,
     calls: std::sync::atomic::AtomicU64,
 }
 
 impl App {
+    /// A server over `store`.
     pub fn new(store: Store, faults: Option<Faults>) -> Arc<App> {
         Arc::new(App { store: Mutex::new(store), faults, calls: Default::default() })
     }
@@ -40,7 +44,9 @@ impl App {
 /// Who is calling: decided by the door a connection came in by, never by the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caller {
+    /// The agent's calls (recorded in the audit).
     Agent,
+    /// The grader's reads (not recorded: graders never count their own actions).
     Grader,
 }
 

@@ -5,6 +5,8 @@
 //! state, and resets them (`POST /<svc>/reset`); seeded error injection (`--faults SEED:RATE`)
 //! measures robustness.
 
+#![warn(missing_docs)]
+
 pub mod actions;
 pub mod faults;
 pub mod http;

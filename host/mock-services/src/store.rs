@@ -19,22 +19,32 @@ pub const SERVICES: &[(&str, &[&str])] = &[
 ];
 
 #[derive(Debug, thiserror::Error, PartialEq)]
+/// Why a call was refused.
 pub enum CallError {
     #[error("{0}")]
+    /// No such record or collection.
     NotFound(String),
     #[error("{0}")]
+    /// The body was wrong; the message names what.
     Invalid(String),
 }
 
 /// One call, as the audit keeps it.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditEntry {
+    /// Its place in the audit.
     pub seq: u64,
+    /// The HTTP method.
     pub method: String,
+    /// The path.
     pub path: String,
+    /// The query parameters.
     pub query: BTreeMap<String, String>,
+    /// The request body.
     pub body: Value,
+    /// The status answered.
     pub status: u16,
+    /// What was answered.
     pub result: Value,
     /// An injected fault, when the call got one instead of its answer.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -42,6 +52,7 @@ pub struct AuditEntry {
 }
 
 #[derive(Debug, Clone, Default)]
+/// Every service's collections and audit, from the task's fixtures.
 pub struct Store {
     fixture: Value,
     data: BTreeMap<String, BTreeMap<String, Vec<Value>>>,
@@ -115,10 +126,12 @@ impl Store {
         Ok(())
     }
 
+    /// Every call the agent made to `service`, in order.
     pub fn audit(&self, service: &str) -> Vec<AuditEntry> {
         self.audit.get(service).cloned().unwrap_or_default()
     }
 
+    /// Records one call of the agent.
     pub fn record(&mut self, service: &str, mut entry: AuditEntry) {
         self.seq += 1;
         entry.seq = self.seq;
@@ -157,6 +170,7 @@ impl Store {
         Ok(json!({ collection: found }))
     }
 
+    /// One record.
     pub fn get(&mut self, service: &str, collection: &str, id: &str) -> Result<Value, CallError> {
         self.collection(service, collection)?
             .iter()
@@ -165,6 +179,7 @@ impl Store {
             .ok_or_else(|| CallError::NotFound(format!("no {} {id:?} in {service}", collection.trim_end_matches('s'))))
     }
 
+    /// Adds a record; answers it with its id.
     pub fn create(&mut self, service: &str, collection: &str, body: Value) -> Result<Value, CallError> {
         let Value::Object(mut fields) = body else {
             return Err(CallError::Invalid("the body must be a JSON object".into()));
@@ -181,6 +196,7 @@ impl Store {
         Ok(item)
     }
 
+    /// Changes a record's fields.
     pub fn update(&mut self, service: &str, collection: &str, id: &str, body: Value) -> Result<Value, CallError> {
         let Value::Object(fields) = body else {
             return Err(CallError::Invalid("the body must be a JSON object".into()));
@@ -198,6 +214,7 @@ impl Store {
         Ok(item.clone())
     }
 
+    /// Removes a record; answers what it was.
     pub fn delete(&mut self, service: &str, collection: &str, id: &str) -> Result<Value, CallError> {
         let items = self.collection(service, collection)?;
         let at = items.iter().position(|i| i["id"] == id).ok_or_else(|| {

@@ -26,6 +26,7 @@ impl From<ProxyError> for ApiError {
     }
 }
 
+/// The proxy's routes (`/proxy/...`), to nest under `/v1`.
 pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<ProxyService>) -> Router<S> {
     use axum::routing::{get, post};
     Router::new()
@@ -35,6 +36,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<ProxyService>) -> R
         .with_state(service)
 }
 
+/// The proxy's OpenAPI paths.
 pub fn openapi_paths() -> utoipa::openapi::OpenApi {
     use utoipa::OpenApi;
     #[derive(utoipa::OpenApi)]

@@ -8,6 +8,8 @@
 //! Sessions live in this replica's memory (a client talks to one replica for a session), are
 //! the tenant's own (another tenant's id answers 404), and are forgotten after an hour idle.
 
+#![warn(missing_docs)]
+
 mod http;
 
 use std::collections::HashMap;
@@ -26,6 +28,7 @@ pub const IDLE: Duration = Duration::from_secs(3600);
 /// Most open sessions per tenant.
 pub const MAX_SESSIONS: usize = 1000;
 
+/// The recording proxy: sessions and what they recorded.
 pub struct ProxyService {
     /// Where the tenants' secrets are (a session's `api_key_secret`).
     store: orchard_store::Store,
@@ -34,9 +37,13 @@ pub struct ProxyService {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
 }
 
+/// One recording session of one harness run.
 pub struct Session {
+    /// Its id (part of its base URL).
     pub id: String,
+    /// The tenant that opened it.
     pub tenant: String,
+    /// The model it forwards to.
     pub spec: ModelSpec,
     client: ModelClient,
     started: Instant,
@@ -47,24 +54,36 @@ pub struct Session {
 /// One forwarded call.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProxiedCall {
+    /// When the call started, in milliseconds since the session opened.
     pub at_ms: u64,
+    /// How long it took.
     pub duration_ms: u64,
     /// How many messages the client sent.
     pub request_messages: usize,
+    /// The model's message.
     pub response: orchard_model::Message,
+    /// Why it stopped.
     pub finish_reason: orchard_model::FinishReason,
+    /// Tokens used.
     pub usage: orchard_model::Usage,
+    /// The token ids the endpoint saw, when it gave them.
     pub prompt_ids: Option<Vec<u32>>,
+    /// The token ids it sampled, when it gave them.
     pub completion_ids: Option<Vec<u32>>,
+    /// Log-probabilities of the sampled tokens.
     pub logprobs: Vec<f32>,
+    /// The policy version the endpoint said it served.
     pub policy_version: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
+/// Why a proxy call was refused.
 pub enum ProxyError {
     #[error("{0}")]
+    /// The request was wrong; the message names what.
     Invalid(String),
     #[error("{0}")]
+    /// No such session of this tenant.
     NotFound(String),
     /// The policy's endpoint failed (after the client's retries).
     #[error("{0}")]
@@ -72,6 +91,7 @@ pub enum ProxyError {
 }
 
 impl ProxyService {
+    /// A proxy recording into `store`, forwarding only where `egress` allows.
     pub fn new(store: orchard_store::Store, egress: orchard_egress::Policy) -> Arc<ProxyService> {
         Arc::new(ProxyService { store, egress, sessions: Mutex::new(HashMap::new()) })
     }
@@ -120,6 +140,7 @@ impl ProxyService {
         }
     }
 
+    /// Ends a session and hands back what it recorded.
     pub fn close(&self, tenant: &str, id: &str) -> Result<Arc<Session>, ProxyError> {
         let session = self.session(tenant, id)?;
         self.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(id);

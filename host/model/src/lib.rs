@@ -5,6 +5,8 @@
 //! `Retry-After`), a timeout per request, a cap on concurrent requests per client (per job),
 //! token usage, and the endpoint's token ids and logprobs when it returns them.
 
+#![warn(missing_docs)]
+
 pub mod tokenizer;
 mod wire;
 
@@ -16,41 +18,67 @@ use tokio::sync::Semaphore;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+/// Who says a message.
 pub enum Role {
+    /// Instructions.
     System,
+    /// The user (or the task).
     User,
+    /// The model.
     Assistant,
+    /// A tool's answer.
     Tool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+/// One part of a message's content.
 pub enum Part {
-    Text { text: String },
-    Image { media_type: String, data_base64: String },
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image.
+    Image {
+        /// Its type (`image/png`).
+        media_type: String,
+        /// Its bytes, base64.
+        data_base64: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A tool call the model made.
 pub struct ToolCall {
+    /// Its id, which the tool's answer names.
     pub id: String,
+    /// The tool.
     pub name: String,
     /// JSON text.
     pub arguments: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One chat message.
 pub struct Message {
+    /// Who says it.
     pub role: Role,
+    /// What it says.
     pub content: Vec<Part>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Tools the model called.
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The call a tool message answers.
     pub tool_call_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The model's reasoning, where the endpoint gives it.
     pub reasoning: Option<String>,
 }
 
 impl Message {
+    /// A message of one text part.
     pub fn text(role: Role, text: impl Into<String>) -> Self {
         Message {
             role,
@@ -74,20 +102,29 @@ impl Message {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A tool offered to the model.
 pub struct ToolSpec {
+    /// Its name.
     pub name: String,
+    /// What it does.
     pub description: String,
     /// JSON Schema text.
     pub parameters: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// How the model samples.
 pub struct Sampling {
+    /// Sampling temperature.
     pub temperature: Option<f32>,
+    /// Nucleus sampling's probability mass.
     pub top_p: Option<f32>,
+    /// Most tokens to generate.
     pub max_tokens: Option<u32>,
     #[serde(default)]
+    /// Where to stop.
     pub stop: Vec<String>,
+    /// The sampler's seed.
     pub seed: Option<u64>,
     /// A JSON object merged into the request body.
     pub extra: Option<serde_json::Value>,
@@ -95,26 +132,41 @@ pub struct Sampling {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// Why the model stopped.
 pub enum FinishReason {
+    /// It finished.
     Stop,
+    /// It reached its token limit.
     Length,
+    /// It called tools.
     ToolCalls,
+    /// A filter stopped it.
     ContentFilter,
+    /// Anything else the endpoint said.
     Other,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Tokens used by a call.
 pub struct Usage {
+    /// In the prompt.
     pub prompt_tokens: u32,
+    /// Generated.
     pub completion_tokens: u32,
+    /// Both.
     pub total_tokens: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A chat completion.
 pub struct Completion {
+    /// The model's message.
     pub message: Message,
+    /// Why it stopped.
     pub finish_reason: FinishReason,
+    /// Tokens used.
     pub usage: Usage,
+    /// The model that answered.
     pub model: String,
     /// `choices[0].logprobs` as the endpoint returned it (token strings, ids, logprobs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,6 +186,7 @@ pub struct Completion {
 }
 
 #[derive(Debug, thiserror::Error)]
+/// Why a model call failed.
 pub enum ModelError {
     /// The endpoint is down, rate limiting past our retries, or not configured.
     #[error("model unavailable: {0}")]
@@ -142,6 +195,7 @@ pub enum ModelError {
     #[error("model refused the request: {0}")]
     Rejected(String),
     #[error("model request timed out after {0:?}")]
+    /// No answer within the time limit.
     Timeout(Duration),
     /// The endpoint answered something that is not a chat completion.
     #[error("model answered nonsense: {0}")]
@@ -149,12 +203,17 @@ pub enum ModelError {
 }
 
 #[derive(Debug, Clone)]
+/// How to reach an OpenAI-compatible endpoint.
 pub struct ModelConfig {
     /// e.g. `http://localhost:8000/v1` (the client appends `/chat/completions`).
     pub base_url: String,
+    /// The bearer token.
     pub api_key: Option<String>,
+    /// The model name sent.
     pub model: String,
+    /// How long one request may take.
     pub timeout: Duration,
+    /// Retries after a transient failure (429, 5xx, a dropped connection).
     pub max_retries: u32,
     /// Most requests in flight at once through this client.
     pub concurrency: usize,
@@ -180,6 +239,7 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// A configuration with the defaults.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         ModelConfig {
             base_url: base_url.into(),
@@ -198,6 +258,7 @@ impl ModelConfig {
     }
 }
 
+/// A client of one OpenAI-compatible endpoint: retries, a concurrency limit, token ids and logprobs where asked.
 pub struct ModelClient {
     config: ModelConfig,
     http: reqwest::Client,
@@ -207,6 +268,7 @@ pub struct ModelClient {
 }
 
 impl ModelClient {
+    /// A client as `config` says.
     pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
         // reqwest is built without a default TLS provider in this workspace: pick ring.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -225,10 +287,12 @@ impl ModelClient {
         self
     }
 
+    /// Its configuration.
     pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
+    /// One chat completion.
     pub async fn complete(
         &self,
         messages: &[Message],

@@ -27,7 +27,9 @@ impl Command {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct OutputLimit {
+    /// Bytes kept from the start of the stream.
     pub head_bytes: u64,
+    /// Bytes kept from its end.
     pub tail_bytes: u64,
 }
 
@@ -42,10 +44,13 @@ impl Default for OutputLimit {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ExecRequest {
+    /// What to run.
     pub command: Command,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Where (the sandbox's working directory when absent).
     pub cwd: Option<String>,
     #[serde(default, deserialize_with = "crate::null_as_default", skip_serializing_if = "BTreeMap::is_empty")]
+    /// Added to the sandbox's environment.
     pub env: BTreeMap<String, String>,
     /// Bytes written to the command's stdin, which is then closed (default: empty stdin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,18 +69,22 @@ pub struct ExecRequest {
     #[serde(default, deserialize_with = "crate::null_as_default")]
     pub login_shell: bool,
     #[serde(default, deserialize_with = "crate::null_as_default")]
+    /// How much output the answer keeps.
     pub output_limit: OutputLimit,
 }
 
 impl ExecRequest {
+    /// A request running `command` with the shell.
     pub fn shell(command: impl Into<String>) -> Self {
         Self::new(Command::Shell(command.into()))
     }
 
+    /// A request running `argv` without a shell.
     pub fn argv<S: Into<String>>(argv: impl IntoIterator<Item = S>) -> Self {
         Self::new(Command::Argv(argv.into_iter().map(Into::into).collect()))
     }
 
+    /// A request with the defaults.
     pub fn new(command: Command) -> Self {
         ExecRequest {
             command,
@@ -89,11 +98,13 @@ impl ExecRequest {
         }
     }
 
+    /// With a time limit in milliseconds.
     pub fn timeout_ms(mut self, ms: u64) -> Self {
         self.timeout_ms = Some(ms);
         self
     }
 
+    /// In a working directory.
     pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
         self.cwd = Some(cwd.into());
         self
@@ -108,6 +119,7 @@ pub struct Output {
     pub text: String,
     /// Total bytes the command wrote to this stream.
     pub total_bytes: u64,
+    /// Some of the stream is left out of `text`.
     pub truncated: bool,
     /// Path inside the sandbox of the file holding the whole stream, when truncated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,10 +133,15 @@ pub struct ExecResult {
     /// The exit code; 128 + signal when killed by a signal; 124 on timeout.
     pub exit_code: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The signal that killed it, if one did.
     pub signal: Option<i32>,
+    /// Killed at its time limit.
     pub timed_out: bool,
+    /// Its standard output.
     pub stdout: Output,
+    /// Its standard error.
     pub stderr: Output,
+    /// How long it ran.
     pub wall_seconds: f64,
     /// User + system CPU time of the command and the descendants it waited for.
     pub cpu_seconds: f64,
@@ -141,19 +158,26 @@ pub struct ExecResult {
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ExecFrame {
+    /// Output on stdout.
     Stdout {
+        /// The text (lossily decoded).
         data: String,
     },
+    /// Output on stderr.
     Stderr {
+        /// The text (lossily decoded).
         data: String,
     },
     /// The last frame. The result's output texts are bounded as in buffered mode.
     Exit {
+        /// The finished command's result.
         result: ExecResult,
     },
     /// The command could not be run at all.
     Error {
+        /// What kind of failure.
         kind: crate::ErrorKind,
+        /// What was wrong.
         message: String,
     },
 }

@@ -3,6 +3,8 @@
 //! The agent speaks HTTP/1.1 with JSON bodies (raw bytes for file contents and tar streams).
 //! Every request carries `Authorization: Bearer <sandbox token>`.
 
+#![warn(missing_docs)]
+
 mod exec;
 mod files;
 mod process;
@@ -26,7 +28,9 @@ pub const DENIED_PREFIXES: &[&str] = &["/proc", "/sys", "/.orchard"];
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Health {
+    /// `ok` when the agent answers.
     pub status: String,
+    /// The agent's version.
     pub version: String,
     /// The agent's pid as seen inside the sandbox (1 when it is the sandbox's init).
     pub pid: u32,
@@ -37,11 +41,17 @@ pub struct Health {
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
+    /// The request was wrong (HTTP 400).
     InvalidInput,
+    /// No such file, process or session (404).
     NotFound,
+    /// It took too long (408).
     Timeout,
+    /// Not allowed (403).
     Denied,
+    /// The agent cannot do it now (503).
     Unavailable,
+    /// Anything else (500).
     Other,
 }
 
@@ -75,7 +85,9 @@ impl ErrorKind {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
+    /// What kind of failure.
     pub kind: ErrorKind,
+    /// What was wrong, naming it.
     pub message: String,
 }
 

@@ -8,18 +8,24 @@ use crate::Command;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ProcessStart {
+    /// What to run.
     pub command: Command,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Where.
     pub cwd: Option<String>,
     #[serde(default, deserialize_with = "crate::null_as_default", skip_serializing_if = "BTreeMap::is_empty")]
+    /// Added to the sandbox's environment.
     pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+/// Whether a background process still runs.
 pub enum ProcessState {
+    /// Still running.
     Running,
+    /// Ended.
     Exited,
 }
 
@@ -27,14 +33,20 @@ pub enum ProcessState {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ProcessInfo {
+    /// The agent's id for it.
     pub id: String,
+    /// Its process id inside the sandbox.
     pub pid: i32,
+    /// What it runs.
     pub command: String,
+    /// Running or ended.
     pub state: ProcessState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its exit code, once ended.
     pub exit_code: Option<i32>,
     /// Path inside the sandbox of the combined stdout+stderr log.
     pub log_path: String,
+    /// Epoch seconds.
     pub started_at: f64,
 }
 
@@ -51,8 +63,11 @@ pub struct SignalRequest {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct LogChunk {
+    /// The bytes of the log from `offset` (lossily decoded).
     pub data: String,
+    /// Where this page starts.
     pub offset: u64,
+    /// Where the next page starts.
     pub next_offset: u64,
     /// True when the process has exited and the log is read to its end.
     pub eof: bool,
@@ -64,8 +79,10 @@ pub struct LogChunk {
 #[serde(deny_unknown_fields)]
 pub struct SessionStart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its starting directory.
     pub cwd: Option<String>,
     #[serde(default, deserialize_with = "crate::null_as_default", skip_serializing_if = "BTreeMap::is_empty")]
+    /// Added to the sandbox's environment.
     pub env: BTreeMap<String, String>,
 }
 
@@ -87,6 +104,7 @@ pub struct SessionContinue {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_ms: Option<u64>,
     #[serde(default, deserialize_with = "crate::null_as_default")]
+    /// How much output the answer keeps.
     pub output_limit: crate::OutputLimit,
 }
 
@@ -94,8 +112,11 @@ pub struct SessionContinue {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct SessionInfo {
+    /// The agent's id for it.
     pub id: String,
+    /// The shell's process id.
     pub pid: i32,
+    /// The shell.
     pub shell: String,
     /// False once the shell has exited (e.g. the user ran `exit`).
     pub alive: bool,

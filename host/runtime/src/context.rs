@@ -13,8 +13,11 @@ use std::time::Instant;
 
 /// Everything one rollout's plugins share: its sandbox, its model, its tools, its trajectory.
 pub struct RolloutContext {
+    /// The task being run.
     pub task_id: String,
+    /// The rollout's sandbox, if it has one.
     pub sandbox: Option<SharedAgent>,
+    /// The model the harness calls, if any.
     pub model: Option<Arc<ModelClient>>,
     /// The run's tool adapters, while the harness runs. Their stores point back at this context,
     /// so the router must be dropped when the run ends (see `ToolsInUse`), or every rollout's
@@ -38,6 +41,7 @@ pub struct RolloutContext {
 }
 
 impl RolloutContext {
+    /// A context for one rollout of `task_id`.
     pub fn new(task_id: &str, sandbox: Option<SharedAgent>, model: Option<Arc<ModelClient>>) -> Arc<Self> {
         Arc::new(RolloutContext {
             task_id: task_id.to_string(),
@@ -160,10 +164,12 @@ impl RolloutContext {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// What was recorded so far.
     pub fn trajectory(&self) -> Trajectory {
         self.trajectory.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Records a step.
     pub fn record(&self, step: Step) {
         self.trajectory.lock().unwrap_or_else(|p| p.into_inner()).steps.push(step);
     }

@@ -18,6 +18,7 @@ use crate::manifest::{Contract, PluginKind};
 pub const TICK: Duration = Duration::from_millis(2);
 
 #[derive(Debug, Clone)]
+/// How the WebAssembly engine is set up.
 pub struct RuntimeConfig {
     /// Where compiled components are kept (`None`: compile every time).
     pub cache_dir: Option<PathBuf>,
@@ -35,6 +36,7 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// The wasmtime engine plugins are compiled and run on, with its limits.
 pub struct Runtime {
     pub(crate) engine: Engine,
     /// One per world and contract version, in `PluginKind::ALL` × `Contract::ALL` order.
@@ -70,6 +72,7 @@ fn engine_config(pool: Option<&RuntimeConfig>) -> Config {
 }
 
 impl Runtime {
+    /// An engine set up as `config` says.
     pub fn new(config: RuntimeConfig) -> Result<Runtime, String> {
         let (engine, pooling) = match config.pooling.then(|| Engine::new(&engine_config(Some(&config)))) {
             Some(Ok(engine)) => (engine, true),
@@ -112,6 +115,7 @@ impl Runtime {
         Ok(Runtime { engine, linkers, cache_dir: config.cache_dir, compat, stop, pooling })
     }
 
+    /// Whether instances come from a pooling allocator.
     pub fn pooling(&self) -> bool {
         self.pooling
     }

@@ -15,11 +15,15 @@ pub(crate) const CPU_EXCEEDED: &str = "orchard: CPU budget exceeded";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// What limit or fault ended a plugin call.
 pub enum FailureKind {
     /// The guest trapped (a panic, an unreachable, a bad memory access).
     Trap,
+    /// It spent its CPU budget (fuel).
     CpuBudget,
+    /// It reached its memory limit.
     Memory,
+    /// It ran past its wall-clock limit.
     WallClock,
     /// The plugin returned an error from its export.
     Error,
@@ -34,9 +38,13 @@ pub enum FailureKind {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
 #[error("plugin {plugin} failed in {call}: {message}")]
 pub struct PluginFailure {
+    /// The plugin.
     pub plugin: String,
+    /// The export called.
     pub call: String,
+    /// What ended it.
     pub kind: FailureKind,
+    /// What happened, in words.
     pub message: String,
 }
 

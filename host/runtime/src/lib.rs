@@ -7,6 +7,8 @@
 //! world, pre-instantiates it, and runs rollouts: a fresh store per plugin instance per rollout,
 //! with memory, CPU and wall-clock limits, WASI denied by default, every crossing recorded.
 
+#![warn(missing_docs)]
+
 #[macro_use]
 pub mod host;
 mod context;

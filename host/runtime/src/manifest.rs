@@ -33,9 +33,12 @@ pub enum Contract {
 }
 
 impl Contract {
+    /// Every contract version this host loads.
     pub const ALL: [Contract; 2] = [Contract::V0_1, Contract::V0_2];
+    /// The newest.
     pub const CURRENT: Contract = Contract::V0_2;
 
+    /// The version as written (`0.2.0`).
     pub fn as_str(self) -> &'static str {
         match self {
             Contract::V0_1 => "0.1.0",
@@ -73,17 +76,24 @@ impl std::fmt::Display for Contract {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+/// What a plugin is.
 pub enum PluginKind {
+    /// Drives a rollout: calls the model and the tools.
     Harness,
+    /// Offers tools to harnesses.
     ToolAdapter,
+    /// Drives a browser for tools.
     BrowserDriver,
+    /// Grades a rollout.
     Grader,
 }
 
 impl PluginKind {
+    /// Every kind.
     pub const ALL: [PluginKind; 4] =
         [PluginKind::Harness, PluginKind::ToolAdapter, PluginKind::BrowserDriver, PluginKind::Grader];
 
+    /// The WIT world a plugin of this kind implements.
     pub fn world(self) -> &'static str {
         match self {
             PluginKind::Harness => "harness",
@@ -139,6 +149,7 @@ impl std::fmt::Display for PluginKind {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+/// What a plugin may import or be given.
 pub enum Capability {
     /// The run's sandbox (`sandbox` import).
     Sandbox,
@@ -167,6 +178,7 @@ impl Capability {
         }
     }
 
+    /// Reads a capability's name (`sandbox`, `model`, ...).
     pub fn parse(s: &str) -> Result<Capability, String> {
         match s {
             "sandbox" => Ok(Capability::Sandbox),
@@ -182,16 +194,22 @@ impl Capability {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+/// A plugin's manifest (`orchard.toml`).
 pub struct Manifest {
+    /// Its name.
     pub name: String,
+    /// Its version.
     pub version: String,
+    /// What it is.
     pub kind: PluginKind,
     /// The world's fully qualified name; defaults to the kind's world in this contract version.
     #[serde(default)]
     pub world: Option<String>,
     #[serde(default)]
+    /// What it asks for.
     pub capabilities: BTreeSet<Capability>,
     #[serde(default)]
+    /// What it does, in a sentence.
     pub description: String,
     /// Graders: where they grade unless the task says otherwise, and what they leave out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,6 +231,7 @@ pub struct GraderDefaults {
 }
 
 impl Manifest {
+    /// Reads a manifest; errors name `origin` and the field.
     pub fn parse(text: &str, origin: &str) -> Result<Manifest, String> {
         let m: Manifest = toml::from_str(text).map_err(|e| format!("manifest {origin}: {e}"))?;
         m.validate().map_err(|e| format!("manifest {origin}: {e}"))?;
@@ -281,6 +300,7 @@ impl Manifest {
         Ok(None)
     }
 
+    /// `name@version`.
     pub fn id(&self) -> String {
         format!("{}@{}", self.name, self.version)
     }

@@ -10,41 +10,67 @@ use crate::engine::Runtime;
 use crate::manifest::{Capability, Contract, Manifest, PluginKind};
 
 #[derive(Debug, thiserror::Error)]
+/// Why a plugin could not be loaded.
 pub enum PluginError {
     /// Not a component wasmtime can compile.
     #[error("{origin}: not a loadable WebAssembly component: {reason}")]
-    Compile { origin: String, reason: String },
+    Compile {
+        /// Where the component came from.
+        origin: String,
+        /// What wasmtime said.
+        reason: String,
+    },
     /// A component that does not fit its world.
     #[error("{origin}: {reason}")]
-    World { origin: String, reason: String },
+    World {
+        /// Where the component came from.
+        origin: String,
+        /// What does not fit.
+        reason: String,
+    },
     #[error("{0}")]
+    /// The manifest is wrong; the message names the field.
     Manifest(String),
 }
 
 /// What `orchard plugin check` and `GET /v1/plugins` show.
 #[derive(Debug, Clone, Serialize)]
 pub struct PluginInfo {
+    /// Its name.
     pub name: String,
+    /// Its version.
     pub version: String,
+    /// What it is.
     pub kind: PluginKind,
+    /// The world it implements, versioned.
     pub world: String,
     /// The contract version the component speaks.
     pub contract: Contract,
+    /// What it asks for.
     pub capabilities: Vec<Capability>,
+    /// What it does.
     pub description: String,
     /// Where the manifest came from: `beside`, `embedded` or `inferred`.
     pub manifest: &'static str,
+    /// The interfaces it imports.
     pub imports: Vec<String>,
+    /// The interfaces it exports.
     pub exports: Vec<String>,
+    /// SHA-256 of the component, hex.
     pub sha256: String,
+    /// The component's size in bytes.
     pub size: usize,
+    /// Where it was loaded from.
     pub origin: String,
 }
 
 pub(crate) use crate::contract::Pre;
 
+/// A compiled plugin, ready to instantiate.
 pub struct Plugin {
+    /// Its manifest.
     pub manifest: Manifest,
+    /// What the host saw of it.
     pub info: PluginInfo,
     pub(crate) pre: Pre,
 }
@@ -56,10 +82,12 @@ impl std::fmt::Debug for Plugin {
 }
 
 impl Plugin {
+    /// `name@version`.
     pub fn id(&self) -> String {
         self.manifest.id()
     }
 
+    /// What it is.
     pub fn kind(&self) -> PluginKind {
         self.manifest.kind
     }

@@ -22,6 +22,7 @@ use crate::plugin::{Plugin, PluginError, PluginInfo};
 /// Whose a plugin is: everybody's, or one tenant's.
 pub type Owner = Option<String>;
 
+/// The plugins this host knows, by name: shipped, local and uploaded.
 pub struct Registry {
     runtime: Arc<Runtime>,
     /// The current version of each name, per owner.
@@ -39,6 +40,7 @@ pub struct Registry {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct VisiblePlugin {
     #[serde(flatten)]
+    /// What the host saw of it.
     pub info: PluginInfo,
     /// `shared` (everybody's) or `tenant` (this tenant's own upload).
     pub scope: &'static str,
@@ -53,6 +55,7 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 }
 
 impl Registry {
+    /// An empty registry compiling on `runtime`.
     pub fn new(runtime: Arc<Runtime>) -> Self {
         Registry {
             runtime,
@@ -63,6 +66,7 @@ impl Registry {
         }
     }
 
+    /// The engine plugins are compiled on.
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
     }

@@ -18,6 +18,7 @@ use crate::plugin::Plugin;
 pub use crate::context::RolloutContext;
 
 #[derive(Debug, Clone, Copy)]
+/// Limits of one plugin instance.
 pub struct Limits {
     /// Largest linear memory per plugin instance.
     pub memory_bytes: u64,
@@ -44,6 +45,7 @@ impl Default for Grants {
 }
 
 impl Grants {
+    /// Whether a capability is granted.
     pub fn allows(&self, c: Capability) -> bool {
         self.0.contains(&c)
     }
@@ -69,26 +71,38 @@ impl Drop for ToolsInUse<'_> {
 /// A task as plugins see it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TaskInput {
+    /// The task's id.
     pub id: String,
+    /// What the agent is asked.
     pub instruction: String,
+    /// The task's metadata.
     pub metadata: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// How a harness's run ended.
 pub enum Status {
+    /// It finished.
     Completed,
+    /// It reached a step or token limit.
     LimitReached,
+    /// The model's output could not be parsed.
     FormatError,
+    /// It stopped without finishing.
     GaveUp,
 }
 
 /// How the harness said its run ended.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunOutcome {
+    /// How it ended.
     pub status: Status,
+    /// The agent's answer, if it gave one.
     pub answer: Option<String>,
+    /// Steps taken.
     pub steps: u32,
+    /// Why, in words.
     pub message: Option<String>,
 }
 
@@ -96,14 +110,20 @@ pub struct RunOutcome {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
+    /// A reward.
     Graded {
+        /// In [0, 1].
         reward: f64,
+        /// Whether it passed.
         passed: bool,
+        /// Named parts of the reward.
         sub_scores: Vec<(String, f64)>,
+        /// Why.
         explanation: String,
     },
     /// The grader could not decide; not a zero.
     Unknown {
+        /// Why not.
         reason: String,
     },
 }
@@ -288,11 +308,15 @@ impl Runtime {
 pub struct GradingEnvironment {
     /// A separate verifier's clean sandbox, not the agent's.
     pub separate: bool,
+    /// The commit a carried repository's diff was taken against.
     pub base_commit: Option<String>,
+    /// What was carried from the agent's sandbox.
     pub carried: Vec<String>,
     /// (path, why)
     pub dropped: Vec<(String, String)>,
+    /// Artifacts collected.
     pub artifacts: Vec<String>,
+    /// Why the environment could not be made as declared, if it could not.
     pub problem: Option<String>,
 }
 

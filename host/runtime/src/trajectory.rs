@@ -6,24 +6,36 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
+/// One step of a rollout.
 pub enum Step {
     /// A model call: what was sent (the messages are in `Trajectory::conversation`), what came
     /// back, and what it cost.
     ModelCall {
+        /// The plugin that made it.
         plugin: String,
+        /// When, in milliseconds since the rollout started.
         at_ms: u64,
+        /// How long it took.
         duration_ms: u64,
         /// How many messages the request carried.
         request_messages: usize,
+        /// The tools offered.
         tools: Vec<String>,
+        /// The model's message.
         response: Message,
+        /// Why it stopped.
         finish_reason: orchard_model::FinishReason,
+        /// Tokens used.
         usage: Usage,
+        /// The model that answered.
         model: String,
+        /// Tries it took (retries after transient errors).
         attempts: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Log-probabilities of the sampled tokens.
         logprobs: Option<serde_json::Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// The sampled token ids.
         token_ids: Option<Vec<u32>>,
         /// The prompt's token ids as the endpoint rendered them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -32,57 +44,87 @@ pub enum Step {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy_version: Option<String>,
     },
+    /// A model call that failed.
     ModelError {
+        /// The plugin that made it.
         plugin: String,
+        /// What failed.
         error: String,
+        /// When, in milliseconds since the rollout started.
         at_ms: u64,
+        /// How long it took.
         duration_ms: u64,
     },
     /// A tool call routed by the host, with what the tool returned.
     ToolCall {
+        /// The plugin that called.
         plugin: String,
+        /// The adapter that answered.
         adapter: String,
+        /// The call.
         call: ToolCall,
         /// The observation (text parts; images are noted).
         output: String,
+        /// Whether the tool said it failed.
         is_error: bool,
+        /// When, in milliseconds since the rollout started.
         at_ms: u64,
+        /// How long it took.
         duration_ms: u64,
     },
     /// A direct sandbox operation (tool adapters and graders).
     Sandbox {
+        /// The plugin.
         plugin: String,
+        /// The operation (`exec`, `write-file`, ...).
         op: String,
+        /// Its arguments and outcome.
         detail: serde_json::Value,
+        /// When, in milliseconds since the rollout started.
         at_ms: u64,
+        /// How long it took.
         duration_ms: u64,
     },
     /// A `log.event`.
     Event {
+        /// The plugin.
         plugin: String,
+        /// `debug`, `info`, `warn` or `error`.
         level: String,
+        /// The event's name.
         name: String,
+        /// Its data.
         data: serde_json::Value,
+        /// When, in milliseconds since the rollout started.
         at_ms: u64,
     },
     /// The verifier's environment: where the grader worked and what was carried into it from
     /// the agent's sandbox (see `orchard-verifier`).
     Verifier {
+        /// `separate` or `in-place`.
         mode: String,
+        /// What was carried and dropped.
         detail: serde_json::Value,
+        /// When, in milliseconds since the rollout started.
         at_ms: u64,
+        /// How long it took.
         duration_ms: u64,
     },
     /// What a plugin printed to stdout or stderr.
     Output {
+        /// The plugin.
         plugin: String,
+        /// `stdout` or `stderr`.
         stream: String,
+        /// What it printed.
         text: String,
     },
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+/// Everything a rollout did, in order.
 pub struct Trajectory {
+    /// The steps.
     pub steps: Vec<Step>,
     /// The conversation as the model last saw it, followed by the tool results since.
     pub conversation: Vec<Message>,
@@ -95,8 +137,11 @@ pub struct Trajectory {
     /// The sampling parameters of the last model call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<orchard_model::Sampling>,
+    /// Tokens used over all model calls.
     pub usage: Usage,
+    /// Model calls made.
     pub model_calls: u32,
+    /// Tool calls made.
     pub tool_calls: u32,
 }
 

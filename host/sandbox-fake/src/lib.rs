@@ -19,6 +19,8 @@
 //! What it does not model: time inside commands (they finish at once), a terminal, a browser,
 //! services on the sandbox's loopback, resource limits other than the disk's byte total.
 
+#![warn(missing_docs)]
+
 mod agent;
 pub mod exec;
 mod fs;

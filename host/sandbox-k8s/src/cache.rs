@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use crate::record::PodRecord;
 use crate::spec::MANAGED_SELECTOR;
 
+/// What the pod watch last said of every sandbox pod, and a signal for each change.
 pub struct PodCache {
     pods: RwLock<HashMap<String, PodRecord>>,
     /// Bumped on every change; waiters subscribe.
@@ -26,6 +27,7 @@ pub struct PodCache {
 }
 
 impl PodCache {
+    /// An empty cache.
     pub fn new() -> Arc<Self> {
         Arc::new(PodCache {
             pods: RwLock::new(HashMap::new()),
@@ -36,22 +38,27 @@ impl PodCache {
         })
     }
 
+    /// One sandbox's record.
     pub fn get(&self, id: &str) -> Option<PodRecord> {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
 
+    /// Every sandbox's record.
     pub fn all(&self) -> Vec<PodRecord> {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
+    /// How many pods are known.
     pub fn len(&self) -> usize {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    /// No pods known.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// A receiver woken at every change.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.version.subscribe()
     }
@@ -64,6 +71,7 @@ impl PodCache {
         self.version.send_modify(|v| *v += 1);
     }
 
+    /// Records what the watch said of a pod.
     pub fn upsert(&self, pod: &Pod) {
         let Some(record) = PodRecord::from_pod(pod) else { return };
         let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner()).get(&record.id) == Some(&record.nonce);
@@ -73,6 +81,7 @@ impl PodCache {
         }
     }
 
+    /// The sandboxes whose pods went away since the last call.
     pub fn take_vanished(&self) -> Vec<String> {
         self.vanished.lock().unwrap_or_else(|p| p.into_inner()).drain().collect()
     }

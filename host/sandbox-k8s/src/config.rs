@@ -5,7 +5,9 @@ use std::time::Duration;
 use crate::spec::ClusterConfig;
 
 #[derive(Debug, Clone)]
+/// How the Kubernetes backend works.
 pub struct KubernetesConfig {
+    /// How the cluster runs sandboxes.
     pub cluster: ClusterConfig,
     /// This replica's name (its pod name in a Deployment): recorded as the pod's owner and used
     /// to share the reaper's work between replicas.
@@ -15,6 +17,7 @@ pub struct KubernetesConfig {
     pub token_key: Vec<u8>,
     /// Most sandboxes this installation keeps at once (all replicas together).
     pub max_sandboxes: usize,
+    /// The idle TTL of sandboxes that name none.
     pub default_ttl: Duration,
     /// API requests per second for writes (create, delete, patch); bursts queue behind it.
     pub write_rate: f64,
@@ -32,6 +35,7 @@ pub struct KubernetesConfig {
 }
 
 impl KubernetesConfig {
+    /// A configuration with the defaults, for host `host_id`, deriving agent tokens from `token_key`.
     pub fn new(cluster: ClusterConfig, host_id: impl Into<String>, token_key: Vec<u8>) -> Self {
         KubernetesConfig {
             cluster,

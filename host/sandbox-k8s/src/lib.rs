@@ -10,6 +10,8 @@
 //! - Writes are paced and retried on 429/5xx ([`writes`]); the reaper's work is split between
 //!   replicas by rendezvous hashing over their leases ([`replicas`]).
 
+#![warn(missing_docs)]
+
 mod backend;
 pub mod cache;
 mod config;

@@ -12,25 +12,43 @@ use crate::spec::{
 /// What a replica knows about one sandbox, from its pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodRecord {
+    /// The sandbox id.
     pub id: String,
+    /// Its pod's name.
     pub pod_name: String,
+    /// Its pod's uid, once created.
     pub uid: Option<String>,
+    /// The tenant that owns it.
     pub tenant: String,
+    /// Its image.
     pub image: String,
+    /// The host that created it.
     pub owner: String,
+    /// Epoch seconds.
     pub created_at: f64,
     /// Last activity recorded on the pod by any replica.
     pub last_active: f64,
+    /// Idle TTL, in seconds.
     pub ttl_seconds: u64,
+    /// No network but loopback.
     pub block_network: bool,
+    /// CPU, in cores.
     pub cpu: Option<f64>,
+    /// Memory, in bytes.
     pub memory_bytes: Option<u64>,
+    /// Ephemeral storage, in bytes.
     pub disk_bytes: Option<u64>,
+    /// A value fresh for each pod: its agent token is derived from it.
     pub nonce: String,
+    /// SHA-256 of the agent token (checked before use).
     pub token_hash: String,
+    /// The pod's IP, once it has one.
     pub pod_ip: Option<String>,
+    /// Ready, pending or failed.
     pub status: SandboxStatus,
+    /// Why, when not ready.
     pub status_message: Option<String>,
+    /// A delete was asked for.
     pub deleting: bool,
     /// The pod's resourceVersion when seen: a claim is made conditional on it.
     pub resource_version: String,
@@ -83,6 +101,7 @@ impl PodRecord {
         })
     }
 
+    /// The sandbox as the `Backend` trait shows it.
     pub fn info(&self, last_active: f64, agent: String) -> SandboxInfo {
         SandboxInfo {
             id: self.id.clone(),

@@ -21,6 +21,7 @@ use crate::spec::{LABEL_MANAGED, MANAGED_BY, MANAGED_SELECTOR};
 pub const LABEL_ROLE: &str = "orchard.dev/role";
 const ROLE: &str = "host-replica";
 
+/// The name of a host replica's lease.
 pub fn lease_name(host_id: &str) -> String {
     format!("orchard-host-{}", crate::spec::label_value(host_id).to_ascii_lowercase())
 }

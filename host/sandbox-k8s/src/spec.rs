@@ -30,11 +30,17 @@ use sha2::{Digest, Sha256};
 
 /// Label and annotation keys: the pod is the record of the sandbox.
 pub const LABEL_SANDBOX: &str = "orchard.dev/sandbox";
+/// Label: the tenant.
 pub const LABEL_TENANT: &str = "orchard.dev/tenant";
+/// Label: what manages the pod (`orchard`).
 pub const LABEL_MANAGED: &str = "app.kubernetes.io/managed-by";
+/// Annotation: the host that created the pod.
 pub const ANNOTATION_OWNER: &str = "orchard.dev/owner-host";
+/// Annotation: epoch seconds of its creation.
 pub const ANNOTATION_CREATED: &str = "orchard.dev/created-at";
+/// Annotation: its idle TTL in seconds.
 pub const ANNOTATION_TTL: &str = "orchard.dev/ttl-seconds";
+/// Annotation: SHA-256 of its agent token.
 pub const ANNOTATION_TOKEN_HASH: &str = "orchard.dev/token-sha256";
 /// The per-pod input of the token derivation (see [`crate::token`]).
 pub const ANNOTATION_NONCE: &str = "orchard.dev/token-nonce";
@@ -47,6 +53,7 @@ pub const ANNOTATION_SPEC: &str = "orchard.dev/spec";
 /// On a pod waiting in a warm pool: the shape it serves (see `PoolShape::key`). Removed by the
 /// claim.
 pub const ANNOTATION_POOL: &str = "orchard.dev/pool";
+/// The value of [`LABEL_MANAGED`].
 pub const MANAGED_BY: &str = "orchard";
 /// Selects every object this backend writes.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=orchard";
@@ -57,18 +64,25 @@ const TOKEN_DIR: &str = "/.orchard/token";
 /// How the cluster runs sandboxes: set once per backend.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
+    /// Where sandbox pods are made.
     pub namespace: String,
     /// The image holding only the static agent at `/orchard-agent`.
     pub agent_image: String,
+    /// The port the agent listens on.
     pub agent_port: u16,
     /// Labels of the host's own pods: the only ones allowed to reach the agent port.
     pub host_pod_labels: BTreeMap<String, String>,
     /// The host's namespace, when it is not the sandboxes' one.
     pub host_namespace: Option<String>,
+    /// The pods' RuntimeClass (gVisor, Kata), if any.
     pub runtime_class: Option<String>,
+    /// The user the pods run as.
     pub run_as_user: Option<i64>,
+    /// Which nodes may run sandboxes.
     pub node_selector: BTreeMap<String, String>,
+    /// Taints sandbox pods tolerate.
     pub tolerations: Vec<Toleration>,
+    /// Ephemeral storage of sandboxes that name none (`"10Gi"`).
     pub ephemeral_storage: Option<String>,
     /// `hostUsers: false`: each pod in its own user namespace (root inside is not root on the
     /// node). Needs Kubernetes 1.33+ (or the UserNamespacesSupport gate) and a runtime with
@@ -83,13 +97,21 @@ pub struct ClusterConfig {
 /// entrypoint and command (from the image config, or given with the request).
 #[derive(Debug, Clone)]
 pub struct PodPlan<'a> {
+    /// The sandbox id.
     pub id: &'a str,
+    /// What was asked.
     pub spec: &'a SandboxSpec,
+    /// The host creating it.
     pub owner_host: &'a str,
+    /// Epoch seconds.
     pub created_at: f64,
+    /// Idle TTL, in seconds.
     pub ttl_seconds: u64,
+    /// The agent's token.
     pub token: &'a str,
+    /// The pod's nonce.
     pub nonce: &'a str,
+    /// The image's own command, started behind the agent.
     pub image_command: Vec<String>,
     /// The warm pool this pod waits in, if any.
     pub pool: Option<&'a str>,
@@ -134,6 +156,7 @@ pub fn check_network(cluster: &ClusterConfig, spec: &SandboxSpec) -> Result<(), 
     Ok(())
 }
 
+/// SHA-256 of a token, hex.
 pub fn token_hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
@@ -154,6 +177,7 @@ fn labels(plan: &PodPlan) -> BTreeMap<String, String> {
     ])
 }
 
+/// The pod of a sandbox.
 pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
     let agent = format!("{AGENT_DIR}/orchard-agent");
     let mut command = vec![

@@ -6,6 +6,7 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+/// The agent token of one pod: keyed by the host's secret, the id and the pod's nonce.
 pub fn sandbox_token(key: &[u8], id: &str, nonce: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
     mac.update(id.as_bytes());
@@ -14,6 +15,7 @@ pub fn sandbox_token(key: &[u8], id: &str, nonce: &str) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
+/// `bytes` random bytes, hex.
 pub fn random_hex(bytes: usize) -> String {
     use rand::RngCore;
     let mut buf = vec![0u8; bytes];

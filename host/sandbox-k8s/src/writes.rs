@@ -10,6 +10,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
+/// Paces writes to the API server and retries the ones it pushed back.
 pub struct Writes {
     interval: Duration,
     next_slot: Mutex<Instant>,
@@ -22,6 +23,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl Writes {
+    /// At most `per_second` writes a second, each retried `retries` times on 429 or 5xx.
     pub fn new(per_second: f64, retries: u32) -> Self {
         Writes {
             interval: Duration::from_secs_f64(1.0 / per_second.max(0.001)),
@@ -78,6 +80,7 @@ fn retryable(e: &kube::Error) -> bool {
     }
 }
 
+/// The API server's status code of an error, if it gave one.
 pub fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(response) => Some(response.code),

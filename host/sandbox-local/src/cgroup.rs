@@ -10,9 +10,13 @@ use std::time::Duration;
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 #[derive(Debug, Clone, Copy, Default)]
+/// Resource limits of one sandbox's control group.
 pub struct Limits {
+    /// Memory, in bytes (swap included).
     pub memory_bytes: Option<u64>,
+    /// CPU, in cores.
     pub cpu: Option<f64>,
+    /// Most processes.
     pub pids: Option<u64>,
 }
 

@@ -74,6 +74,7 @@ pub struct Fds {
     pub info: OwnedFd,
 }
 
+/// The process that forks sandboxes: started before the host grows threads, so that each sandbox starts from a small single-threaded parent.
 pub struct Launcher {
     /// Requests go to one thread that owns the socket and talks to the launcher in turn: no
     /// pile of blocked threads contending for a lock when a thousand sandboxes start at once.

@@ -5,6 +5,8 @@
 //! host can reach. Sandboxes are recorded on disk (`<state>/sandboxes/<id>/sandbox.json`) so that
 //! a host that crashed adopts the live ones and cleans up the rest when it starts again.
 
+#![warn(missing_docs)]
+
 mod backend;
 mod cgroup;
 mod create;
@@ -52,17 +54,21 @@ use record::{Record, now};
 pub const DEFAULT_WORKDIR: &str = "/workspace";
 
 #[derive(Debug, Clone)]
+/// How the local backend runs sandboxes.
 pub struct LocalConfig {
     /// Holds `sandboxes/` and `images/`.
     pub state_dir: PathBuf,
     /// The static `orchard-agent` binary bound into every sandbox.
     pub agent_binary: PathBuf,
+    /// The bubblewrap binary.
     pub bwrap: PathBuf,
+    /// Most sandboxes alive at once.
     pub max_sandboxes: usize,
     /// Idle expiry when a create does not give one.
     pub default_ttl: Duration,
     /// Process limit when a create does not give one (fork bombs stop here).
     pub default_pids: u64,
+    /// How registry images are pulled.
     pub registry: RegistryOptions,
     /// Warm pools: ready sandboxes kept per shape, and how many of each.
     pub pools: Vec<(PoolShape, usize)>,
@@ -71,6 +77,7 @@ pub struct LocalConfig {
 }
 
 impl LocalConfig {
+    /// A configuration with the defaults, keeping state under `state_dir` and carrying `agent_binary` into every sandbox.
     pub fn new(state_dir: impl Into<PathBuf>, agent_binary: impl Into<PathBuf>, launcher: Arc<Launcher>) -> Self {
         LocalConfig {
             launcher,
@@ -86,6 +93,7 @@ impl LocalConfig {
     }
 }
 
+/// Sandboxes on this machine: bubblewrap, namespaces, seccomp, cgroups (see the module doc).
 pub struct LocalBackend {
     /// Held for the backend's life: one host process per state directory.
     _lock: nix::fcntl::Flock<std::fs::File>,

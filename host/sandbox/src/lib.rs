@@ -1,6 +1,8 @@
 //! What a sandbox is, independent of where it runs: its spec, its observable state, and the
 //! [`Backend`] trait that the local and Kubernetes backends implement.
 
+#![warn(missing_docs)]
+
 mod error;
 mod pool;
 mod quantity;
@@ -15,6 +17,7 @@ pub use pool::{POOL_TENANT, PoolShape};
 pub use quantity::{parse_bytes, parse_cpu, parse_memory};
 pub use spec::{SandboxInfo, SandboxSpec, SandboxStatus, valid_sandbox_id};
 
+/// What every backend operation answers.
 pub type Result<T> = std::result::Result<T, SandboxError>;
 
 /// A place where sandboxes run. Every method is safe to call concurrently.
@@ -32,8 +35,10 @@ pub trait Backend: Send + Sync + 'static {
     /// takes longer than the backend waits inline (`wait_ready` then blocks until it is).
     async fn create(&self, spec: SandboxSpec) -> Result<SandboxInfo>;
 
+    /// A sandbox's state.
     async fn get(&self, id: &str) -> Result<SandboxInfo>;
 
+    /// Every sandbox.
     async fn list(&self) -> Vec<SandboxInfo>;
 
     /// The client for the sandbox's agent. Counts as activity for idle expiry.
@@ -83,6 +88,7 @@ pub trait Backend: Send + Sync + 'static {
 /// What a fork made.
 #[derive(Debug, Clone)]
 pub struct Forked {
+    /// The new sandboxes.
     pub sandboxes: Vec<SandboxInfo>,
     /// How long the source was paused for its copy (`None`: it was not; the copy went by tar
     /// from a running source).

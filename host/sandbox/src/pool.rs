@@ -9,10 +9,15 @@ pub const POOL_TENANT: &str = "";
 /// What a pooled sandbox is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolShape {
+    /// The image.
     pub image: String,
+    /// Memory, in bytes.
     pub memory_bytes: Option<u64>,
+    /// CPU, in cores.
     pub cpu: Option<f64>,
+    /// Most processes.
     pub pids: Option<u64>,
+    /// Writable disk, in bytes.
     pub disk_bytes: Option<u64>,
 }
 

@@ -17,6 +17,7 @@ pub struct SandboxSpec {
     pub network_allow: Vec<String>,
     /// CPU cores.
     pub cpu: Option<f64>,
+    /// Memory, in bytes.
     pub memory_bytes: Option<u64>,
     /// Maximum number of processes.
     pub pids: Option<u64>,
@@ -38,6 +39,7 @@ pub struct SandboxSpec {
 }
 
 impl SandboxSpec {
+    /// A spec for `tenant` with the defaults: no network, no limits beyond the backend's.
     pub fn new(tenant: impl Into<String>, image: impl Into<String>) -> Self {
         SandboxSpec {
             id: None,
@@ -60,23 +62,36 @@ impl SandboxSpec {
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
+/// How a sandbox is doing.
 pub enum SandboxStatus {
+    /// Being made.
     Pending,
+    /// Ready for work.
     Ready,
+    /// No node can take it (Kubernetes).
     Unschedulable,
+    /// It could not be made, or its init died.
     Failed,
 }
 
 /// What a sandbox is and how it is doing.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SandboxInfo {
+    /// Its id.
     pub id: String,
+    /// The tenant that owns it.
     pub tenant: String,
+    /// Its image.
     pub image: String,
+    /// The backend it runs on.
     pub backend: String,
+    /// No network but loopback.
     pub block_network: bool,
+    /// CPU, in cores.
     pub cpu: Option<f64>,
+    /// Memory, in bytes.
     pub memory_bytes: Option<u64>,
+    /// Most processes.
     pub pids: Option<u64>,
     /// Size limit of the writable layer, when one is enforced.
     #[serde(default)]
@@ -85,14 +100,18 @@ pub struct SandboxInfo {
     pub created_at: f64,
     /// Epoch seconds of the last exec, file operation or heartbeat.
     pub last_active: f64,
+    /// Idle TTL, in seconds.
     pub ttl_seconds: u64,
+    /// How it is doing.
     pub status: SandboxStatus,
+    /// Why, when not ready.
     pub status_message: Option<String>,
     /// Where its agent listens (a unix socket or ip:port), for operators.
     pub agent: String,
 }
 
 impl SandboxInfo {
+    /// When it expires if nothing touches it, in epoch seconds.
     pub fn expires_at(&self) -> f64 {
         self.last_active + self.ttl_seconds as f64
     }

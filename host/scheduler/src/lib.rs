@@ -3,6 +3,8 @@
 //! them, and results are read back from the store (summaries, the matrix, exports, the files
 //! `orchard eval --out` leaves).
 
+#![warn(missing_docs)]
+
 mod plugin_sync;
 mod prepare;
 mod runner;
@@ -19,10 +21,13 @@ pub use prepare::{Env, PrepareError, Prepared, SandboxDefaults, dataset_dir, mod
 pub use runner::{FinishedEvent, Runner, RunnerConfig};
 
 #[derive(Debug, thiserror::Error)]
+/// Why the job engine refused or failed.
 pub enum SchedulerError {
     #[error("{0}")]
+    /// The job asked for something wrong; the message names it.
     Invalid(String),
     #[error(transparent)]
+    /// The store failed.
     Store(#[from] StoreError),
 }
 

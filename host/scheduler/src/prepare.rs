@@ -17,7 +17,9 @@ use orchard_spec::{EvalSpec, ModelSpec, TaskSource};
 
 /// What preparing a job needs from where it runs.
 pub struct Env {
+    /// Jobs, rollouts and results.
     pub store: Store,
+    /// The plugins jobs name.
     pub registry: Arc<Registry>,
     /// Where uploaded task archives are unpacked (one folder per archive).
     pub datasets_dir: PathBuf,
@@ -43,15 +45,21 @@ pub struct Env {
 /// Limits for sandboxes of jobs without admission rules (`None`: unlimited).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SandboxDefaults {
+    /// Memory of each sandbox, in bytes.
     pub memory_bytes: Option<u64>,
+    /// Writable disk of each sandbox, in bytes.
     pub disk_bytes: Option<u64>,
 }
 
 /// A job ready to run rollouts.
 pub struct Prepared {
+    /// The job's id.
     pub eval_id: String,
+    /// The tenant that submitted it.
     pub tenant: String,
+    /// What it asks for.
     pub spec: EvalSpec,
+    /// Its tasks, by id.
     pub tasks: HashMap<String, Task>,
     /// In the order given (work order, matrix columns).
     pub task_order: Vec<String>,
@@ -77,6 +85,7 @@ pub struct Prepared {
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
+/// Why a job could not be prepared; the message names the task, plugin or model.
 pub struct PrepareError(pub String);
 
 fn err(message: impl Into<String>) -> PrepareError {
@@ -84,6 +93,7 @@ fn err(message: impl Into<String>) -> PrepareError {
 }
 
 impl Prepared {
+    /// Loads a job's tasks, plugins and model clients.
     pub async fn new(env: &Env, eval_id: &str, tenant: &str, mut spec: EvalSpec) -> Result<Prepared, PrepareError> {
         let mut tasks = load_source(env, tenant, &spec.tasks).await?;
         let (mut sandbox_pids, mut sandbox_disk_bytes) = (None, None);
@@ -235,6 +245,7 @@ impl Prepared {
         })
     }
 
+    /// The model the job's harnesses call, if any.
     pub fn model_name(&self) -> Option<String> {
         self.model.as_ref().map(|m| m.config().model.clone())
     }

@@ -20,6 +20,7 @@ use tokio::sync::{Notify, broadcast};
 use crate::prepare::{Env, Prepared};
 use orchard_spec::EvalSpec;
 
+/// How a runner claims and runs rollouts.
 pub struct RunnerConfig {
     /// This runner's name in the store's leases (unique per process).
     pub owner: String,
@@ -40,7 +41,9 @@ pub struct RunnerConfig {
 /// A rollout that finished here (for progress bars and live pages on this replica).
 #[derive(Debug, Clone)]
 pub struct FinishedEvent {
+    /// The job it belongs to.
     pub eval_id: String,
+    /// How it ended.
     pub result: Arc<RolloutResult>,
 }
 
@@ -49,6 +52,7 @@ struct Running {
     sandbox_id: String,
 }
 
+/// Claims rollouts from the store, runs them, and records their results, within its capacity and the tenants' quotas.
 pub struct Runner {
     env: Arc<Env>,
     backend: Arc<dyn Backend>,
@@ -65,6 +69,7 @@ fn now() -> f64 {
 }
 
 impl Runner {
+    /// A runner that runs nothing until started.
     pub fn new(env: Arc<Env>, backend: Arc<dyn Backend>, runtime: Arc<Runtime>, config: RunnerConfig) -> Arc<Runner> {
         Arc::new(Runner {
             env,
@@ -78,10 +83,12 @@ impl Runner {
         })
     }
 
+    /// The store it claims from.
     pub fn store(&self) -> &Store {
         &self.env.store
     }
 
+    /// What it prepares jobs with.
     pub fn env(&self) -> &Arc<Env> {
         &self.env
     }
@@ -96,6 +103,7 @@ impl Runner {
         self.wake.notify_one();
     }
 
+    /// Rollouts running here now.
     pub fn running_count(&self) -> usize {
         self.running.lock().unwrap_or_else(|p| p.into_inner()).len()
     }

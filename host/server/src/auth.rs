@@ -19,6 +19,7 @@ pub use orchard_api_kit::Tenant;
 pub const DEFAULT_TENANT: &str = "default";
 
 #[derive(Debug, Clone, Default)]
+/// Tenants' API keys.
 pub struct ApiKeys {
     by_key: HashMap<String, String>,
     /// Tenants whose keys act for everybody where that matters (replacing a shared plugin).
@@ -67,6 +68,7 @@ impl ApiKeys {
         if self.is_empty() { tenant == DEFAULT_TENANT } else { self.admins.contains(tenant) }
     }
 
+    /// No keys: one tenant, `default`, and every request is it.
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
     }
@@ -83,6 +85,7 @@ impl ApiKeys {
         lines
     }
 
+    /// The tenant a key belongs to.
     pub fn tenant_of(&self, key: &str) -> Option<&str> {
         self.by_key.get(key).map(String::as_str)
     }

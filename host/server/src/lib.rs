@@ -6,6 +6,8 @@
 //!
 //! Every answer is JSON (or a byte stream where the route says so) and carries an `X-Request-ID`.
 
+#![warn(missing_docs)]
+
 mod admit;
 mod auth;
 mod jobs;
@@ -35,11 +37,15 @@ pub use listener::ConnectionLimits;
 pub use openapi::document_value as openapi_document;
 pub use orchard_api_kit::{ApiError, ApiResult};
 
+/// What every route shares.
 pub struct AppState {
+    /// Where sandboxes run.
     pub backend: Arc<dyn Backend>,
+    /// Tenants and their keys.
     pub keys: ApiKeys,
     /// What API clients may ask for: images, resources, quotas.
     pub admission: Arc<orchard_admission::Admission>,
+    /// Jobs of the compatible exec API.
     pub jobs: jobs::JobStore,
     /// The plugin registry, when the server runs plugins.
     pub plugins: Option<Arc<orchard_runtime::Registry>>,
@@ -54,6 +60,7 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state of a server with sandboxes and plugins only (evaluations are added with [`AppState::with_evals`]).
     pub fn new(
         backend: Arc<dyn Backend>,
         keys: ApiKeys,
@@ -142,6 +149,7 @@ pub fn unscoped<'a>(tenant: &str, id: &'a str) -> &'a str {
 /// JSON bodies of the compatible API (base64 file contents) may be large.
 const JSON_BODY_LIMIT: usize = 256 * 1024 * 1024;
 
+/// Every route of the server, behind authentication.
 pub fn router(state: Arc<AppState>) -> Router {
     let mut v1 = routes_v1::routes().merge(routes_plugins::routes());
     let mut ui = Router::new();

@@ -21,10 +21,15 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::Semaphore;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Limits on the server's connections.
 pub struct ConnectionLimits {
+    /// Most connections at once.
     pub total: usize,
+    /// Most connections from one client address.
     pub per_client: usize,
+    /// How long a request's headers may take to arrive.
     pub header_timeout: Duration,
+    /// How long a request body may go without a byte.
     pub body_idle: Duration,
 }
 

@@ -8,12 +8,15 @@ use crate::{Result, Store, get_f64, get_i64, get_str, now};
 /// One uploaded dataset as its tenant sees it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct DatasetRow {
+    /// Its id.
     pub id: String,
     /// The archive as uploaded.
     pub bytes: u64,
     /// Its files unpacked.
     pub unpacked_bytes: u64,
+    /// Tasks found in it.
     pub tasks: u64,
+    /// Epoch seconds.
     pub created_at: f64,
     /// When a job last named it.
     pub used_at: f64,

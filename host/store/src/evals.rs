@@ -9,12 +9,17 @@ use crate::{Result, Store, StoreError, get_f64, get_i64, get_opt_f64, get_opt_st
 
 /// A job to create. `spec` is the request as JSON (never a secret's value).
 pub struct NewEval {
+    /// The job's id.
     pub id: String,
+    /// The tenant that submitted it.
     pub tenant: String,
+    /// The request, as JSON.
     pub spec: String,
     /// What identifies the request (a resumed CLI run must match it).
     pub fingerprint: String,
+    /// Attempts per task and harness.
     pub k: u32,
+    /// Its rollouts, in work order.
     pub rollouts: Vec<NewRollout>,
     /// A rollout group's job (`POST /v1/groups`): reachable by id, never listed among the
     /// tenant's evaluations.
@@ -23,53 +28,87 @@ pub struct NewEval {
 
 /// A rollout in work order (`seq`): task, harness as given, attempt.
 pub struct NewRollout {
+    /// Its id.
     pub rollout_id: String,
+    /// Its task.
     pub task_id: String,
+    /// Its harness, as the job named it.
     pub harness: String,
+    /// Its attempt (0-based).
     pub attempt: u32,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+/// A job and its counts.
 pub struct EvalRow {
+    /// Its id.
     pub id: String,
+    /// The tenant that submitted it.
     pub tenant: String,
     /// queued | running | done | cancelled
     pub status: String,
     #[serde(skip)]
+    /// The request, as JSON.
     pub spec: String,
     #[serde(skip)]
+    /// What identifies the request.
     pub fingerprint: String,
+    /// Epoch seconds.
     pub created_at: f64,
+    /// When its last rollout finished.
     pub finished_at: Option<f64>,
+    /// Attempts per task and harness.
     pub k: i64,
+    /// Rollouts in all.
     pub total: i64,
+    /// Rollouts waiting.
     pub queued: i64,
+    /// Rollouts running.
     pub running: i64,
+    /// Rollouts finished.
     pub done: i64,
+    /// Finished with a grade.
     pub graded: i64,
+    /// Graded as passed.
     pub passed: i64,
+    /// Finished with an error.
     pub errored: i64,
+    /// Finished without a grade the grader could give.
     pub unknown: i64,
+    /// Cancelled before they ran.
     pub cancelled: i64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+/// One rollout of a job.
 pub struct RolloutRow {
+    /// Its job.
     pub eval_id: String,
+    /// Its id.
     pub rollout_id: String,
+    /// Its place in work order.
     pub seq: i64,
+    /// Its task.
     pub task_id: String,
+    /// Its harness.
     pub harness: String,
+    /// Its attempt (0-based).
     pub attempt: i64,
     /// queued | running | done | cancelled
     pub state: String,
     /// graded | unknown | error, once done.
     pub status: Option<String>,
+    /// The grader's reward.
     pub reward: Option<f64>,
+    /// Whether it passed.
     pub passed: Option<bool>,
+    /// What failed, if it did.
     pub error: Option<String>,
+    /// How many times it was claimed.
     pub tries: i64,
+    /// Its place in finishing order.
     pub finish_seq: Option<i64>,
+    /// Epoch seconds.
     pub finished_at: Option<f64>,
     /// The whole result document, once done.
     #[serde(skip)]
@@ -79,33 +118,51 @@ pub struct RolloutRow {
 /// Counts for one task × harness cell, from the rollouts done so far.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TaskCell {
+    /// The task.
     pub task_id: String,
+    /// The harness.
     pub harness: String,
+    /// Rollouts finished.
     pub done: i64,
+    /// Finished with a grade.
     pub graded: i64,
+    /// Graded as passed.
     pub passed: i64,
+    /// Finished with an error.
     pub errored: i64,
+    /// Finished without a grade.
     pub unknown: i64,
+    /// Sum of the graded rewards.
     pub reward_sum: f64,
 }
 
 #[derive(Debug, Clone, Default)]
+/// Which jobs to list.
 pub struct EvalFilter {
+    /// Only jobs in this state (`running`, `done`, `cancelled`).
     pub status: Option<String>,
     /// Page after this one: (created_at, id) of the last row seen.
     pub before: Option<(f64, String)>,
+    /// Most rows.
     pub limit: i64,
 }
 
 #[derive(Debug, Clone, Default)]
+/// Which rollouts to list.
 pub struct RolloutFilter {
+    /// Only this task's.
     pub task_id: Option<String>,
+    /// Only this harness's.
     pub harness: Option<String>,
+    /// Only in this state (`queued`, `running`, `done`).
     pub state: Option<String>,
+    /// Only with this status (`graded`, `unknown`, `error`, `cancelled`).
     pub status: Option<String>,
+    /// Only passed (or failed) ones.
     pub passed: Option<bool>,
     /// Page after this `seq`.
     pub after_seq: Option<i64>,
+    /// Most rows.
     pub limit: i64,
 }
 
@@ -299,6 +356,7 @@ impl Store {
         Ok(())
     }
 
+    /// One job, if it exists.
     pub async fn eval(&self, id: &str) -> Result<Option<EvalRow>> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {EVAL_COLUMNS} FROM evals WHERE id = $1")))
             .bind(id)

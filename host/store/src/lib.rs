@@ -8,6 +8,8 @@
 //! move in one transaction, so a job's page reads its counts from one row however large the job,
 //! and a result is durable the moment `finish` returns.
 
+#![warn(missing_docs)]
+
 mod blobs;
 mod evals;
 mod plugins;
@@ -27,20 +29,28 @@ pub use plugins::{PluginVersion, StoredPlugin};
 pub use queue::{Claim, Finished};
 
 #[derive(Debug, thiserror::Error)]
+/// Why a store operation failed.
 pub enum StoreError {
     #[error("database: {0}")]
+    /// The database failed.
     Db(#[from] sqlx::Error),
     #[error("{0}")]
+    /// The request was wrong; the message names what.
     Invalid(String),
     #[error("stored data: {0}")]
+    /// What is stored cannot be read back (a bug or a hand-edited database).
     Corrupt(String),
 }
 
+/// What every store operation answers.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which database.
 pub enum Dialect {
+    /// SQLite (a file, or in memory).
     Sqlite,
+    /// PostgreSQL.
     Postgres,
 }
 
@@ -106,6 +116,7 @@ impl Store {
         Ok(store)
     }
 
+    /// Which database this is.
     pub fn dialect(&self) -> Dialect {
         self.dialect
     }

@@ -10,16 +10,22 @@ use crate::{Result, Store, get_f64, get_str, now};
 pub struct PluginVersion {
     /// `None`: shared (an admin's upload, for everybody).
     pub tenant: Option<String>,
+    /// The plugin's name.
     pub name: String,
+    /// SHA-256 of its component, hex.
     pub sha256: String,
+    /// Epoch seconds.
     pub created_at: f64,
 }
 
 /// A stored version with its bytes.
 #[derive(Debug, Clone)]
 pub struct StoredPlugin {
+    /// Which version.
     pub version: PluginVersion,
+    /// Its manifest (TOML), if uploaded with one.
     pub manifest: Option<String>,
+    /// The component's bytes.
     pub data: Vec<u8>,
 }
 

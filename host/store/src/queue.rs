@@ -13,11 +13,17 @@ use crate::{Dialect, Result, RolloutRow, Store, get_i64, get_str, now, pack};
 /// A rollout handed to a runner.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Claim {
+    /// Its job.
     pub eval_id: String,
+    /// Its id.
     pub rollout_id: String,
+    /// Its place in work order.
     pub seq: i64,
+    /// Its task.
     pub task_id: String,
+    /// Its harness.
     pub harness: String,
+    /// Its attempt (0-based).
     pub attempt: u32,
     /// How many times it has been claimed (1 the first time).
     pub tries: i64,
@@ -27,8 +33,11 @@ pub struct Claim {
 pub struct Finished {
     /// graded | unknown | error
     pub status: String,
+    /// The grader's reward.
     pub reward: Option<f64>,
+    /// Whether it passed.
     pub passed: bool,
+    /// What failed, if it did.
     pub error: Option<String>,
     /// The result document (JSON).
     pub result: String,

@@ -4,6 +4,7 @@
 use crate::{Result, Store, get_str, now};
 
 impl Store {
+    /// Stores a tenant's secret (sealed), replacing one of the same name.
     pub async fn put_secret(&self, tenant: &str, name: &str, value: &str) -> Result<()> {
         sqlx::query(
             "INSERT INTO secrets (tenant, name, value, updated_at) VALUES ($1, $2, $3, $4) \
@@ -18,6 +19,7 @@ impl Store {
         Ok(())
     }
 
+    /// A tenant's secret, unsealed.
     pub async fn secret(&self, tenant: &str, name: &str) -> Result<Option<String>> {
         let row = sqlx::query("SELECT value FROM secrets WHERE tenant = $1 AND name = $2")
             .bind(tenant)
@@ -36,6 +38,7 @@ impl Store {
         rows.iter().map(|r| get_str(r, "name")).collect()
     }
 
+    /// Removes a tenant's secret; whether there was one.
     pub async fn delete_secret(&self, tenant: &str, name: &str) -> Result<bool> {
         let n = sqlx::query("DELETE FROM secrets WHERE tenant = $1 AND name = $2")
             .bind(tenant)

@@ -12,6 +12,8 @@
 //!
 //! What was carried and what was dropped, and why, is the [`CarryReport`].
 
+#![warn(missing_docs)]
+
 pub mod carry;
 pub mod policy;
 
@@ -31,6 +33,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Reads a task's `environment_mode` (`separate`, or `in-place`/`shared`).
     pub fn parse(s: &str) -> Result<Mode, String> {
         match s {
             "in-place" | "in_place" | "inplace" | "shared" => Ok(Mode::InPlace),
@@ -50,6 +53,7 @@ pub struct CarrySpec {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+/// A git repository whose changes are carried into the verifier's sandbox as a diff.
 pub struct RepoCarry {
     /// The repository's directory (the same in both sandboxes).
     pub dir: String,
@@ -64,7 +68,9 @@ pub struct RepoCarry {
 /// A change left out of the verifier's sandbox, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Dropped {
+    /// The path as the task declared it.
     pub path: String,
+    /// Why it was not carried.
     pub reason: String,
 }
 
@@ -72,9 +78,11 @@ pub struct Dropped {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CarryReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The commit the diff was taken against, when a repository was carried.
     pub base_commit: Option<String>,
     /// Repository paths whose change was carried.
     pub carried: Vec<String>,
+    /// What was declared but not carried, with the reason.
     pub dropped: Vec<Dropped>,
     /// Artifacts carried (those that existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -87,6 +95,7 @@ pub struct CarryReport {
 }
 
 #[derive(Debug, thiserror::Error)]
+/// Why grading in a separate environment could not be set up.
 pub enum VerifierError {
     /// The verifier's own sandbox failed (not the agent's doing).
     #[error("verifier sandbox: {0}")]

@@ -6,6 +6,7 @@
 //! shows only that tenant's jobs (another tenant's answer 404, as on the API), and every form
 //! that changes something carries the session's CSRF token.
 
+#![warn(missing_docs)]
 // Handlers answer a page either way: the error side of their `Result`s is the error page itself.
 #![allow(clippy::result_large_err)]
 
@@ -33,8 +34,11 @@ use serde::Deserialize;
 
 pub use session::{KeyCheck, Session, Sessions};
 
+/// What the UI's pages share.
 pub struct UiState {
+    /// The evaluation service the pages show.
     pub service: Arc<EvalService>,
+    /// Signed-in sessions.
     pub sessions: Arc<Sessions>,
 }
 
@@ -88,9 +92,13 @@ async fn security_headers(request: axum::extract::Request, next: axum::middlewar
 /// A signed-in request: its tenant and its session's CSRF token. Pages without a session
 /// redirect to the sign-in page and come back.
 pub struct Signed {
+    /// The signed-in tenant.
     pub tenant: Tenant,
+    /// The form token of this session.
     pub csrf: String,
+    /// A server without keys: no sign-in.
     pub open: bool,
+    /// The session.
     pub session: Session,
 }
 
@@ -143,9 +151,13 @@ impl Signed {
 
 /// What every signed-in page's frame shows.
 pub struct Layout {
+    /// The page's title.
     pub title: String,
+    /// The signed-in tenant.
     pub tenant: String,
+    /// The form token of this session.
     pub csrf: String,
+    /// A server without keys: no sign-in.
     pub open: bool,
 }
 

@@ -11,6 +11,7 @@ use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+/// The session cookie's name.
 pub const COOKIE: &str = "orchard_session";
 
 /// Checks an API key: the tenant it belongs to.
@@ -19,6 +20,7 @@ pub type KeyCheck = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 /// A request's valid session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
+    /// The signed-in tenant.
     pub tenant: String,
     /// What sign-out revokes (`None` on an open server, where nobody signs in).
     pub id: Option<String>,
@@ -26,6 +28,7 @@ pub struct Session {
     pub expires_at: u64,
 }
 
+/// Signs and checks session cookies.
 pub struct Sessions {
     secret: Vec<u8>,
     check: KeyCheck,
@@ -57,6 +60,7 @@ impl Sessions {
         mac.verify_slice(&tag).is_ok() // constant time
     }
 
+    /// A server without keys: everybody is its one tenant.
     pub fn is_open(&self) -> bool {
         self.open_tenant.is_some()
     }
@@ -77,6 +81,7 @@ impl Sessions {
         format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}", self.lifetime_secs)
     }
 
+    /// A cookie that ends the session.
     pub fn clear_cookie() -> String {
         format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
     }
@@ -135,6 +140,7 @@ impl Sessions {
         self.mac(&format!("csrf|{session}"))
     }
 
+    /// Whether a form's token is this session's, and the request came from this site.
     pub fn csrf_ok(&self, headers: &HeaderMap, token: &str) -> bool {
         let session = Self::cookie_value(headers).unwrap_or_default();
         self.verify_mac(&format!("csrf|{session}"), token)

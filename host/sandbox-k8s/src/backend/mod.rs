@@ -26,6 +26,7 @@ use crate::writes::{Writes, api_code};
 
 mod reaper;
 
+/// Sandboxes as Kubernetes pods (see the crate doc): the pods are the record, readiness comes from a watch, writes are paced.
 pub struct KubernetesBackend {
     config: KubernetesConfig,
     pods: Api<Pod>,
