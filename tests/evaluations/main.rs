@@ -8,6 +8,7 @@ mod credit_export;
 mod eval;
 mod evals_service;
 mod graders;
+mod harbor_environment;
 mod harnesses;
 mod llama_cpp;
 mod openapi;

@@ -16,6 +16,8 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+mod venvs;
+
 const MUSL: &str = "x86_64-unknown-linux-musl";
 const ROOTLESS_USER: &str = "orchard-test";
 
@@ -312,6 +314,7 @@ fn setup() -> anyhow::Result<()> {
         run(Command::new("useradd").args(["--create-home", "--shell", "/bin/sh", ROOTLESS_USER]))?;
     }
     swe_repos()?;
+    venvs::py312()?;
     if componentize_py().is_none() {
         run(Command::new("python3").args(["-m", "pip", "install", "--quiet", COMPONENTIZE_PY]))?;
     }

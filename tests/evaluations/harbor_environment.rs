@@ -1,0 +1,166 @@
+//! Orchard as a Harbor environment: the real `harbor run` (PyPI `harbor` 0.26, Python 3.12 venv
+//! made by `cargo xtask setup`) runs its own agents and verifier on Orchard sandboxes through
+//! `orchard_client.harbor:OrchardEnvironment`, on tasks `harbor tasks init` made; rewards are read
+//! from Harbor's own job output.
+
+use std::path::{Path, PathBuf};
+
+use orchard_tests::{Server, ServerOptions};
+use serde_json::{Value, json};
+
+const KEY: &str = "harbor-key-1234";
+
+/// The venv's `harbor`, or the reason setup gave for not making the venv (then the test says so
+/// and passes: see `xtask/src/venvs.rs`).
+fn harbor() -> Option<PathBuf> {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target");
+    let bin = target.join("py312/bin/harbor");
+    if bin.exists() {
+        return Some(bin);
+    }
+    match std::fs::read_to_string(target.join("py312.skipped")) {
+        Ok(reason) => {
+            eprintln!("SKIPPED: no Harbor venv: setup said: {reason}");
+            None
+        }
+        Err(_) => panic!("{} is missing: run `cargo xtask setup`", bin.display()),
+    }
+}
+
+/// A task made by Harbor's own `harbor tasks init`, given our instruction, solution and verifier:
+/// the reward is 1 when `/app/answer.txt` holds `orchard`.
+fn harbor_task(harbor: &Path, root: &Path, verifier_mode: &str, artifacts: bool) -> PathBuf {
+    let out = std::process::Command::new(harbor)
+        .args(["tasks", "init", "orchard/hello", "--no-pytest", "--verifier-mode", verifier_mode, "-p"])
+        .arg(root)
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "harbor tasks init: {}", String::from_utf8_lossy(&out.stderr));
+    let task = root.join("hello");
+    std::fs::write(task.join("instruction.md"), "Write the word orchard to /app/answer.txt.\n").unwrap();
+    std::fs::write(task.join("solution/solve.sh"), "#!/bin/bash\necho orchard > /app/answer.txt\n").unwrap();
+    std::fs::write(
+        task.join("tests/test.sh"),
+        "#!/bin/bash\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = orchard ]; then echo 1; else echo 0; fi \
+         > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    if artifacts {
+        let toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
+        assert!(toml.contains("artifacts = []"), "{toml}");
+        std::fs::write(task.join("task.toml"), toml.replace("artifacts = []", "artifacts = [\"/app/answer.txt\"]"))
+            .unwrap();
+    }
+    task
+}
+
+/// Runs `harbor run` with the Orchard environment; answers the trial's result (Harbor's own
+/// `result.json`) and the job's directory.
+async fn harbor_run(harbor: &Path, server: &Server, task: &Path, agent_args: &[&str], jobs: &Path) -> Value {
+    let out = tokio::process::Command::new(harbor)
+        .arg("run")
+        .arg("-p")
+        .arg(task)
+        .args(agent_args)
+        .args(["--env", "orchard_client.harbor:OrchardEnvironment", "--ek"])
+        .arg(format!("url={}", server.url))
+        .args(["--ek", &format!("api_key={KEY}"), "--yes", "-o"])
+        .arg(jobs)
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .output()
+        .await
+        .unwrap();
+    let log = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "harbor run failed:\n{log}");
+    let trials: Vec<PathBuf> = std::fs::read_dir(jobs)
+        .unwrap()
+        .flat_map(|job| std::fs::read_dir(job.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("result.json").is_file() && p.join("trial.log").exists())
+        .collect();
+    assert_eq!(trials.len(), 1, "{trials:?}\n{log}");
+    let exception = std::fs::read_to_string(trials[0].join("exception.txt")).unwrap_or_default();
+    assert!(exception.is_empty(), "the trial raised:\n{exception}\n{log}");
+    serde_json::from_str(&std::fs::read_to_string(trials[0].join("result.json")).unwrap()).unwrap()
+}
+
+fn reward(trial: &Value) -> f64 {
+    trial["verifier_result"]["rewards"]["reward"].as_f64().unwrap_or_else(|| panic!("no reward in {trial:#}"))
+}
+
+async fn sandboxes_left(server: &Server) -> usize {
+    let resp = server.request(reqwest::Method::GET, "/v1/sandboxes").send().await.unwrap();
+    let list: Value = resp.json().await.unwrap();
+    list["sandboxes"].as_array().unwrap_or_else(|| panic!("{list}")).len()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn harbors_oracle_and_verifier_run_on_orchard_sandboxes() {
+    let Some(harbor) = harbor() else { return };
+    let server = Server::start_with(ServerOptions { api_keys: Some(format!("harbor:{KEY}")), ..Default::default() })
+        .await
+        .with_key(KEY);
+    let work = tempfile::tempdir().unwrap();
+
+    // Shared verifier: the oracle's answer is graded where it was written.
+    let shared = harbor_task(&harbor, &work.path().join("shared"), "shared", false);
+    let trial = harbor_run(&harbor, &server, &shared, &["-a", "oracle"], &work.path().join("jobs1")).await;
+    assert_eq!(reward(&trial), 1.0, "{trial:#}");
+
+    // A separate verifier gets a fresh sandbox: without artifacts the answer is not there (as
+    // with Harbor's Docker environment), with `artifacts` it is carried over.
+    let separate = harbor_task(&harbor, &work.path().join("separate"), "separate", false);
+    let trial = harbor_run(&harbor, &server, &separate, &["-a", "oracle"], &work.path().join("jobs2")).await;
+    assert_eq!(reward(&trial), 0.0, "{trial:#}");
+    let carried = harbor_task(&harbor, &work.path().join("carried"), "separate", true);
+    let trial = harbor_run(&harbor, &server, &carried, &["-a", "oracle"], &work.path().join("jobs3")).await;
+    assert_eq!(reward(&trial), 1.0, "{trial:#}");
+
+    // Every trial's sandboxes are gone when Harbor is done.
+    assert_eq!(sandboxes_left(&server).await, 0);
+}
+
+/// Terminus-2's replies: the commands it types into tmux, then `task_complete` (asked twice).
+fn terminus_reply(keystrokes: &str, done: bool) -> String {
+    let commands = if keystrokes.is_empty() { json!([]) } else { json!([{"keystrokes": keystrokes, "duration": 0.5}]) };
+    json!({"analysis": "scripted", "plan": "scripted", "commands": commands, "task_complete": done}).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn harbors_terminus_2_types_into_an_orchard_sandbox_through_tmux() {
+    let Some(harbor) = harbor() else { return };
+    let server = Server::start_with(ServerOptions { api_keys: Some(format!("harbor:{KEY}")), ..Default::default() })
+        .await
+        .with_key(KEY);
+    let work = tempfile::tempdir().unwrap();
+    let task = harbor_task(&harbor, &work.path().join("t"), "shared", false);
+    for (word, expected) in [("orchard", 1.0), ("apple", 0.0)] {
+        let first = terminus_reply(&format!("echo {word} > /app/answer.txt\n"), false);
+        let (url, seen) = orchard_tests::evals::mock_model_with(move |request| {
+            let turns = request["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "assistant").count();
+            let content = if turns == 0 { first.clone() } else { terminus_reply("", true) };
+            orchard_tests::evals::completion(json!({"role": "assistant", "content": content}), "stop", (10, 5))
+        })
+        .await;
+        let args = [
+            "-a",
+            "terminus-2",
+            "-m",
+            "openai/mock",
+            "--ak",
+            &format!("api_base={url}"),
+            "--ae",
+            "OPENAI_API_KEY=sk-test",
+        ];
+        let jobs = work.path().join(format!("jobs-{word}"));
+        let trial = harbor_run(&harbor, &server, &task, &args, &jobs).await;
+        assert_eq!(reward(&trial), expected, "{word}: {trial:#}");
+        // The model saw the task's instruction and, after its command ran, the terminal.
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.len() >= 2, "{seen:#?}");
+        assert!(seen[0].to_string().contains("Write the word orchard"), "{:#}", seen[0]);
+        assert!(seen[1].to_string().contains(&format!("echo {word}")), "{:#}", seen[1]);
+    }
+    assert_eq!(sandboxes_left(&server).await, 0);
+}

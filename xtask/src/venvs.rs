@@ -1,0 +1,86 @@
+//! Python environments for the tests of Orchard against the field's own tools, one venv per
+//! Python version under `target/` (cached across runs; the system Python stays untouched).
+//!
+//! Harbor (PyPI `harbor`) needs Python ≥ 3.12, which these machines have through pyenv. The venv
+//! holds the pinned tools and Orchard's own Python client (`host/sdk-python`, editable).
+//!
+//! Disk is finite on CI machines (one once failed setup for it, installing these very packages):
+//! when too little is free, the venv is not made and `target/py312.skipped` says why — the
+//! tests that need it then report that reason instead of a setup failure hiding every other
+//! result. With the venv present they run, and fail like any other test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{run, workspace_root};
+
+/// What the Python 3.12 venv holds, pinned.
+const PY312_PACKAGES: &[&str] = &["harbor==0.26.0"];
+
+/// Least free space (bytes) to start the Python 3.12 venv: it takes ~0.5 GB, and the build after
+/// setup needs the rest.
+const PY312_MIN_FREE: u64 = 6 << 30;
+
+/// The venv's directory.
+pub fn py312_dir() -> PathBuf {
+    workspace_root().join("target/py312")
+}
+
+/// Makes (or completes) the Python 3.12 venv.
+pub fn py312() -> anyhow::Result<()> {
+    let dir = py312_dir();
+    let skipped = workspace_root().join("target/py312.skipped");
+    let _ = std::fs::remove_file(&skipped);
+    let ready = dir.join("bin/harbor").exists()
+        && dir.join(".orchard-packages").exists()
+        && std::fs::read_to_string(dir.join(".orchard-packages")).is_ok_and(|s| s == PY312_PACKAGES.join("\n"));
+    if ready {
+        return Ok(());
+    }
+    let Some(python) = python312() else {
+        return skip(&skipped, "no Python 3.12 (pyenv's 3.12 or python3.12 on PATH)");
+    };
+    std::fs::create_dir_all(workspace_root().join("target"))?;
+    let free = free_bytes(&workspace_root().join("target"));
+    if free.is_some_and(|f| f < PY312_MIN_FREE) {
+        let gib = free.unwrap_or(0) as f64 / (1u64 << 30) as f64;
+        return skip(&skipped, &format!("{gib:.1} GiB free, {} GiB wanted", PY312_MIN_FREE >> 30));
+    }
+    eprintln!("xtask: making {} ({})", dir.display(), PY312_PACKAGES.join(", "));
+    run(Command::new(&python).args(["-m", "venv"]).arg(&dir))?;
+    let pip = dir.join("bin/pip");
+    // No bytecode: a third less disk, and the tests import little of it.
+    run(Command::new(&pip)
+        .args(["install", "--quiet", "--no-cache-dir", "--no-compile"])
+        .args(PY312_PACKAGES)
+        .env("PIP_NO_CACHE_DIR", "1"))?;
+    run(Command::new(&pip)
+        .args(["install", "--quiet", "--no-cache-dir", "--no-deps", "--editable"])
+        .arg(workspace_root().join("host/sdk-python")))?;
+    std::fs::write(dir.join(".orchard-packages"), PY312_PACKAGES.join("\n"))?;
+    Ok(())
+}
+
+fn skip(marker: &Path, reason: &str) -> anyhow::Result<()> {
+    eprintln!("xtask: WARNING: not making the Python 3.12 venv (Harbor's tests will say so): {reason}");
+    std::fs::create_dir_all(marker.parent().expect("under target/"))?;
+    std::fs::write(marker, reason)?;
+    Ok(())
+}
+
+fn python312() -> Option<PathBuf> {
+    let pyenv = Command::new("pyenv").args(["prefix", "3.12"]).output().ok().filter(|o| o.status.success());
+    if let Some(out) = pyenv {
+        let prefix = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").trim().to_string();
+        let python = Path::new(&prefix).join("bin/python3.12");
+        if python.exists() {
+            return Some(python);
+        }
+    }
+    crate::have("python3.12").then(|| PathBuf::from("python3.12"))
+}
+
+fn free_bytes(path: &Path) -> Option<u64> {
+    let out = Command::new("df").args(["--output=avail", "-B1"]).arg(path).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().nth(1)?.trim().parse().ok()
+}
