@@ -137,6 +137,9 @@ fn only_fixture_service_tasks_convert_and_the_rest_say_why() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(converted, ["T900_budget_reply"]);
+    if let Some(n) = orchard_tests::harbor_validates(out.path()) {
+        assert_eq!(n, 1);
+    }
     let skipped: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("skipped.json")).unwrap()).unwrap();
     let reason = |id: &str| skipped.iter().find(|s| s["task"] == id).unwrap()["reason"].as_str().unwrap().to_string();

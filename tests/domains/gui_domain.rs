@@ -155,6 +155,9 @@ async fn deepshop_rows_become_tasks_judged_on_their_own_key_points_with_the_shop
     ]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("1 task folder(s)"), "{out}");
+    if let Some(n) = orchard_tests::harbor_validates(&tasks) {
+        assert_eq!(n, 1);
+    }
     // The fixture harness browses as a model would: the start page, the sorted results.
     script_calls(
         &tasks.join("Amazon--7"),
@@ -233,6 +236,9 @@ fn miniwob_pages_are_served_in_the_sandbox_and_their_own_reward_grades_them() {
         "0",
     ]);
     assert_eq!(code, 0, "{out}{err}");
+    if let Some(n) = orchard_tests::harbor_validates(&tasks) {
+        assert_eq!(n, 2);
+    }
     let page =
         |env: &str| json!({"tool": "goto", "arguments": {"url": format!("http://127.0.0.1:8080/miniwob/{env}.html")}});
     // In the accessibility tree: the button is [1] on click-test; on enter-text the field is [3],

@@ -93,6 +93,10 @@ fn converted_rows_with_their_gold_patches_resolve() {
     );
     assert!(!task.contains("return sum(values) / len(values)"), "{task}");
     assert!(out.join("orchard-examples__py-mean-1/tests/test.patch").is_file());
+    // Harbor's own TaskConfig reads every folder the converter wrote.
+    if let Some(n) = orchard_tests::harbor_validates(&out) {
+        assert_eq!(n, 3);
+    }
 
     let tasks = out.display().to_string();
     let (summary, results, _) =

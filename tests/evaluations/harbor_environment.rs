@@ -1,7 +1,8 @@
 //! Orchard as a Harbor environment: the real `harbor run` (PyPI `harbor` 0.26, Python 3.12 venv
 //! made by `cargo xtask setup`) runs its own agents and verifier on Orchard sandboxes through
 //! `orchard_client.harbor:OrchardEnvironment`, on tasks `harbor tasks init` made; rewards are read
-//! from Harbor's own job output.
+//! from Harbor's own job output. And the other way round: Harbor's own `TaskConfig` reads every
+//! task Orchard ships, and Harbor's template task runs under `orchard eval`.
 
 use std::path::{Path, PathBuf};
 
@@ -10,21 +11,9 @@ use serde_json::{Value, json};
 
 const KEY: &str = "harbor-key-1234";
 
-/// The venv's `harbor`, or the reason setup gave for not making the venv (then the test says so
-/// and passes: see `xtask/src/venvs.rs`).
+/// The venv's `harbor` (`None`: setup made no venv and said why).
 fn harbor() -> Option<PathBuf> {
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target");
-    let bin = target.join("py312/bin/harbor");
-    if bin.exists() {
-        return Some(bin);
-    }
-    match std::fs::read_to_string(target.join("py312.skipped")) {
-        Ok(reason) => {
-            eprintln!("SKIPPED: no Harbor venv: setup said: {reason}");
-            None
-        }
-        Err(_) => panic!("{} is missing: run `cargo xtask setup`", bin.display()),
-    }
+    orchard_tests::py312_tool("harbor")
 }
 
 /// A task made by Harbor's own `harbor tasks init`, given our instruction, solution and verifier:
@@ -39,19 +28,24 @@ fn harbor_task(harbor: &Path, root: &Path, verifier_mode: &str, artifacts: bool)
     assert!(out.status.success(), "harbor tasks init: {}", String::from_utf8_lossy(&out.stderr));
     let task = root.join("hello");
     std::fs::write(task.join("instruction.md"), "Write the word orchard to /app/answer.txt.\n").unwrap();
-    std::fs::write(task.join("solution/solve.sh"), "#!/bin/bash\necho orchard > /app/answer.txt\n").unwrap();
+    // The word comes from [solution.env], what is checked from [verifier.env]: both honoured.
+    std::fs::write(task.join("solution/solve.sh"), "#!/bin/bash\necho \"$WORD\" > /app/answer.txt\n").unwrap();
     std::fs::write(
         task.join("tests/test.sh"),
-        "#!/bin/bash\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = orchard ]; then echo 1; else echo 0; fi \
-         > /logs/verifier/reward.txt\n",
+        "#!/bin/bash\nif [ -n \"$WANT\" ] && [ \"$(cat /app/answer.txt 2>/dev/null)\" = \"$WANT\" ]; then echo 1; \
+         else echo 0; fi > /logs/verifier/reward.txt\n",
     )
     .unwrap();
-    if artifacts {
-        let toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
-        assert!(toml.contains("artifacts = []"), "{toml}");
-        std::fs::write(task.join("task.toml"), toml.replace("artifacts = []", "artifacts = [\"/app/answer.txt\"]"))
-            .unwrap();
+    let mut toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
+    for (table, line) in [("[solution.env]\n", "WORD = \"orchard\"\n"), ("[verifier.env]\n", "WANT = \"orchard\"\n")] {
+        assert!(toml.contains(table), "{toml}");
+        toml = toml.replace(table, &format!("{table}{line}"));
     }
+    if artifacts {
+        assert!(toml.contains("artifacts = []"), "{toml}");
+        toml = toml.replace("artifacts = []", "artifacts = [\"/app/answer.txt\"]");
+    }
+    std::fs::write(task.join("task.toml"), toml).unwrap();
     task
 }
 
@@ -163,4 +157,48 @@ async fn harbors_terminus_2_types_into_an_orchard_sandbox_through_tmux() {
         assert!(seen[1].to_string().contains(&format!("echo {word}")), "{:#}", seen[1]);
     }
     assert_eq!(sandboxes_left(&server).await, 0);
+}
+
+#[test]
+fn harbors_task_config_reads_every_task_orchard_ships() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let Some(examples) = orchard_tests::harbor_validates(&root.join("examples")) else { return };
+    let fixtures = orchard_tests::harbor_validates(&root.join("tests/fixtures")).unwrap();
+    assert!(examples + fixtures >= 29, "{examples} + {fixtures}");
+}
+
+#[test]
+fn harbors_template_task_runs_under_orchard_eval_with_the_oracle() {
+    let Some(harbor) = harbor() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let oracle = |task: &Path| {
+        let tasks = task.parent().unwrap().display().to_string();
+        orchard_tests::evals::eval(&[
+            &tasks,
+            "--harness",
+            "oracle",
+            "--tools",
+            "shell",
+            "--grader",
+            "script",
+            "--grant",
+            "solution",
+        ])
+    };
+    // Shared: graded where the oracle wrote. Separate with the answer declared as an artifact:
+    // carried into the clean verifier sandbox.
+    let shared = harbor_task(&harbor, &work.path().join("shared"), "shared", false);
+    let carried = harbor_task(&harbor, &work.path().join("carried"), "separate", true);
+    for task in [&shared, &carried] {
+        let (summary, _, _) = oracle(task);
+        assert_eq!(summary["mean_reward"].as_f64(), Some(1.0), "{}: {summary:#}", task.display());
+    }
+    // Separate with nothing declared: Harbor grades it 0 (the answer is not there); Orchard
+    // refuses to grade a verifier that could only fail, and says what to declare.
+    let bare = harbor_task(&harbor, &work.path().join("bare"), "separate", false);
+    let (summary, results, _) = oracle(&bare);
+    assert_eq!(summary["errors"], 1, "{summary:#}");
+    let rollout = std::fs::read_dir(results.path().join("rollouts")).unwrap().next().unwrap().unwrap().path();
+    let result = std::fs::read_to_string(rollout).unwrap();
+    assert!(result.contains("declares nothing to carry into it"), "{result}");
 }

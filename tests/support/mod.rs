@@ -333,3 +333,48 @@ pub fn unprivileged_install() -> tempfile::TempDir {
     Command::new("chmod").args(["755"]).arg(dir.path()).status().expect("chmod");
     dir
 }
+
+/// The Python 3.12 venv's `bin/NAME` (`cargo xtask setup` makes it, see `xtask/src/venvs.rs`), or
+/// `None` with the reason printed when setup recorded why it made none.
+pub fn py312_tool(name: &str) -> Option<PathBuf> {
+    let bin = workspace_target("py312/bin").join(name);
+    if bin.exists() {
+        return Some(bin);
+    }
+    match std::fs::read_to_string(workspace_target("py312.skipped")) {
+        Ok(reason) => {
+            eprintln!("SKIPPED: no Python 3.12 venv: setup said: {reason}");
+            None
+        }
+        Err(_) => panic!("{} is missing: run `cargo xtask setup`", bin.display()),
+    }
+}
+
+/// Harbor's own `TaskConfig` (PyPI `harbor`, in the Python 3.12 venv) validates every
+/// `task.toml` under `dir`; answers how many it read (`None`: no venv, see [`py312_tool`]).
+pub fn harbor_validates(dir: &Path) -> Option<usize> {
+    let python = py312_tool("python")?;
+    let script = r#"
+import pathlib, sys
+from harbor.models.task.config import TaskConfig
+bad, n = [], 0
+for path in sorted(pathlib.Path(sys.argv[1]).rglob("task.toml")):
+    n += 1
+    try:
+        TaskConfig.model_validate_toml(path.read_text())
+    except Exception as e:
+        bad.append(f"{path}: {e}")
+    if not (path.parent / "instruction.md").is_file():
+        bad.append(f"{path.parent}: no instruction.md")
+print(n)
+sys.exit("\n".join(bad) if bad else 0)
+"#;
+    let out = Command::new(python)
+        .args(["-c", script])
+        .arg(dir)
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .output()
+        .expect("running the venv's python");
+    assert!(out.status.success(), "Harbor's TaskConfig refused:\n{}", String::from_utf8_lossy(&out.stderr));
+    Some(String::from_utf8_lossy(&out.stdout).trim().parse().expect("a count"))
+}

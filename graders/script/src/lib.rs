@@ -4,7 +4,7 @@
 //!
 //! A missing or malformed reward file is `unknown`, with the reason: never a silent zero.
 //! Task metadata read: `verifier_timeout_sec` (default 600), `pass_threshold` (default 1.0),
-//! `workdir` (where the tests run from).
+//! `workdir` (where the tests run from); and task.toml's `[verifier] env`, the test's environment.
 
 wit_bindgen::generate!({ path: "../../wit/0.2.0", world: "grader" });
 
@@ -32,7 +32,12 @@ impl Guest for Script {
         let run = sandbox::exec(&ExecRequest {
             command: Command::Argv(vec!["bash".into(), "/tests/test.sh".into()]),
             cwd: meta.get("workdir").and_then(Value::as_str).map(str::to_string),
-            env: vec![],
+            // task.toml's [verifier] env.
+            env: meta
+                .pointer("/verifier/env")
+                .and_then(Value::as_object)
+                .map(|env| env.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+                .unwrap_or_default(),
             timeout_ms: Some((timeout * 1000.0) as u64),
             stdin: None,
         })?;

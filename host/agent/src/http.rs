@@ -377,10 +377,11 @@ async fn tar_upload(State(state): State<AppState>, uri: axum::http::Uri, body: B
     let state2 = state.clone();
     let (size, entries) = tokio::task::spawn_blocking(move || {
         let outcome = tar_io::extract(&state2.confinement, &path, &mut reader);
-        if outcome.is_err() {
-            // As for a refused file: the rest of the archive is read so that the answer arrives.
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        }
+        // The rest of the body is read before answering, on success too: an archive ends with
+        // padding after its end-of-archive blocks (Python's tarfile and GNU tar pad to 10 KiB),
+        // and an answer sent before the body is read makes the server drop the connection while
+        // the client is still writing it — the client then sees a failed write, not the answer.
+        let _ = std::io::copy(&mut reader, &mut std::io::sink());
         outcome
     })
     .await

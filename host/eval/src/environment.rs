@@ -7,6 +7,7 @@ use std::path::Path;
 use orchard_agent_client::SandboxAgent;
 use orchard_task_files::TaskFiles;
 
+use crate::healthcheck::Healthcheck;
 use crate::task::Task;
 
 /// A task's environment as its Dockerfile describes it: files copied and archives unpacked.
@@ -22,43 +23,57 @@ pub(crate) async fn prepare_environment(agent: &dyn SandboxAgent, task: &Task) -
     start_service(agent, task).await
 }
 
-/// How long a task's service may take to pass its HEALTHCHECK.
-const HEALTHY_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// Starts the Dockerfile's ENTRYPOINT/CMD in the background (its output in
-/// `/tmp/orchard-entrypoint.log`) and waits until its HEALTHCHECK passes.
+/// `/tmp/orchard-entrypoint.log`), then waits until the task's healthcheck passes.
 async fn start_service(agent: &dyn SandboxAgent, task: &Task) -> Result<(), String> {
-    let Some(argv) = &task.start else { return Ok(()) };
-    // The command's own words reach it as `sh`'s arguments: nothing to quote.
-    let mut command: Vec<String> =
-        ["sh", "-c", "exec \"$@\" > /tmp/orchard-entrypoint.log 2>&1 < /dev/null", "sh"].map(String::from).to_vec();
-    command.extend(argv.iter().cloned());
-    let start = orchard_protocol::ProcessStart {
-        command: orchard_protocol::Command::Argv(command),
-        cwd: task.workdir.clone(),
-        env: task.env.clone(),
-    };
-    agent.start_process(&start).await.map_err(|e| format!("starting the task's ENTRYPOINT/CMD {argv:?}: {e}"))?;
+    if let Some(argv) = &task.start {
+        // The command's own words reach it as `sh`'s arguments: nothing to quote.
+        let mut command: Vec<String> =
+            ["sh", "-c", "exec \"$@\" > /tmp/orchard-entrypoint.log 2>&1 < /dev/null", "sh"].map(String::from).to_vec();
+        command.extend(argv.iter().cloned());
+        let start = orchard_protocol::ProcessStart {
+            command: orchard_protocol::Command::Argv(command),
+            cwd: task.workdir.clone(),
+            env: task.env.clone(),
+        };
+        agent.start_process(&start).await.map_err(|e| format!("starting the task's ENTRYPOINT/CMD {argv:?}: {e}"))?;
+    }
     let Some(check) = &task.healthcheck else { return Ok(()) };
-    let deadline = std::time::Instant::now() + HEALTHY_WITHIN;
+    wait_healthy(agent, task, check).await
+}
+
+/// Docker's HEALTHCHECK semantics: failures in the start period do not count; after it,
+/// `retries` failures in a row give up.
+async fn wait_healthy(agent: &dyn SandboxAgent, task: &Task, check: &Healthcheck) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let mut failures = 0;
     loop {
-        let mut req = orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(check.clone()));
+        let mut req = orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(check.argv.clone()));
         req.cwd = task.workdir.clone();
-        req.timeout_ms = Some(10_000);
+        req.env = task.env.clone();
+        req.timeout_ms = Some(check.timeout.as_millis().max(1) as u64);
         if let Ok(r) = agent.exec(&req).await
             && r.exit_code == 0
         {
             return Ok(());
         }
-        if std::time::Instant::now() >= deadline {
-            let log = agent.read_file("/tmp/orchard-entrypoint.log").await.unwrap_or_default();
-            let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(2000)..]).into_owned();
-            return Err(format!(
-                "the task's service ({argv:?}) did not pass its HEALTHCHECK within {} s; its output ends with:\n{tail}",
-                HEALTHY_WITHIN.as_secs()
-            ));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let pause = if started.elapsed() < check.start_period {
+            check.start_interval
+        } else {
+            failures += 1;
+            if failures >= check.retries {
+                let log = agent.read_file("/tmp/orchard-entrypoint.log").await.unwrap_or_default();
+                let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(2000)..]).into_owned();
+                return Err(format!(
+                    "the task's healthcheck ({:?}) did not pass in {:.0} s ({failures} failures after the start \
+                     period); the service's output ends with:\n{tail}",
+                    check.argv,
+                    started.elapsed().as_secs_f64()
+                ));
+            }
+            check.interval
+        };
+        tokio::time::sleep(pause.max(std::time::Duration::from_millis(10))).await;
     }
 }
 

@@ -137,10 +137,15 @@ pub async fn rollout(
         SandboxSpec::new(placement.tenant.clone(), task.image.clone().unwrap_or_else(|| job.default_image.clone()));
     spec.id = placement.sandbox_id.clone();
     spec.block_network = !task.allow_internet;
+    spec.network_allow = task.network_allow.clone();
     spec.cpu = task.cpus;
     spec.memory_bytes = task.memory_bytes;
     spec.pids = job.sandbox_pids;
-    spec.disk_bytes = job.sandbox_disk_bytes;
+    // The task's storage_mb, within the server's limit.
+    spec.disk_bytes = match (task.disk_bytes, job.sandbox_disk_bytes) {
+        (Some(t), Some(j)) => Some(t.min(j)),
+        (t, j) => t.or(j),
+    };
     spec.env = task.env.clone();
     spec.workdir = task.workdir.clone();
     spec.ttl_seconds = Some((task.agent_timeout_sec + task.verifier_timeout_sec + 600.0) as u64);

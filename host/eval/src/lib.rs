@@ -5,6 +5,7 @@
 
 mod environment;
 pub mod export;
+mod healthcheck;
 mod job;
 mod metrics;
 mod report;
@@ -12,6 +13,7 @@ mod result;
 mod separate;
 mod task;
 
+pub use healthcheck::Healthcheck;
 pub use job::{BrowserPlacement, Job, Placement, rollout};
 pub use metrics::{pass_at_k, pass_hat_k};
 pub use orchard_task_files::TaskFiles;

@@ -20,6 +20,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use orchard_task_config::{NetworkMode, TaskConfig};
+
+use crate::healthcheck::Healthcheck;
 use orchard_task_files::{FileError, TaskFiles};
 use serde_json::{Value, json};
 
@@ -60,8 +63,12 @@ pub struct Task {
     pub cpus: Option<f64>,
     /// Memory, in bytes.
     pub memory_bytes: Option<u64>,
+    /// Writable disk, in bytes (`storage_mb`).
+    pub disk_bytes: Option<u64>,
     /// Whether the sandbox may reach the internet.
     pub allow_internet: bool,
+    /// With the network open: the only hosts, IPs and CIDRs it may reach (`allowlist`).
+    pub network_allow: Vec<String>,
     /// The working directory.
     pub workdir: Option<String>,
     /// The sandbox's environment.
@@ -73,8 +80,9 @@ pub struct Task {
     /// The Dockerfile's ENTRYPOINT/CMD: started in the background once the files are in place
     /// (a service the task serves, e.g. a web app on the sandbox's loopback).
     pub start: Option<Vec<String>>,
-    /// The Dockerfile's HEALTHCHECK CMD: the rollout waits until it succeeds.
-    pub healthcheck: Option<Vec<String>>,
+    /// `[environment.healthcheck]`, else the Dockerfile's HEALTHCHECK CMD: the rollout waits
+    /// until it succeeds.
+    pub healthcheck: Option<Healthcheck>,
     /// Local tar archives (`.tar`, `.tar.gz`, `.tgz`) the Dockerfile ADDs: unpacked at the
     /// destination, as Docker does (how a task ships a repository with its git history).
     pub archives: Vec<(PathBuf, String)>,
@@ -205,19 +213,21 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         .read_string(Path::new("instruction.md"), MAX_TEXT_BYTES)
         .map_err(file_err)?
         .ok_or_else(|| err("instruction.md: no such file".into()))?;
-    let config: toml::Table = match files.read_string(Path::new("task.toml"), MAX_TEXT_BYTES).map_err(file_err)? {
-        Some(text) => toml::from_str(&text).map_err(|e| err(format!("task.toml: {}", toml_error(&text, &e))))?,
-        None => toml::Table::new(),
-    };
-    let section = |name: &str| config.get(name).and_then(|v| v.as_table()).cloned().unwrap_or_default();
-    let (agent, verifier, environment) = (section("agent"), section("verifier"), section("environment"));
-    let number =
-        |t: &toml::Table, key: &str| t.get(key).and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)));
-    let memory_bytes = match (environment.get("memory"), number(&environment, "memory_mb")) {
-        (Some(toml::Value::String(s)), _) => {
+    let text = files.read_string(Path::new("task.toml"), MAX_TEXT_BYTES).map_err(file_err)?.unwrap_or_default();
+    let config = TaskConfig::parse(&text).map_err(|e| err(format!("task.toml: {e}")))?;
+    let refused = config.unsupported();
+    if !refused.is_empty() {
+        let list: Vec<String> = refused.iter().map(|u| u.to_string()).collect();
+        return Err(err(format!("task.toml asks for what Orchard cannot give: {}", list.join("; "))));
+    }
+    // The whole file, for plugins and graders (`task.metadata`).
+    let table: toml::Table = toml::from_str(&text).map_err(|e| err(format!("task.toml: {}", toml_error(&text, &e))))?;
+    let environment = &config.environment;
+    let memory_bytes = match (&environment.memory, environment.memory_mb) {
+        (Some(s), _) => {
             Some(parse_size(s).ok_or_else(|| err(format!("environment.memory: {s:?} is not a size like 2G or 512M")))?)
         }
-        (_, Some(mb)) => Some((mb * 1024.0 * 1024.0) as u64),
+        (_, Some(mb)) => Some(mb << 20),
         _ => None,
     };
     let mut env: BTreeMap<String, String> = BTreeMap::new();
@@ -250,40 +260,31 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         }
         context = Some(build);
     }
-    if let Some(toml::Value::Table(t)) = environment.get("env") {
-        for (k, v) in t {
-            env.insert(k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()));
-        }
+    env.extend(environment.env.clone());
+    if let Some(w) = &environment.workdir {
+        workdir = Some(w.clone());
     }
-    if let Some(w) = environment.get("workdir").and_then(|v| v.as_str()) {
-        workdir = Some(w.to_string());
-    }
-    let image = environment
-        .get("docker_image")
-        .or_else(|| environment.get("image"))
-        .and_then(|v| v.as_str())
-        .filter(|s| !s.is_empty())
-        .map(str::to_string);
-    let agent_timeout_sec = number(&agent, "timeout_sec").unwrap_or(600.0);
-    let tools = match agent.get("tools") {
-        None => None,
-        Some(toml::Value::Array(items)) => Some(
-            items
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_string)
-                        .ok_or_else(|| err(format!("task.toml: [agent] tools: {v} is not a plugin name")))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-        Some(other) => {
-            return Err(err(format!("task.toml: [agent] tools must be a list of plugin names, not {other}")));
-        }
+    // [environment.healthcheck] (a shell command, with Docker's timing) over the Dockerfile's.
+    let healthcheck = match &environment.healthcheck {
+        Some(h) => Some(Healthcheck::from_config(h)),
+        None => healthcheck.map(Healthcheck::from_dockerfile),
     };
-    let verifier_timeout_sec = number(&verifier, "timeout_sec").unwrap_or(600.0);
-    let mut metadata = serde_json::to_value(&config).unwrap_or(json!({}));
+    let image = config.image().map(str::to_string);
+    let agent_timeout_sec = config.agent.timeout_sec.unwrap_or(600.0);
+    let tools = match &config.agent.tools {
+        Some(names) if names.iter().any(|n| n.trim().is_empty()) => {
+            return Err(err("task.toml: agent.tools: a plugin name is empty".into()));
+        }
+        other => other.clone(),
+    };
+    let verifier_timeout_sec = config.verifier.timeout_sec.unwrap_or(600.0);
+    let (allow_internet, network_allow) = match environment.network_mode {
+        Some(NetworkMode::Public) => (true, Vec::new()),
+        Some(NetworkMode::Allowlist) => (true, environment.allowed_hosts.clone().unwrap_or_default()),
+        Some(NetworkMode::NoNetwork) => (false, Vec::new()),
+        None => (environment.allow_internet.unwrap_or(false), Vec::new()),
+    };
+    let mut metadata = serde_json::to_value(&table).unwrap_or(json!({}));
     if let Value::Object(m) = &mut metadata {
         m.insert("verifier_timeout_sec".into(), verifier_timeout_sec.into());
         m.insert("agent_timeout_sec".into(), agent_timeout_sec.into());
@@ -291,36 +292,28 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
             m.insert("workdir".into(), w.clone().into());
         }
     }
-    let verifier_mode = match verifier.get("environment_mode") {
+    let verifier_mode = match &config.verifier.environment_mode {
         None => None,
-        Some(toml::Value::String(m)) => {
-            Some(orchard_verifier::Mode::parse(m).map_err(|e| err(format!("task.toml: [verifier] {e}")))?)
-        }
-        Some(other) => {
-            return Err(err(format!("task.toml: [verifier] environment_mode must be a string, not {other}")));
-        }
+        Some(m) => Some(orchard_verifier::Mode::parse(m).map_err(|e| err(format!("task.toml: verifier.{e}")))?),
     };
-    let verifier_artifacts = match verifier.get("artifacts") {
-        None => vec![],
-        Some(toml::Value::Array(items)) => items
-            .iter()
-            .map(|v| match v.as_str() {
-                Some(p) if p.starts_with('/') && !p.split('/').any(|c| c == "..") => {
-                    Ok(p.trim_end_matches('/').to_string())
-                }
-                _ => Err(err(format!("task.toml: [verifier] artifacts: {v} is not an absolute path without '..'"))),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => {
-            return Err(err(format!("task.toml: [verifier] artifacts must be a list of paths, not {other}")));
+    // Orchard's [verifier] artifacts and Harbor's top-level ones: both are carried into a
+    // separate verifier.
+    let mut verifier_artifacts = Vec::new();
+    for path in config.verifier.artifacts.iter().map(String::as_str).chain(config.artifacts.iter().map(|a| a.source()))
+    {
+        if !path.starts_with('/') || path.split('/').any(|c| c == "..") {
+            return Err(err(format!("task.toml: verifier.artifacts: {path:?} is not an absolute path without '..'")));
         }
-    };
-    let meta_table = config.get("metadata").and_then(|m| m.as_table());
-    let meta_str = |k: &str| meta_table.and_then(|m| m.get(k)).and_then(|v| v.as_str()).map(str::to_string);
-    let verifier_repo_dir = verifier
-        .get("repo_dir")
-        .and_then(|v| v.as_str())
-        .map(str::to_string)
+        let path = path.trim_end_matches('/').to_string();
+        if !verifier_artifacts.contains(&path) {
+            verifier_artifacts.push(path);
+        }
+    }
+    let meta_str = |k: &str| config.metadata.get(k).and_then(|v| v.as_str()).map(str::to_string);
+    let verifier_repo_dir = config
+        .verifier
+        .repo_dir
+        .clone()
         .or_else(|| meta_str("repo_dir"))
         .or_else(|| meta_str("base_commit").and(meta_str("workdir").or_else(|| workdir.clone())));
     let mut gold_files = std::collections::BTreeSet::new();
@@ -346,16 +339,17 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         instruction,
         agent_timeout_sec,
         tools,
-        grader: match verifier.get("grader") {
-            None => None,
-            Some(toml::Value::String(g)) if !g.is_empty() => Some(g.clone()),
-            Some(other) => return Err(err(format!("task.toml: [verifier] grader must be a plugin name, not {other}"))),
+        grader: match &config.verifier.grader {
+            Some(g) if g.trim().is_empty() => return Err(err("task.toml: verifier.grader: the name is empty".into())),
+            other => other.clone(),
         },
         verifier_timeout_sec,
         image,
-        cpus: number(&environment, "cpus"),
+        cpus: environment.cpus,
         memory_bytes,
-        allow_internet: environment.get("allow_internet").and_then(|v| v.as_bool()).unwrap_or(false),
+        disk_bytes: environment.storage_mb.map(|mb| mb << 20),
+        allow_internet,
+        network_allow,
         workdir,
         env,
         copies,
@@ -550,6 +544,56 @@ fn split_words(s: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_shipped_example_and_fixture_task_reads_under_the_strict_schema() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut seen = 0;
+        for dir in ["examples", "tests/fixtures", "examples/training"] {
+            for folder in std::fs::read_dir(root.join(dir)).unwrap() {
+                let folder = folder.unwrap().path();
+                let has_tasks = std::fs::read_dir(&folder)
+                    .map(|entries| entries.flatten().any(|e| e.path().join("task.toml").is_file()))
+                    .unwrap_or(false);
+                if has_tasks {
+                    seen += load_tasks(&folder).unwrap_or_else(|e| panic!("{}: {e}", folder.display())).len();
+                }
+            }
+        }
+        // Every task.toml shipped (23 folders of tasks at depth one, 6 under examples/training).
+        assert_eq!(seen, 29, "tasks found");
+    }
+
+    #[test]
+    fn harbors_own_fields_are_honoured_or_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = |toml: &str| {
+            let t = dir.path().join("t");
+            let _ = std::fs::remove_dir_all(&t);
+            std::fs::create_dir_all(&t).unwrap();
+            std::fs::write(t.join("instruction.md"), "x").unwrap();
+            std::fs::write(t.join("task.toml"), toml).unwrap();
+            load_tasks(&t).map(|mut v| v.remove(0)).map_err(|e| e.to_string())
+        };
+        let t = task(
+            "schema_version = \"1.4\"\nartifacts = [\"/app/out.txt\"]\n[environment]\nnetwork_mode = \"allowlist\"\n\
+             allowed_hosts = [\"10.1.2.0/24\"]\nstorage_mb = 512\nmemory_mb = 256\n\
+             [environment.healthcheck]\ncommand = \"test -f /ready\"\nretries = 2\n",
+        )
+        .unwrap();
+        assert!(t.allow_internet);
+        assert_eq!(t.network_allow, ["10.1.2.0/24"]);
+        assert_eq!((t.disk_bytes, t.memory_bytes), (Some(512 << 20), Some(256 << 20)));
+        assert_eq!(t.healthcheck.as_ref().unwrap().argv[2], "test -f /ready");
+        assert_eq!(t.verifier_artifacts, ["/app/out.txt"]);
+        // Harbor's default network is public; a task that says nothing gets Orchard's closed one.
+        assert!(!task("").unwrap().allow_internet);
+        assert!(task("[environment]\nnetwork_mode = \"public\"\n").unwrap().allow_internet);
+        let e = task("[agent]\nservices = [\"crm\"]\n").unwrap_err();
+        assert!(e.contains("agent.services: unknown field `services`"), "{e}");
+        let e = task("[environment]\ngpus = 2\n").unwrap_err();
+        assert!(e.contains("environment.gpus: Orchard's sandboxes have no GPUs"), "{e}");
+    }
 
     #[test]
     fn dockerfile_workdir_and_env_are_read() {

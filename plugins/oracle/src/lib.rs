@@ -100,12 +100,26 @@ impl Guest for Oracle {
         let call = ToolCall {
             id: "oracle-1".into(),
             name: "bash".into(),
-            arguments: json!({"command": format!("bash {script}"), "timeout": timeout}).to_string(),
+            arguments: json!({"command": format!("{}bash {script}", solution_env(&metadata)), "timeout": timeout})
+                .to_string(),
         };
         let output = tools::call(&call)?;
         let status = if output.is_error { RunStatus::GaveUp } else { RunStatus::Completed };
         Ok(Outcome { status, answer: None, steps: 0, message: Some(tail(&text_of(&output.content))) })
     }
+}
+
+/// task.toml's `[solution] env`, as `env K='v' … ` before the script (values single-quoted).
+fn solution_env(metadata: &Value) -> String {
+    let Some(env) = metadata.pointer("/solution/env").and_then(Value::as_object).filter(|e| !e.is_empty()) else {
+        return String::new();
+    };
+    let pairs: Vec<String> = env
+        .iter()
+        .filter(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(|(k, v)| format!("{k}='{}'", v.as_str().unwrap_or_default().replace('\'', "'\\''")))
+        .collect();
+    format!("env {} ", pairs.join(" "))
 }
 
 export!(Oracle);
