@@ -10,6 +10,7 @@ mod evals_service;
 mod graders;
 mod harbor_environment;
 mod harnesses;
+mod inspect_sandbox;
 mod llama_cpp;
 mod openapi;
 mod plugins;

@@ -1,7 +1,8 @@
 //! Python environments for the tests of Orchard against the field's own tools, one venv per
 //! Python version under `target/` (cached across runs; the system Python stays untouched).
 //!
-//! Harbor (PyPI `harbor`) needs Python ≥ 3.12, which these machines have through pyenv. The venv
+//! Harbor (PyPI `harbor`) needs Python ≥ 3.12, which these machines have through pyenv; Inspect
+//! (`inspect-ai`) shares the venv. The venv
 //! holds the pinned tools and Orchard's own Python client (`host/sdk-python`, editable).
 //!
 //! Disk is finite on CI machines (one once failed setup for it, installing these very packages):
@@ -15,7 +16,7 @@ use std::process::Command;
 use crate::{run, workspace_root};
 
 /// What the Python 3.12 venv holds, pinned.
-const PY312_PACKAGES: &[&str] = &["harbor==0.26.0"];
+const PY312_PACKAGES: &[&str] = &["harbor==0.26.0", "inspect-ai==0.3.285"];
 
 /// Least free space (bytes) to start the Python 3.12 venv: it takes ~0.5 GB, and the build after
 /// setup needs the rest.

@@ -15,7 +15,10 @@ mod error;
 mod extract;
 
 pub use error::{ApiError, ApiResult, Problem};
+mod schema;
+
 pub use extract::{JsonBody, Query, parse_json, parse_rest, take_field};
+pub use schema::object_with;
 
 /// The tenant a request acts for, put in the request's extensions by the server's
 /// authentication (routes read it as `Extension<Tenant>`; the web UI's pages from their session).

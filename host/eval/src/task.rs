@@ -10,12 +10,9 @@
 //!                      it is not built (RUN is ignored; FROM is replaced by the eval's image)
 //! ```
 //!
-//! `task.toml` keys read (others are kept as metadata):
-//! `[agent] timeout_sec, tools` (the tool adapters this task needs, replacing the run's
-//! `--tools`: one evaluation can span domains), `[verifier] timeout_sec, grader` (likewise, the
-//! grader), `[environment]
-//! docker_image | image, cpus,
-//! memory ("2G") | memory_mb, allow_internet, workdir, env = { K = "v" }`, and `[metadata]`.
+//! `task.toml` is read by `orchard-task-config` (Harbor's schema 1.4 plus Orchard's keys, every
+//! key known, what a sandbox cannot give refused by name); this module turns it, the Dockerfile and
+//! the folder into a [`Task`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -78,13 +78,20 @@ async fn delete(State(state): S, Extension(tenant): T, Path(id): Path<String>) -
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize, utoipa::ToSchema)]
+#[derive(Deserialize)]
 #[serde(try_from = "Map<String, Value>")]
 struct BatchCreateBody {
     count: usize,
-    #[serde(flatten)]
     spec: CreateBody,
 }
+
+impl utoipa::PartialSchema for BatchCreateBody {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        orchard_api_kit::object_with::<CreateBody>(&[("count", usize::schema(), true)])
+    }
+}
+
+impl utoipa::ToSchema for BatchCreateBody {}
 
 impl TryFrom<Map<String, Value>> for BatchCreateBody {
     type Error = String;
@@ -159,16 +166,24 @@ async fn fork(
 }
 
 /// `/v1` exec: the Orchard Env fields plus output limits, answered with the full result.
-#[derive(Deserialize, utoipa::ToSchema)]
+#[derive(Deserialize)]
 #[serde(try_from = "Map<String, Value>")]
 struct V1ExecBody {
-    #[serde(flatten)]
     base: ExecBody,
-    #[serde(default)]
     output_limit: Option<OutputLimit>,
-    #[serde(default)]
     stream: bool,
 }
+
+impl utoipa::PartialSchema for V1ExecBody {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        orchard_api_kit::object_with::<ExecBody>(&[
+            ("output_limit", OutputLimit::schema(), false),
+            ("stream", bool::schema(), false),
+        ])
+    }
+}
+
+impl utoipa::ToSchema for V1ExecBody {}
 
 impl TryFrom<Map<String, Value>> for V1ExecBody {
     type Error = String;
@@ -212,13 +227,20 @@ async fn exec(
     Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
 }
 
-#[derive(Deserialize, utoipa::ToSchema)]
+#[derive(Deserialize)]
 #[serde(try_from = "Map<String, Value>")]
 struct BatchExecBody {
     sandbox_ids: Vec<String>,
-    #[serde(flatten)]
     base: ExecBody,
 }
+
+impl utoipa::PartialSchema for BatchExecBody {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        orchard_api_kit::object_with::<ExecBody>(&[("sandbox_ids", Vec::<String>::schema(), true)])
+    }
+}
+
+impl utoipa::ToSchema for BatchExecBody {}
 
 impl TryFrom<Map<String, Value>> for BatchExecBody {
     type Error = String;

@@ -23,14 +23,8 @@ Options (`--ek key=value`): `url` (or `ORCHARD_URL`), `api_key` (or `ORCHARD_API
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import os
 import shlex
-import tarfile
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +35,7 @@ from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import EnvironmentPaths
 from pydantic import Field
 
-# Most output kept from each stream of a command (the rest is spilled to a file in the sandbox).
-_OUTPUT_KEEP = 8 << 20
-# Orchard's longest command (a day): what "no timeout" becomes.
-_NO_TIMEOUT = 86_400
+from ._sandbox_api import SandboxApi
 
 
 class OrchardOptions(EnvironmentOptions):
@@ -55,15 +46,6 @@ class OrchardOptions(EnvironmentOptions):
     image: str = Field(default="host", description="The image of tasks that name no docker_image.")
     replay_run: bool = Field(default=True, description="Run the Dockerfile's RUN lines in the started sandbox.")
     ttl_seconds: int = Field(default=3600, ge=1, description="Idle seconds before Orchard reaps the sandbox.")
-
-
-class OrchardRequestError(RuntimeError):
-    """Orchard refused a request; the message is the server's, naming what was wrong."""
-
-    def __init__(self, status: int, detail: str):
-        super().__init__(f"Orchard answered HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
 
 
 def parse_dockerfile(text: str) -> dict[str, Any]:
@@ -131,11 +113,10 @@ class OrchardEnvironment(BaseEnvironment):
         self._dockerfile: dict[str, Any] | None = None
         super().__init__(*args, **kwargs)
         options: OrchardOptions = self.options  # type: ignore[assignment]
-        url = options.url or os.environ.get("ORCHARD_URL")
-        if not url:
-            raise ValueError("orchard environment: give the server as --ek url=… or ORCHARD_URL")
-        self._url = url.rstrip("/")
-        self._api_key = options.api_key or os.environ.get("ORCHARD_API_KEY")
+        try:
+            self._api = SandboxApi(options.url, options.api_key)
+        except ValueError as e:
+            raise ValueError(f"orchard environment: {e} (--ek url=…)") from None
 
     @staticmethod
     def type() -> str:
@@ -169,37 +150,10 @@ class OrchardEnvironment(BaseEnvironment):
         if not self.task_env_config.docker_image and dockerfile.is_file():
             self._dockerfile = parse_dockerfile(dockerfile.read_text())
 
-    # --- HTTP ---
-
-    def _call(self, method: str, path: str, body: bytes | None = None, *, json_body: Any = None,
-              timeout: float = 120.0) -> bytes:
-        data = json.dumps(json_body).encode() if json_body is not None else body
-        request = urllib.request.Request(self._url + path, data=data, method=method)
-        if json_body is not None:
-            request.add_header("Content-Type", "application/json")
-        elif data is not None:
-            request.add_header("Content-Type", "application/octet-stream")
-        if self._api_key:
-            request.add_header("Authorization", f"Bearer {self._api_key}")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return response.read()
-        except urllib.error.HTTPError as e:
-            raw = e.read().decode(errors="replace")
-            try:
-                detail = json.loads(raw).get("detail", raw)
-            except ValueError:
-                detail = raw
-            raise OrchardRequestError(e.code, detail) from None
-
-    async def _acall(self, *args: Any, **kwargs: Any) -> bytes:
-        return await asyncio.to_thread(self._call, *args, **kwargs)
-
-    def _sandbox_path(self, suffix: str, **query: Any) -> str:
+    def _id(self) -> str:
         if self._sandbox_id is None:
             raise RuntimeError("orchard environment: the sandbox is not started")
-        encoded = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
-        return f"/v1/sandboxes/{self._sandbox_id}{suffix}" + (f"?{encoded}" if encoded else "")
+        return self._sandbox_id
 
     # --- lifecycle ---
 
@@ -224,8 +178,7 @@ class OrchardEnvironment(BaseEnvironment):
             body["memory"] = f"{memory}Mi"
         if (storage := self._effective_storage_mb) is not None:
             body["disk"] = f"{storage}Mi"
-        made = json.loads(await self._acall("POST", "/v1/sandboxes", json_body=body))
-        self._sandbox_id = made["sandbox_id"]
+        self._sandbox_id = await asyncio.to_thread(self._api.create, body)
         self.logger.debug(f"Orchard sandbox {self._sandbox_id} ({body['image']})")
         # Where Harbor's agents and verifier write, made as a container's mounts would be.
         paths = EnvironmentPaths.for_os(self.os)
@@ -264,11 +217,7 @@ class OrchardEnvironment(BaseEnvironment):
     async def stop(self, delete: bool) -> None:
         if self._sandbox_id is None or not delete:
             return
-        try:
-            await self._acall("DELETE", f"/v1/sandboxes/{self._sandbox_id}")
-        except OrchardRequestError as e:
-            if e.status != 404:
-                raise
+        await asyncio.to_thread(self._api.delete, self._sandbox_id)
         self._sandbox_id = None
 
     # --- commands ---
@@ -283,18 +232,13 @@ class OrchardEnvironment(BaseEnvironment):
     ) -> ExecResult:
         user = self._resolve_user(user)
         if user not in (None, "root", 0, "0"):
-            command = f"exec runuser -u {shlex.quote(str(user))} -- bash -c {shlex.quote(command)}"
-        seconds = timeout_sec if timeout_sec else _NO_TIMEOUT
-        body: dict[str, Any] = {
-            "command": command,
-            "timeout_seconds": seconds,
-            "env": self._merge_env(env) or {},
-            "output_limit": {"head_bytes": _OUTPUT_KEEP, "tail_bytes": _OUTPUT_KEEP},
-        }
-        if cwd:
-            body["cwd"] = cwd
-        answer = json.loads(
-            await self._acall("POST", self._sandbox_path("/exec"), json_body=body, timeout=seconds + 120)
+            # The wrapper runs as root: found on a fixed system PATH, never the image's.
+            command = (
+                f"PATH=/usr/sbin:/usr/bin:/sbin:/bin exec runuser -u {shlex.quote(str(user))} -- "
+                f"bash -c {shlex.quote(command)}"
+            )
+        answer = await asyncio.to_thread(
+            self._api.exec, self._id(), command, cwd=cwd, env=self._merge_env(env), timeout=timeout_sec
         )
         if answer.get("timed_out"):
             raise RuntimeError(f"Command timed out after {timeout_sec} seconds")
@@ -306,33 +250,16 @@ class OrchardEnvironment(BaseEnvironment):
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
         data = await asyncio.to_thread(Path(source_path).read_bytes)
-        path = self._sandbox_path("/files", path=target_path, create_parents="true")
-        await self._acall("PUT", path, data, timeout=600)
+        await asyncio.to_thread(self._api.write_file, self._id(), target_path, data)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        def pack() -> bytes:
-            buffer = io.BytesIO()
-            with tarfile.open(fileobj=buffer, mode="w") as tar:
-                for child in sorted(Path(source_dir).iterdir()):
-                    tar.add(child, arcname=child.name)
-            return buffer.getvalue()
-
-        await self._acall("PUT", self._sandbox_path("/tar", path=target_dir), await asyncio.to_thread(pack), timeout=600)
+        await asyncio.to_thread(self._api.upload_dir, self._id(), Path(source_dir), target_dir)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        data = await self._acall("GET", self._sandbox_path("/files", path=source_path), timeout=600)
+        data = await asyncio.to_thread(self._api.read_file, self._id(), source_path)
         target = Path(target_path)
         target.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(target.write_bytes, data)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        data = await self._acall("GET", self._sandbox_path("/tar", path=source_dir), timeout=600)
-
-        def unpack() -> None:
-            target = Path(target_dir)
-            target.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
-                # Never outside `target`, never a device: what a sandbox wrote is not trusted.
-                tar.extractall(target, filter="data")
-
-        await asyncio.to_thread(unpack)
+        await asyncio.to_thread(self._api.download_dir, self._id(), source_dir, Path(target_dir))
