@@ -202,3 +202,36 @@ fn harbors_template_task_runs_under_orchard_eval_with_the_oracle() {
     let result = std::fs::read_to_string(rollout).unwrap();
     assert!(result.contains("declares nothing to carry into it"), "{result}");
 }
+
+/// The multi-step fixtures `multi_step.rs` runs under `orchard eval`, under Harbor's own runner
+/// on Orchard sandboxes: the same steps run and the same rewards come out.
+#[tokio::test(flavor = "multi_thread")]
+async fn harbors_multi_step_runner_agrees_with_orchard_eval() {
+    let Some(harbor) = harbor() else { return };
+    let server = Server::start_with(ServerOptions { api_keys: Some(format!("harbor:{KEY}")), ..Default::default() })
+        .await
+        .with_key(KEY);
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/multi-step");
+    let work = tempfile::tempdir().unwrap();
+    for (task, steps, expected_reward) in
+        [("counter", vec![("one", 1.0), ("two", 1.0)], 1.0), ("gated", vec![("one", 0.0)], 0.0)]
+    {
+        let trial =
+            harbor_run(&harbor, &server, &fixtures.join(task), &["-a", "oracle"], &work.path().join(task)).await;
+        let ran: Vec<(String, f64)> = trial["step_results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["step_name"].as_str().unwrap().to_string(),
+                    s["verifier_result"]["rewards"]["reward"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        let expected: Vec<(String, f64)> = steps.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+        assert_eq!(ran, expected, "{task}: {trial:#}");
+        assert_eq!(reward(&trial), expected_reward, "{task}");
+    }
+    assert_eq!(sandboxes_left(&server).await, 0);
+}

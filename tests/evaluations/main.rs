@@ -12,6 +12,7 @@ mod harbor_environment;
 mod harnesses;
 mod inspect_sandbox;
 mod llama_cpp;
+mod multi_step;
 mod openapi;
 mod plugins;
 mod sdk_compat;

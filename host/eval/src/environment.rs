@@ -44,7 +44,7 @@ async fn start_service(agent: &dyn SandboxAgent, task: &Task) -> Result<(), Stri
 
 /// Docker's HEALTHCHECK semantics: failures in the start period do not count; after it,
 /// `retries` failures in a row give up.
-async fn wait_healthy(agent: &dyn SandboxAgent, task: &Task, check: &Healthcheck) -> Result<(), String> {
+pub(crate) async fn wait_healthy(agent: &dyn SandboxAgent, task: &Task, check: &Healthcheck) -> Result<(), String> {
     let started = std::time::Instant::now();
     let mut failures = 0;
     loop {

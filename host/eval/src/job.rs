@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use orchard_agent_client::{SandboxAgent, SharedAgent};
 use orchard_model::ModelClient;
 use orchard_runtime::{
-    BrowserOptions, Capability, FailureKind, GradingEnvironment, Grants, Limits, Plugin, RolloutContext, RunOutcome,
-    Runtime, Step, TaskInput, Verdict,
+    BrowserOptions, Capability, FailureKind, GradingEnvironment, Grants, Limits, Plugin, PluginFailure, RolloutContext,
+    RunOutcome, Runtime, Step, TaskInput, Verdict,
 };
 use orchard_sandbox::{Backend, SandboxSpec};
 use orchard_verifier::Mode;
@@ -237,7 +237,7 @@ async fn run_in_sandbox(
     // The reference solution reaches the sandbox only for a harness granted it (the oracle).
     let show_solution =
         job.grants.allows(Capability::Solution) && harness.manifest.capabilities.contains(&Capability::Solution);
-    if show_solution && task.has_solution {
+    if show_solution && task.has_solution && task.steps.is_empty() {
         upload_dir(&**agent, &task.files, Path::new("solution"), "/solution").await?;
         // A solution recorded as tool calls (a browsing task's clicks) reaches the harness
         // itself: it has no file access of its own.
@@ -249,6 +249,15 @@ async fn run_in_sandbox(
                 m.insert("solution_calls".into(), calls);
             }
         }
+    }
+    if !task.steps.is_empty() {
+        // Graded step by step in the agent's sandbox (task.toml refuses a separate verifier).
+        result.verifier =
+            Some(VerifierRecord { environment: Mode::InPlace, sandbox_id: None, carry: None, setup_seconds: 0.0 });
+        let run = crate::steps::StepRun { job, harness, task, agent: &**agent, runtime, ctx: &ctx, show_solution };
+        let ran = crate::steps::run_steps(&run, &input, result).await;
+        ctx.close_browser();
+        return ran;
     }
     let grader = job.grader_for(task);
     let mode = separate::mode_for(task, &grader);
@@ -331,6 +340,40 @@ async fn grade(
     show_solution: bool,
     result: &mut RolloutResult,
 ) -> Result<(), String> {
+    let how = Grading {
+        tests: task.has_tests.then_some(Path::new("tests")),
+        timeout_sec: task.verifier_timeout_sec,
+        clear_tests: false,
+    };
+    let verdict = grade_once(job, task, ctx, sandbox, runtime, input, outcome, show_solution, &how, result).await?;
+    record_verdict(result, verdict);
+    Ok(())
+}
+
+/// What one grading uses: the folder of the task's tests copied to `/tests`, and its time.
+pub(crate) struct Grading<'a> {
+    pub tests: Option<&'a Path>,
+    pub timeout_sec: f64,
+    /// Remove what `/tests` holds first (a previous step's tests; an image's own `/tests` is
+    /// kept for the first grading).
+    pub clear_tests: bool,
+}
+
+/// Prepares the grading sandbox and runs the grader once: its verdict, or how it failed.
+/// Records the trajectory and the grading time in `result`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn grade_once(
+    job: &Job,
+    task: &Task,
+    ctx: &Arc<RolloutContext>,
+    sandbox: &dyn SandboxAgent,
+    runtime: &Runtime,
+    input: &TaskInput,
+    outcome: &RunOutcome,
+    show_solution: bool,
+    how: &Grading<'_>,
+    result: &mut RolloutResult,
+) -> Result<Result<Verdict, PluginFailure>, String> {
     if show_solution {
         sandbox
             .remove("/solution", true)
@@ -338,27 +381,34 @@ async fn grade(
             .or_else(ignore_missing)
             .map_err(|e| format!("removing /solution: {e}"))?;
     }
-    if task.has_tests {
-        upload_dir(sandbox, &task.files, Path::new("tests"), "/tests").await?;
+    if how.clear_tests {
+        sandbox.remove("/tests", true).await.or_else(ignore_missing).map_err(|e| format!("removing /tests: {e}"))?;
+    }
+    if let Some(tests) = how.tests {
+        upload_dir(sandbox, &task.files, tests, "/tests").await?;
     }
     let prepare = orchard_protocol::ExecRequest::shell("rm -rf /logs/verifier && mkdir -p /logs/verifier");
     sandbox.exec(&prepare).await.map_err(|e| format!("preparing /logs/verifier: {e}"))?;
-    let grade_limits = Limits { wall: Duration::from_secs_f64(task.verifier_timeout_sec + 60.0), ..job.limits };
+    let grade_limits = Limits { wall: Duration::from_secs_f64(how.timeout_sec + 60.0), ..job.limits };
     let grade_started = Instant::now();
     let environment = grading_environment(result.verifier.as_ref());
     let verdict =
         runtime.run_grader(ctx, &job.grader_for(task), input, outcome, &environment, &grade_limits, &job.grants).await;
-    result.grade_seconds = grade_started.elapsed().as_secs_f64();
+    result.grade_seconds += grade_started.elapsed().as_secs_f64();
     result.trajectory = ctx.trajectory();
     // Whatever the grader says, the grade records what its environment left out.
     let carried_note = result.verifier.as_ref().and_then(|v| v.carry.as_ref()).and_then(carry_note);
-    let verdict = verdict.map(|v| match (v, &carried_note) {
+    Ok(verdict.map(|v| match (v, &carried_note) {
         (Verdict::Graded { reward, passed, sub_scores, explanation }, Some(note)) => {
             Verdict::Graded { reward, passed, sub_scores, explanation: format!("{explanation} [{note}]") }
         }
         (Verdict::Unknown { reason }, Some(note)) => Verdict::Unknown { reason: format!("{reason} [{note}]") },
         (v, None) => v,
-    });
+    }))
+}
+
+/// A rollout's grade from its grader's verdict (or failure).
+pub(crate) fn record_verdict(result: &mut RolloutResult, verdict: Result<Verdict, PluginFailure>) {
     match verdict {
         Ok(Verdict::Graded { reward, passed, sub_scores, explanation }) => {
             result.status = RolloutStatus::Graded;
@@ -379,7 +429,6 @@ async fn grade(
             result.failure = Some(failure);
         }
     }
-    Ok(())
 }
 
 /// What the grader is told of its environment (contract 0.2.0).

@@ -11,6 +11,7 @@ mod metrics;
 mod report;
 mod result;
 mod separate;
+mod steps;
 mod task;
 
 pub use healthcheck::Healthcheck;
@@ -21,6 +22,7 @@ pub use report::trajectory_line;
 pub use report::{DomainSummary, HarnessSummary, Summary, TaskSummary, summarize, write_outputs};
 pub use result::{FailureClass, RolloutResult, RolloutStatus, VerifierRecord};
 pub use separate::verifier_id;
+pub use steps::{StepRecord, TaskStep};
 pub use task::{
     MAX_COPY_BYTES, MAX_PATCH_BYTES, MAX_TEXT_BYTES, Task, TaskError, load_task, load_tasks, load_tasks_in,
 };

@@ -87,6 +87,12 @@ pub struct RolloutResult {
     /// Where the grader worked and, in a separate environment, what was carried into it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<VerifierRecord>,
+    /// A multi-step task's steps, as far as they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::steps::StepRecord>,
+    /// Why a multi-step task stopped before its last step (a `min_reward` not met).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
     #[serde(skip)]
     /// Every step: model calls, tool calls, observations.
     pub trajectory: Trajectory,
@@ -140,6 +146,8 @@ impl RolloutResult {
             grade_seconds: 0.0,
             total_seconds: 0.0,
             verifier: None,
+            steps: Vec::new(),
+            stopped: None,
             trajectory: Trajectory::default(),
         }
     }

@@ -90,6 +90,10 @@ pub struct Task {
     pub has_solution: bool,
     /// The task folder itself: every read of it goes through here.
     pub files: TaskFiles,
+    /// `[[steps]]`: a multi-step task's steps, in order (empty: one step, the task itself).
+    pub steps: Vec<crate::steps::TaskStep>,
+    /// How a multi-step task's reward comes from its steps' (`mean` unless `final`).
+    pub step_reward: orchard_task_config::RewardStrategy,
     /// task.toml as JSON (all of it), plus what the verifier needs.
     pub metadata: Value,
     /// `[verifier] environment_mode`: where the task is graded (the grader's default if absent).
@@ -329,6 +333,11 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         }
     }
     let domain = meta_str("domain").unwrap_or_else(|| "tasks".into());
+    let steps = match &config.steps {
+        Some(steps) => crate::steps::load_steps(files, steps, agent_timeout_sec, verifier_timeout_sec)
+            .map_err(|e| err(format!("task.toml: {e}")))?,
+        None => Vec::new(),
+    };
     Ok(Task {
         id,
         domain,
@@ -357,6 +366,8 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         has_tests: files.is_dir(Path::new("tests")),
         has_solution,
         files: files.clone(),
+        steps,
+        step_reward: config.multi_step_reward_strategy.unwrap_or(orchard_task_config::RewardStrategy::Mean),
         metadata,
         verifier_mode,
         verifier_artifacts,
@@ -557,8 +568,8 @@ mod tests {
                 }
             }
         }
-        // Every task.toml shipped (23 folders of tasks at depth one, 6 under examples/training).
-        assert_eq!(seen, 29, "tasks found");
+        // Every task shipped (25 at depth one, 6 under examples/training).
+        assert_eq!(seen, 31, "tasks found");
     }
 
     #[test]

@@ -92,8 +92,45 @@ impl TaskConfig {
         {
             no("verifier.environment_mode", "use \"shared\" or \"separate\"");
         }
-        if self.steps.is_some() || self.multi_step_reward_strategy.is_some() {
-            no("steps", "multi-step tasks are not run yet");
+        if let Some(steps) = &self.steps {
+            let separate = |mode: &Option<String>| mode.as_deref() == Some("separate");
+            if steps.is_empty() {
+                no("steps", "give at least one [[steps]], or none");
+            }
+            if separate(&self.verifier.environment_mode) {
+                no("verifier.environment_mode", "a multi-step task is graded in the agent's sandbox, step by step");
+            }
+            let mut names = std::collections::BTreeSet::new();
+            for (i, step) in steps.iter().enumerate() {
+                let at = |key: &str| format!("steps[{i}].{key}");
+                if !valid_step_name(&step.name) {
+                    no(&at("name"), "a directory name under steps/: letters, digits, '.', '_' and '-'");
+                } else if !names.insert(step.name.as_str()) {
+                    no(&at("name"), "two steps have this name");
+                }
+                if separate(&step.verifier.environment_mode) {
+                    no(&at("verifier.environment_mode"), "a multi-step task is graded in the agent's sandbox");
+                }
+                for (key, user) in [("agent.user", &step.agent.user), ("verifier.user", &step.verifier.user)] {
+                    if user.as_ref().is_some_and(|u| !u.is_root()) {
+                        no(&at(key), "commands in Orchard's sandboxes run as root");
+                    }
+                }
+                if step.agent.network_mode.is_some() || step.verifier.network_mode.is_some() {
+                    no(&at("network_mode"), "a sandbox's network is fixed when it starts: set it under [environment]");
+                }
+                if step.verifier.environment.is_some() || !step.verifier.collect.is_empty() {
+                    no(&at("verifier"), "a step's verifier runs in the agent's sandbox, without compose services");
+                }
+                if !step.artifacts.is_empty() {
+                    no(&at("artifacts"), "a step's artifacts are not collected");
+                }
+                if step.agent.tools.is_some() || step.verifier.grader.is_some() {
+                    no(&at("agent.tools"), "a task's tools and grader are the same for every step");
+                }
+            }
+        } else if self.multi_step_reward_strategy.is_some() {
+            no("multi_step_reward_strategy", "only read with [[steps]]");
         }
         let envs =
             [("environment.env", &env.env), ("verifier.env", &self.verifier.env), ("solution.env", &self.solution.env)];
@@ -112,6 +149,13 @@ impl TaskConfig {
         }
         out
     }
+}
+
+fn valid_step_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 fn valid_env_name(name: &str) -> bool {
@@ -159,6 +203,15 @@ mod tests {
         );
         assert_eq!(fields("artifacts = [\"relative/path\"]\n"), ["artifacts[0]"]);
         assert_eq!(fields("[verifier.env]\n\"A-B\" = \"x\"\n"), ["verifier.env.A-B"]);
+        assert_eq!(
+            fields("[[steps]]\nname = \"../x\"\n[[steps]]\nname = \"b\"\n[[steps]]\nname = \"b\"\n"),
+            ["steps[0].name", "steps[2].name"]
+        );
+        assert_eq!(
+            fields("[[steps]]\nname = \"a\"\n[steps.verifier]\nenvironment_mode = \"separate\"\n"),
+            ["steps[0].verifier.environment_mode"]
+        );
+        assert_eq!(fields("multi_step_reward_strategy = \"final\"\n"), ["multi_step_reward_strategy"]);
     }
 
     #[test]

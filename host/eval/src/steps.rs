@@ -1,0 +1,290 @@
+//! Multi-step tasks (Harbor's `[[steps]]`): one sandbox, one harness run per step with the
+//! step's instruction, each graded by the step's own tests in the agent's sandbox.
+//!
+//! As Harbor runs them: a step's `steps/NAME/workdir/` is copied into the working directory and
+//! its `setup.sh` run before the agent; a step whose agent fails, or whose reward is below its
+//! `min_reward`, ends the task there; the task's reward is the last graded step's (`final`) or
+//! the mean over the graded steps (`mean`, the default: a step that never ran is not counted).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orchard_agent_client::SandboxAgent;
+use orchard_runtime::{Limits, Plugin, RolloutContext, RunOutcome, Runtime, TaskInput, Verdict};
+use orchard_task_config::{MinReward, RewardStrategy, StepConfig};
+use orchard_task_files::TaskFiles;
+use serde::{Deserialize, Serialize};
+
+use crate::environment::upload_dir;
+use crate::healthcheck::Healthcheck;
+use crate::job::{Grading, Job, grade_once, record_verdict};
+use crate::result::{FailureClass, RolloutResult, RolloutStatus};
+use crate::task::{MAX_TEXT_BYTES, Task};
+
+/// One step of a task.
+#[derive(Debug, Clone)]
+pub struct TaskStep {
+    /// Its directory under `steps/`.
+    pub name: String,
+    /// What the agent is asked in this step (`steps/NAME/instruction.md`).
+    pub instruction: String,
+    /// The agent's time for this step, in seconds.
+    pub agent_timeout_sec: f64,
+    /// The verifier's time for this step, in seconds.
+    pub verifier_timeout_sec: f64,
+    /// The least rewards (by name) for the task to go on after this step.
+    pub min_reward: BTreeMap<String, f64>,
+    /// Waited for before this step's agent starts.
+    pub healthcheck: Option<Healthcheck>,
+}
+
+/// What one step did, in the rollout's result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepRecord {
+    /// The step.
+    pub name: String,
+    /// Graded, unknown or errored.
+    pub status: RolloutStatus,
+    /// Its reward, when graded.
+    pub reward: Option<f64>,
+    /// The grader's explanation, or why there is no grade.
+    pub note: String,
+    /// The agent's time in this step, in seconds.
+    pub agent_seconds: f64,
+}
+
+/// The steps `task.toml` declares, read from `steps/`.
+pub(crate) fn load_steps(
+    files: &TaskFiles,
+    steps: &[StepConfig],
+    agent_timeout_sec: f64,
+    verifier_timeout_sec: f64,
+) -> Result<Vec<TaskStep>, String> {
+    steps
+        .iter()
+        .map(|step| {
+            let dir = Path::new("steps").join(&step.name);
+            let instruction = files
+                .read_string(&dir.join("instruction.md"), MAX_TEXT_BYTES)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("steps/{}/instruction.md: no such file", step.name))?;
+            let min_reward = match &step.min_reward {
+                None => BTreeMap::new(),
+                Some(MinReward::Reward(r)) => [("reward".to_string(), *r)].into(),
+                Some(MinReward::Keys(keys)) => keys.clone(),
+            };
+            Ok(TaskStep {
+                name: step.name.clone(),
+                instruction,
+                agent_timeout_sec: step.agent.timeout_sec.unwrap_or(agent_timeout_sec),
+                verifier_timeout_sec: step.verifier.timeout_sec.unwrap_or(verifier_timeout_sec),
+                min_reward,
+                healthcheck: step.healthcheck.as_ref().map(Healthcheck::from_config),
+            })
+        })
+        .collect()
+}
+
+/// The rewards a verdict gives, by name (`reward` and the grader's sub-scores).
+fn rewards_of(verdict: &Verdict) -> Option<BTreeMap<String, f64>> {
+    match verdict {
+        Verdict::Graded { reward, sub_scores, .. } => {
+            let mut all: BTreeMap<String, f64> = sub_scores.iter().cloned().collect();
+            all.insert("reward".into(), *reward);
+            Some(all)
+        }
+        Verdict::Unknown { .. } => None,
+    }
+}
+
+/// Why the task stops after a step graded `rewards`, if it does: a gated reward below its
+/// threshold or missing (Harbor counts a missing one as −∞).
+fn gate(step: &TaskStep, rewards: Option<&BTreeMap<String, f64>>) -> Option<String> {
+    step.min_reward.iter().find_map(|(key, min)| {
+        let actual = rewards.and_then(|r| r.get(key)).copied().unwrap_or(f64::NEG_INFINITY);
+        (actual < *min).then(|| format!("step {}: {key} = {actual} is below its min_reward {min}", step.name))
+    })
+}
+
+/// Everything a step needs from the rollout around it.
+pub(crate) struct StepRun<'a> {
+    pub job: &'a Job,
+    pub harness: &'a Arc<Plugin>,
+    pub task: &'a Task,
+    pub agent: &'a dyn SandboxAgent,
+    pub runtime: &'a Runtime,
+    pub ctx: &'a Arc<RolloutContext>,
+    pub show_solution: bool,
+}
+
+/// Runs a multi-step task's steps in order and records the task's grade in `result`.
+pub(crate) async fn run_steps(run: &StepRun<'_>, input: &TaskInput, result: &mut RolloutResult) -> Result<(), String> {
+    let task = run.task;
+    let workdir = task.workdir.clone().unwrap_or_else(|| "/".into());
+    let mut graded: Vec<Verdict> = Vec::new();
+    let mut last_outcome: Option<RunOutcome> = None;
+    for (index, step) in task.steps.iter().enumerate() {
+        let dir = PathBuf::from("steps").join(&step.name);
+        let mut record = StepRecord {
+            name: step.name.clone(),
+            status: RolloutStatus::Error,
+            reward: None,
+            note: String::new(),
+            agent_seconds: 0.0,
+        };
+        // The step's files and setup, its healthcheck, its solution for a harness granted it.
+        if task.files.is_dir(&dir.join("workdir")) {
+            upload_dir(run.agent, &task.files, &dir.join("workdir"), &workdir).await?;
+            if task.files.exists(&dir.join("workdir/setup.sh")) {
+                let setup = orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(vec![
+                    "bash".into(),
+                    format!("{}/setup.sh", workdir.trim_end_matches('/')),
+                ]))
+                .cwd(workdir.clone());
+                let ran = run.agent.exec(&setup).await.map_err(|e| format!("step {}: setup.sh: {e}", step.name))?;
+                if ran.exit_code != 0 {
+                    record.note = format!("setup.sh exited {}: {}", ran.exit_code, ran.stderr.text.trim());
+                    result.steps.push(record);
+                    break;
+                }
+            }
+        }
+        if let Some(check) = &step.healthcheck {
+            crate::environment::wait_healthy(run.agent, task, check)
+                .await
+                .map_err(|e| format!("step {}: {e}", step.name))?;
+        }
+        if run.show_solution && task.files.is_dir(&dir.join("solution")) {
+            run.agent
+                .remove("/solution", true)
+                .await
+                .or_else(crate::environment::ignore_missing)
+                .map_err(|e| e.to_string())?;
+            upload_dir(run.agent, &task.files, &dir.join("solution"), "/solution").await?;
+        }
+        let step_input = TaskInput { instruction: step.instruction.clone(), ..input.clone() };
+        let limits = Limits { wall: Duration::from_secs_f64(step.agent_timeout_sec), ..run.job.limits };
+        let started = Instant::now();
+        let ran = run
+            .runtime
+            .run_harness(
+                run.ctx,
+                run.harness,
+                &run.job.tools_for(task),
+                &step_input,
+                &run.job.harness_config,
+                &limits,
+                &run.job.grants,
+            )
+            .await;
+        record.agent_seconds = started.elapsed().as_secs_f64();
+        result.agent_seconds += record.agent_seconds;
+        let outcome = match ran {
+            Ok(outcome) => outcome,
+            Err(failure) => {
+                // The agent failed this step: the task ends here, and is this failure.
+                record.note = failure.to_string();
+                result.steps.push(record);
+                result.trajectory = run.ctx.trajectory();
+                result.failed_in = Some(FailureClass::Plugin);
+                result.error = Some(format!("step {}: {failure}", step.name));
+                result.failure = Some(failure);
+                return Ok(());
+            }
+        };
+        let tests = dir.join("tests");
+        let how = Grading {
+            tests: task.files.is_dir(&tests).then_some(tests.as_path()),
+            timeout_sec: step.verifier_timeout_sec,
+            clear_tests: index > 0,
+        };
+        let verdict = grade_once(
+            run.job,
+            task,
+            run.ctx,
+            run.agent,
+            run.runtime,
+            &step_input,
+            &outcome,
+            run.show_solution,
+            &how,
+            result,
+        )
+        .await?;
+        last_outcome = Some(outcome);
+        let stop = match &verdict {
+            Ok(v) => {
+                let rewards = rewards_of(v);
+                match v {
+                    Verdict::Graded { reward, explanation, .. } => {
+                        (record.status, record.reward, record.note) =
+                            (RolloutStatus::Graded, Some(*reward), explanation.clone());
+                    }
+                    Verdict::Unknown { reason } => {
+                        (record.status, record.note) = (RolloutStatus::Unknown, reason.clone())
+                    }
+                }
+                graded.push(v.clone());
+                gate(step, rewards.as_ref())
+            }
+            Err(failure) => {
+                record.note = failure.to_string();
+                Some(format!("step {}: the grader failed", step.name))
+            }
+        };
+        result.steps.push(record);
+        if let Err(failure) = verdict {
+            record_verdict(result, Err(failure));
+            result.outcome = last_outcome;
+            return Ok(());
+        }
+        if let Some(reason) = stop {
+            result.stopped = Some(reason);
+            break;
+        }
+    }
+    result.outcome = last_outcome;
+    record_verdict(result, Ok(combine(task, &graded)));
+    Ok(())
+}
+
+/// The task's verdict from its graded steps' (`Unknown` when none was graded).
+fn combine(task: &Task, graded: &[Verdict]) -> Verdict {
+    let threshold = task.metadata.pointer("/metadata/pass_threshold").and_then(|v| v.as_f64()).unwrap_or(1.0);
+    let rewards: Vec<BTreeMap<String, f64>> = graded.iter().filter_map(rewards_of).collect();
+    let chosen: Option<BTreeMap<String, f64>> = match task.step_reward {
+        RewardStrategy::Final => rewards.last().cloned(),
+        RewardStrategy::Mean if rewards.is_empty() => None,
+        // Per key, over the graded steps; a key a step lacks counts 0 there.
+        RewardStrategy::Mean => {
+            let keys: std::collections::BTreeSet<&String> = rewards.iter().flat_map(|r| r.keys()).collect();
+            Some(
+                keys.into_iter()
+                    .map(|k| {
+                        (
+                            k.clone(),
+                            rewards.iter().map(|r| r.get(k).copied().unwrap_or(0.0)).sum::<f64>()
+                                / rewards.len() as f64,
+                        )
+                    })
+                    .collect(),
+            )
+        }
+    };
+    let Some(mut chosen) = chosen else {
+        return Verdict::Unknown { reason: "no step was graded".into() };
+    };
+    let reward = chosen.remove("reward").unwrap_or(0.0);
+    let how = match task.step_reward {
+        RewardStrategy::Final => "the last graded step's reward",
+        RewardStrategy::Mean => "the mean over the graded steps",
+    };
+    Verdict::Graded {
+        reward,
+        passed: reward >= threshold,
+        sub_scores: chosen.into_iter().collect(),
+        explanation: format!("{how} ({} of {} steps graded)", rewards.len(), task.steps.len()),
+    }
+}
