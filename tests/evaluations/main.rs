@@ -16,6 +16,7 @@ mod multi_step;
 mod openapi;
 mod plugins;
 mod sdk_compat;
+mod service_on_fake;
 mod swe;
 mod templates;
 mod training_groups;
