@@ -12,6 +12,7 @@ mod harbor_environment;
 mod harnesses;
 mod inspect_sandbox;
 mod llama_cpp;
+mod mcp_servers;
 mod multi_step;
 mod openapi;
 mod plugins;

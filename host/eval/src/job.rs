@@ -86,10 +86,18 @@ impl Job {
     /// The tool adapters `task` runs with: those it names in `[agent] tools` (resolved when the
     /// job was prepared), else the run's.
     pub fn tools_for(&self, task: &Task) -> Vec<Arc<Plugin>> {
-        match &task.tools {
+        let mut tools: Vec<Arc<Plugin>> = match &task.tools {
             Some(names) => names.iter().filter_map(|n| self.named_tools.get(n).cloned()).collect(),
             None => self.tools.clone(),
+        };
+        // The MCP servers a task declares are offered to every harness.
+        if task.mcp
+            && let Some(mcp) = self.named_tools.get("mcp")
+            && !tools.iter().any(|t| t.manifest.name == "mcp")
+        {
+            tools.push(mcp.clone());
         }
+        tools
     }
 
     /// The grader of `task`: the one it names in `[verifier] grader`, else the run's.

@@ -50,6 +50,9 @@ pub struct Task {
     pub agent_timeout_sec: f64,
     /// `[agent] tools`: the tool adapters the task names, used instead of the run's.
     pub tools: Option<Vec<String>>,
+    /// `[[environment.mcp_servers]]` were declared: the `mcp` adapter joins the task's tools,
+    /// configured with them (`[metadata.tool_config.mcp]`).
+    pub mcp: bool,
     /// `[verifier] grader`: the grader the task names, used instead of the run's.
     pub grader: Option<String>,
     /// The verifier's time limit, in seconds.
@@ -286,6 +289,21 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         None => (environment.allow_internet.unwrap_or(false), Vec::new()),
     };
     let mut metadata = serde_json::to_value(&table).unwrap_or(json!({}));
+    let mcp = !environment.mcp_servers.is_empty();
+    if mcp {
+        // The `mcp` adapter's configuration, where every adapter's per-task one is read.
+        let declared = table.get("environment").and_then(|e| e.get("mcp_servers"));
+        let servers = declared.and_then(|s| serde_json::to_value(s).ok()).unwrap_or(json!([]));
+        if let Some(root) = metadata.as_object_mut() {
+            let meta = root.entry("metadata").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                let tool_config = meta.entry("tool_config").or_insert_with(|| json!({}));
+                if let Some(tool_config) = tool_config.as_object_mut() {
+                    tool_config.insert("mcp".into(), json!({ "servers": servers }));
+                }
+            }
+        }
+    }
     if let Value::Object(m) = &mut metadata {
         m.insert("verifier_timeout_sec".into(), verifier_timeout_sec.into());
         m.insert("agent_timeout_sec".into(), agent_timeout_sec.into());
@@ -345,6 +363,7 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         instruction,
         agent_timeout_sec,
         tools,
+        mcp,
         grader: match &config.verifier.grader {
             Some(g) if g.trim().is_empty() => return Err(err("task.toml: verifier.grader: the name is empty".into())),
             other => other.clone(),
@@ -568,8 +587,8 @@ mod tests {
                 }
             }
         }
-        // Every task shipped (25 at depth one, 6 under examples/training).
-        assert_eq!(seen, 31, "tasks found");
+        // Every task shipped (26 at depth one, 6 under examples/training).
+        assert_eq!(seen, 32, "tasks found");
     }
 
     #[test]

@@ -122,7 +122,11 @@ impl Prepared {
             sandbox_disk_bytes = defaults.disk_bytes;
         }
         let task_order = tasks.iter().map(|t| t.id.clone()).collect();
-        let task_tools = tasks.iter().flat_map(|t| t.tools.iter().flatten().cloned()).collect();
+        let task_tools = tasks
+            .iter()
+            .flat_map(|t| t.tools.iter().flatten().cloned())
+            .chain(tasks.iter().any(|t| t.mcp).then(|| "mcp".to_string()))
+            .collect();
         let task_graders = tasks.iter().filter_map(|t| t.grader.clone()).collect();
         let mut grants = Grants::default();
         for g in &spec.grants {

@@ -34,8 +34,30 @@ impl TaskConfig {
         if env.tpu.is_some() {
             no("environment.tpu", "Orchard's sandboxes have no TPUs");
         }
-        if !env.mcp_servers.is_empty() {
-            no("environment.mcp_servers", "MCP servers are not offered to harnesses yet");
+        let mut server_names = std::collections::BTreeSet::new();
+        for (i, server) in env.mcp_servers.iter().enumerate() {
+            let at = |key: &str| format!("environment.mcp_servers[{i}].{key}");
+            let name_ok = !server.name.is_empty()
+                && !server.name.contains("__")
+                && server.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !name_ok {
+                no(&at("name"), "letters, digits, '_' and '-' (no \"__\"): it prefixes the server's tool names");
+            } else if !server_names.insert(server.name.as_str()) {
+                no(&at("name"), "two MCP servers have this name");
+            }
+            match server.transport.as_deref().unwrap_or("sse") {
+                "stdio" if server.command.as_deref().is_none_or(str::is_empty) => {
+                    no(&at("command"), "a stdio server needs its command");
+                }
+                "streamable-http" if server.url.as_deref().is_none_or(str::is_empty) => {
+                    no(&at("url"), "an HTTP server needs its url");
+                }
+                "stdio" | "streamable-http" => {}
+                "sse" => {
+                    no(&at("transport"), "the legacy sse transport is not supported: use streamable-http or stdio")
+                }
+                other => no(&at("transport"), &format!("{other:?}: use stdio or streamable-http")),
+            }
         }
         if env.skills_dir.is_some() {
             no("environment.skills_dir", "agent skills are not installed into sandboxes");
@@ -192,9 +214,17 @@ mod tests {
         assert_eq!(fields("[environment]\ngpus = 1\nos = \"windows\"\n"), ["environment.os", "environment.gpus"]);
         assert_eq!(fields("[agent]\nuser = \"agent\"\n"), ["agent.user"]);
         assert!(fields("[agent]\nuser = 0\n").is_empty());
+        // Without a transport, Harbor's default: sse, refused.
         assert_eq!(
             fields("[[environment.mcp_servers]]\nname = \"fs\"\ncommand = \"mcp-fs\"\n"),
-            ["environment.mcp_servers"]
+            ["environment.mcp_servers[0].transport"]
+        );
+        assert!(
+            fields("[[environment.mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"x\"\n").is_empty()
+        );
+        assert_eq!(
+            fields("[[environment.mcp_servers]]\nname = \"a__b\"\ntransport = \"streamable-http\"\n"),
+            ["environment.mcp_servers[0].name", "environment.mcp_servers[0].url"]
         );
         assert_eq!(fields("[environment]\nnetwork_mode = \"allowlist\"\n"), ["environment.allowed_hosts"]);
         assert_eq!(
