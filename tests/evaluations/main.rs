@@ -15,6 +15,7 @@ mod llama_cpp;
 mod mcp_servers;
 mod multi_step;
 mod openapi;
+mod openenv;
 mod plugins;
 mod sdk_compat;
 mod service_on_fake;

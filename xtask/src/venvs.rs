@@ -18,6 +18,10 @@ use crate::{run, workspace_root};
 /// What the Python 3.12 venv holds, pinned.
 const PY312_PACKAGES: &[&str] = &["harbor==0.26.0", "inspect-ai==0.3.285"];
 
+/// Installed without their dependencies: OpenEnv's client needs only what the packages above
+/// bring (its own list drags in Gradio, hundreds of megabytes, for its server's web UI).
+const PY312_NO_DEPS: &[&str] = &["openenv-core==0.3.0"];
+
 /// Least free space (bytes) to start the Python 3.12 venv: it takes ~0.5 GB, and the build after
 /// setup needs the rest.
 const PY312_MIN_FREE: u64 = 6 << 30;
@@ -32,9 +36,9 @@ pub fn py312() -> anyhow::Result<()> {
     let dir = py312_dir();
     let skipped = workspace_root().join("target/py312.skipped");
     let _ = std::fs::remove_file(&skipped);
+    let wanted = [PY312_PACKAGES, PY312_NO_DEPS].concat().join("\n");
     let ready = dir.join("bin/harbor").exists()
-        && dir.join(".orchard-packages").exists()
-        && std::fs::read_to_string(dir.join(".orchard-packages")).is_ok_and(|s| s == PY312_PACKAGES.join("\n"));
+        && std::fs::read_to_string(dir.join(".orchard-packages")).is_ok_and(|s| s == wanted);
     if ready {
         return Ok(());
     }
@@ -58,7 +62,10 @@ pub fn py312() -> anyhow::Result<()> {
     run(Command::new(&pip)
         .args(["install", "--quiet", "--no-cache-dir", "--no-deps", "--editable"])
         .arg(workspace_root().join("host/sdk-python")))?;
-    std::fs::write(dir.join(".orchard-packages"), PY312_PACKAGES.join("\n"))?;
+    run(Command::new(&pip)
+        .args(["install", "--quiet", "--no-cache-dir", "--no-compile", "--no-deps"])
+        .args(PY312_NO_DEPS))?;
+    std::fs::write(dir.join(".orchard-packages"), wanted)?;
     Ok(())
 }
 

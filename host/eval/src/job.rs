@@ -141,22 +141,7 @@ pub async fn rollout(
         domain: task.domain.clone(),
         ..RolloutResult::pending(&task.id, &harness.id(), attempt)
     };
-    let mut spec =
-        SandboxSpec::new(placement.tenant.clone(), task.image.clone().unwrap_or_else(|| job.default_image.clone()));
-    spec.id = placement.sandbox_id.clone();
-    spec.block_network = !task.allow_internet;
-    spec.network_allow = task.network_allow.clone();
-    spec.cpu = task.cpus;
-    spec.memory_bytes = task.memory_bytes;
-    spec.pids = job.sandbox_pids;
-    // The task's storage_mb, within the server's limit.
-    spec.disk_bytes = match (task.disk_bytes, job.sandbox_disk_bytes) {
-        (Some(t), Some(j)) => Some(t.min(j)),
-        (t, j) => t.or(j),
-    };
-    spec.env = task.env.clone();
-    spec.workdir = task.workdir.clone();
-    spec.ttl_seconds = Some((task.agent_timeout_sec + task.verifier_timeout_sec + 600.0) as u64);
+    let spec = sandbox_spec(job, task, placement);
     let spec_copy = spec.clone();
     let sandbox = match backend.create(spec).await {
         Ok(info) => info,
@@ -190,6 +175,27 @@ pub async fn rollout(
     }
     result.total_seconds = started.elapsed().as_secs_f64();
     result
+}
+
+/// The sandbox a rollout of `task` runs in: the task's image and resources within the job's.
+pub(crate) fn sandbox_spec(job: &Job, task: &Task, placement: &Placement) -> SandboxSpec {
+    let mut spec =
+        SandboxSpec::new(placement.tenant.clone(), task.image.clone().unwrap_or_else(|| job.default_image.clone()));
+    spec.id = placement.sandbox_id.clone();
+    spec.block_network = !task.allow_internet;
+    spec.network_allow = task.network_allow.clone();
+    spec.cpu = task.cpus;
+    spec.memory_bytes = task.memory_bytes;
+    spec.pids = job.sandbox_pids;
+    // The task's storage_mb, within the server's limit.
+    spec.disk_bytes = match (task.disk_bytes, job.sandbox_disk_bytes) {
+        (Some(t), Some(j)) => Some(t.min(j)),
+        (t, j) => t.or(j),
+    };
+    spec.env = task.env.clone();
+    spec.workdir = task.workdir.clone();
+    spec.ttl_seconds = Some((task.agent_timeout_sec + task.verifier_timeout_sec + 600.0) as u64);
+    spec
 }
 
 /// How a rollout makes its separate verifier's sandbox: the agent's spec, with the id the
@@ -337,7 +343,7 @@ async fn run_in_sandbox(
 
 /// Prepares the grading sandbox (no solution, the tests, a fresh /logs/verifier) and grades.
 #[allow(clippy::too_many_arguments)]
-async fn grade(
+pub(crate) async fn grade(
     job: &Job,
     task: &Task,
     ctx: &Arc<RolloutContext>,
@@ -467,7 +473,7 @@ fn carry_note(report: &orchard_verifier::CarryReport) -> Option<String> {
 
 /// Each plugin's configuration for one task: the run's, with the task's
 /// `[metadata.tool_config.NAME]` keys over it.
-fn tool_config_for(
+pub(crate) fn tool_config_for(
     run: &std::collections::BTreeMap<String, serde_json::Value>,
     metadata: &serde_json::Value,
 ) -> std::collections::BTreeMap<String, serde_json::Value> {

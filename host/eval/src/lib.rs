@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 mod environment;
+mod episode;
 pub mod export;
 mod healthcheck;
 mod job;
@@ -14,6 +15,7 @@ mod separate;
 mod steps;
 mod task;
 
+pub use episode::{EPISODE_AGENT, Episode};
 pub use healthcheck::Healthcheck;
 pub use job::{BrowserPlacement, Job, Placement, rollout};
 pub use metrics::{pass_at_k, pass_hat_k};

@@ -19,6 +19,7 @@ mod manifest;
 mod plugin;
 mod registry;
 mod rollout;
+mod session;
 mod trajectory;
 
 pub use contract::v0_1::ToolSpec;
@@ -29,4 +30,5 @@ pub use orchard_browser::BrowserOptions;
 pub use plugin::{Plugin, PluginError, PluginInfo};
 pub use registry::{Owner, Registry, VisiblePlugin};
 pub use rollout::{GradingEnvironment, Grants, Limits, RolloutContext, RunOutcome, Status, TaskInput, Verdict};
+pub use session::{ToolAnswer, ToolSession};
 pub use trajectory::{Step, Trajectory};

@@ -93,6 +93,16 @@ impl Runner {
         &self.env
     }
 
+    /// Where its rollouts' sandboxes run.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The engine its plugins run on.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
     /// Rollouts as they finish on this runner.
     pub fn subscribe(&self) -> broadcast::Receiver<FinishedEvent> {
         self.events.subscribe()

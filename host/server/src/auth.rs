@@ -142,7 +142,8 @@ pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Reque
         .into_response();
     }
     // The web UI signs its own requests in (a session cookie; CSRF tokens on its forms).
-    if is_public(&path) || path == "/ui" || path.starts_with("/ui/") {
+    // An OpenEnv session's URL carries its own credential (OpenEnv's client sends no headers).
+    if is_public(&path) || path == "/ui" || path.starts_with("/ui/") || orchard_openenv::is_token_path(&path) {
         return next.run(request).await;
     }
     let tenant = if state.keys.is_empty() {

@@ -55,6 +55,8 @@ pub struct AppState {
     pub groups: Option<Arc<orchard_groups::GroupService>>,
     /// The recording OpenAI-compatible proxy (`/v1/proxy`).
     pub proxy: Option<Arc<orchard_model_proxy::ProxyService>>,
+    /// Tasks as OpenEnv environments (`/v1/openenv`).
+    pub openenv: Option<Arc<orchard_openenv::OpenEnvService>>,
     /// The operator's credential for `/metrics` (besides an admin tenant's key).
     pub metrics_token: Option<String>,
 }
@@ -76,6 +78,7 @@ impl AppState {
             evals: None,
             groups: None,
             proxy: None,
+            openenv: None,
             metrics_token: None,
         })
     }
@@ -93,6 +96,7 @@ impl AppState {
         let mut state = Arc::try_unwrap(self).unwrap_or_else(|_| panic!("with_evals before the state is shared"));
         state.groups = Some(orchard_groups::GroupService::new(evals.clone()));
         state.proxy = Some(orchard_model_proxy::ProxyService::new(evals.env.store.clone(), evals.env.egress.clone()));
+        state.openenv = Some(orchard_openenv::OpenEnvService::new(evals.clone()));
         state.evals = Some(evals);
         Arc::new(state)
     }
@@ -160,6 +164,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         }
         if let Some(proxy) = &state.proxy {
             v1 = v1.merge(orchard_model_proxy::routes(proxy.clone()));
+        }
+        if let Some(openenv) = &state.openenv {
+            v1 = v1.merge(orchard_openenv::routes(openenv.clone()));
         }
         let ui_state =
             Arc::new(orchard_web_ui::UiState { service: evals.clone(), sessions: Arc::new(web_sessions(&state.keys)) });

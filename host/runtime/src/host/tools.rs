@@ -72,7 +72,7 @@ impl ToolRouter {
 
     /// Calls a tool. The outer error is the adapter failing (a trap, a limit): fatal to the
     /// rollout. The inner one is the tool's own answer to a bad call.
-    async fn call(&self, call: &ToolCall) -> Result<(String, Result<ToolOutput, WitError>), PluginFailure> {
+    pub(crate) async fn call(&self, call: &ToolCall) -> Result<(String, Result<ToolOutput, WitError>), PluginFailure> {
         let Some(&index) = self.routes.get(&call.name) else {
             let known: Vec<&str> = self.specs.iter().map(|s| s.name.as_str()).collect();
             return Ok((

@@ -1,0 +1,45 @@
+//! Orchard's tasks as OpenEnv environments, driven by OpenEnv's own clients (`openenv-core`'s
+//! `GenericEnvClient` and `MCPToolClient`, in the Python 3.12 venv): a session over a dataset,
+//! episodes reset onto fresh sandboxes, the task's tools called, the grader's reward at submit or
+//! at the step limit, and a wrong answer rewarded 0.
+
+use std::path::Path;
+
+use orchard_tests::{Server, ServerOptions};
+use serde_json::Value;
+
+const KEY: &str = "openenv-key-1234";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openenvs_clients_run_episodes_of_orchard_tasks() {
+    let Some(python) = orchard_tests::py312_tool("python") else { return };
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/tasks");
+    let server = Server::start_with(ServerOptions {
+        api_keys: Some(format!("trainer:{KEY}")),
+        extra_args: vec!["--dataset".into(), format!("examples={}", examples.display())],
+        ..Default::default()
+    })
+    .await
+    .with_key(KEY);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/openenv/episodes.py");
+    let out = tokio::process::Command::new(python).arg(&script).arg(&server.url).arg(KEY).output().await.unwrap();
+    let said = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    let got: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert!(got["instruction"].as_str().unwrap().contains("/workspace/hello.txt"), "{got:#}");
+    assert!(got["tools"].as_array().unwrap().iter().any(|t| t == "bash"), "{got:#}");
+    assert_eq!(got["call_done"], false);
+    assert_eq!(got["missing"], "tool_not_found");
+    assert_eq!(got["right"], serde_json::json!([1.0, true]), "{got:#}");
+    // Tool calls made (the unknown tool was not one).
+    assert_eq!(got["state"]["step_count"], 1, "{got:#}");
+    assert_eq!(got["wrong"], serde_json::json!([0.0, true]), "{got:#}");
+    // Three calls reach max_steps = 3: ended and graded (the file was never written: 0).
+    assert_eq!(got["limit"], serde_json::json!([0.0, true]), "{got:#}");
+    assert_eq!(got["mcp_call"].as_str().unwrap().trim_end(), "exit code: 0\nstdout:\nfrom-mcp", "{got:#}");
+    assert_eq!(got["unknown_token"], 404);
+    // Every episode's sandbox is gone (the last MCP one when its connection closed).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let list: Value = server.request(reqwest::Method::GET, "/v1/sandboxes").send().await.unwrap().json().await.unwrap();
+    assert_eq!(list["sandboxes"].as_array().unwrap().len(), 0, "{list}");
+}
