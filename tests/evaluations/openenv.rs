@@ -16,7 +16,12 @@ async fn openenvs_clients_run_episodes_of_orchard_tasks() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/tasks");
     let server = Server::start_with(ServerOptions {
         api_keys: Some(format!("trainer:{KEY}")),
-        extra_args: vec!["--dataset".into(), format!("examples={}", examples.display())],
+        extra_args: vec![
+            "--dataset".into(),
+            format!("examples={}", examples.display()),
+            "--tenant-quota".into(),
+            "trainer:sandboxes=1".into(),
+        ],
         ..Default::default()
     })
     .await
@@ -38,6 +43,9 @@ async fn openenvs_clients_run_episodes_of_orchard_tasks() {
     assert_eq!(got["limit"], serde_json::json!([0.0, true]), "{got:#}");
     assert_eq!(got["mcp_call"].as_str().unwrap().trim_end(), "exit code: 0\nstdout:\nfrom-mcp", "{got:#}");
     assert_eq!(got["unknown_token"], 404);
+    let refused = got["second_at_once"].as_str().unwrap();
+    assert!(refused.contains("CAPACITY_REACHED") && refused.contains("quota"), "{refused}");
+    assert_eq!(got["after_submit"], "hello-file", "a finished episode gives its quota back");
     // Every episode's sandbox is gone (the last MCP one when its connection closed).
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let list: Value = server.request(reqwest::Method::GET, "/v1/sandboxes").send().await.unwrap().json().await.unwrap();

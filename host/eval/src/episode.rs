@@ -100,6 +100,11 @@ impl Episode {
         })
     }
 
+    /// The sandbox it runs in.
+    pub fn sandbox_id(&self) -> &str {
+        &self.sandbox_id
+    }
+
     /// The task.
     pub fn task(&self) -> &Task {
         &self.task

@@ -242,6 +242,11 @@ async fn websocket(
     ws: WebSocketUpgrade,
 ) -> Response {
     let Some(session) = service.session(&token) else { return not_found() };
-    let (backend, runtime) = (service.evals.runner.backend().clone(), service.evals.runner.runtime().clone());
-    ws.max_message_size(16 << 20).on_upgrade(move |socket| protocol::serve(socket, session, backend, runtime))
+    let runner = &service.evals.runner;
+    let engine = protocol::Engine {
+        backend: runner.backend().clone(),
+        runtime: runner.runtime().clone(),
+        admission: runner.env().admission.clone(),
+    };
+    ws.max_message_size(16 << 20).on_upgrade(move |socket| protocol::serve(socket, session, engine))
 }

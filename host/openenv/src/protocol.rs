@@ -38,12 +38,23 @@ fn tool_list(episode: &Episode) -> Vec<Value> {
         .collect()
 }
 
-pub(crate) async fn serve(
-    mut socket: WebSocket,
-    session: Arc<Session>,
-    backend: Arc<dyn Backend>,
-    runtime: Arc<Runtime>,
-) {
+/// What a connection's episodes run on.
+pub(crate) struct Engine {
+    pub backend: Arc<dyn Backend>,
+    pub runtime: Arc<Runtime>,
+    /// The server's rules: an episode's sandbox holds its tenant's quota like any other.
+    pub admission: Option<Arc<orchard_admission::Admission>>,
+}
+
+impl Engine {
+    fn release(&self, sandbox_id: &str) {
+        if let Some(admission) = &self.admission {
+            admission.quotas.release(sandbox_id);
+        }
+    }
+}
+
+pub(crate) async fn serve(mut socket: WebSocket, session: Arc<Session>, engine: Engine) {
     let mut current = Current::None;
     while let Some(Ok(message)) = socket.recv().await {
         let text = match message {
@@ -56,10 +67,10 @@ pub(crate) async fn serve(
             Err(e) => error(format!("invalid JSON: {e}"), "INVALID_JSON"),
             Ok(message) => match message["type"].as_str().unwrap_or_default() {
                 "close" => break,
-                "reset" => reset(&session, &backend, &runtime, &mut current, &message["data"]).await,
-                "step" => step(&session, &mut current, &message["data"]).await,
+                "reset" => reset(&session, &engine, &mut current, &message["data"]).await,
+                "step" => step(&session, &engine, &mut current, &message["data"]).await,
                 "state" => state(&current),
-                "mcp" => mcp(&session, &mut current, &message["data"]).await,
+                "mcp" => mcp(&session, &engine, &mut current, &message["data"]).await,
                 other => {
                     error(format!("unknown message type {other:?}: reset, step, state, mcp or close"), "UNKNOWN_TYPE")
                 }
@@ -70,27 +81,41 @@ pub(crate) async fn serve(
         }
     }
     if let Current::Running(episode, _) = current {
+        engine.release(episode.sandbox_id());
         episode.abandon().await;
     }
 }
 
-async fn reset(
-    session: &Session,
-    backend: &Arc<dyn Backend>,
-    runtime: &Arc<Runtime>,
-    current: &mut Current,
-    data: &Value,
-) -> Value {
+async fn reset(session: &Session, engine: &Engine, current: &mut Current, data: &Value) -> Value {
     if let Current::Running(episode, _) = std::mem::replace(current, Current::None) {
+        engine.release(episode.sandbox_id());
         episode.abandon().await;
     }
     let task = match session.task(data["task_id"].as_str()) {
         Ok(task) => task,
         Err(e) => return error(e, "VALIDATION_ERROR"),
     };
+    // The tenant's quota holds the episode's sandbox, as it holds any the tenant makes.
+    let mut reservation = match &engine.admission {
+        Some(admission) => {
+            let image = task.image.clone().unwrap_or_else(|| session.job.default_image.clone());
+            let mut probe = orchard_sandbox::SandboxSpec::new(session.tenant.clone(), image);
+            (probe.memory_bytes, probe.cpu) = (task.memory_bytes, task.cpus);
+            match admission.quotas.reserve(&probe, 1) {
+                Ok(r) => Some(r),
+                Err(e) => return error(format!("reset: {e}"), "CAPACITY_REACHED"),
+            }
+        }
+        None => None,
+    };
     let placement = Placement { tenant: session.tenant.clone(), sandbox_id: None };
-    match Episode::open(session.job.clone(), task, backend.clone(), runtime.clone(), &placement).await {
+    let opened =
+        Episode::open(session.job.clone(), task, engine.backend.clone(), engine.runtime.clone(), &placement).await;
+    match opened {
         Ok(episode) => {
+            if let Some(r) = reservation.as_mut() {
+                r.commit(episode.sandbox_id());
+            }
             let tools: Vec<Value> = episode.tools().iter().map(|t| json!(t.name)).collect();
             let answer = observation(
                 // `tool_names`, not `tools`: OpenEnv's MCP client reads a `tools` key as a tool listing.
@@ -105,11 +130,19 @@ async fn reset(
     }
 }
 
-async fn finish(session: &Session, current: &mut Current, status: Status, answer: Option<String>) -> Value {
+async fn finish(
+    session: &Session,
+    engine: &Engine,
+    current: &mut Current,
+    status: Status,
+    answer: Option<String>,
+) -> Value {
     let Current::Running(episode, id) = std::mem::replace(current, Current::None) else {
         return error("no episode is running: reset first", "EXECUTION_ERROR");
     };
+    let sandbox = episode.sandbox_id().to_string();
     let result = episode.finish(status, answer).await;
+    engine.release(&sandbox);
     session.rewards.lock().unwrap_or_else(|p| p.into_inner()).push(result.reward);
     let explanation = match &result.verdict {
         Some(orchard_runtime::Verdict::Graded { explanation, .. }) => explanation.clone(),
@@ -126,7 +159,7 @@ async fn finish(session: &Session, current: &mut Current, status: Status, answer
     reply
 }
 
-async fn step(session: &Session, current: &mut Current, action: &Value) -> Value {
+async fn step(session: &Session, engine: &Engine, current: &mut Current, action: &Value) -> Value {
     let Current::Running(episode, _) = current else {
         return error("no episode is running: reset first", "EXECUTION_ERROR");
     };
@@ -159,7 +192,7 @@ async fn step(session: &Session, current: &mut Current, action: &Value) -> Value
             };
             if answer.is_err() || over {
                 // The adapter failed, or the step limit is reached: the episode ends here, graded.
-                let done = finish(session, current, Status::LimitReached, None).await;
+                let done = finish(session, engine, current, Status::LimitReached, None).await;
                 let mut observation = done["data"]["observation"].clone();
                 observation["tool_name"] = json!(name);
                 observation["result"] = reply["result"].clone();
@@ -171,7 +204,7 @@ async fn step(session: &Session, current: &mut Current, action: &Value) -> Value
         }
         "submit" => {
             let answer = action["answer"].as_str().map(str::to_string);
-            finish(session, current, Status::Completed, answer).await
+            finish(session, engine, current, Status::Completed, answer).await
         }
         other => {
             error(format!("step: unknown action type {other:?}: list_tools, call_tool or submit"), "VALIDATION_ERROR")
@@ -194,7 +227,7 @@ fn state(current: &Current) -> Value {
 }
 
 /// MCP's JSON-RPC over the connection: `tools/list` and `tools/call` on the running episode.
-async fn mcp(session: &Session, current: &mut Current, request: &Value) -> Value {
+async fn mcp(session: &Session, engine: &Engine, current: &mut Current, request: &Value) -> Value {
     let id = request.get("id").cloned().unwrap_or(Value::Null);
     let rpc = |body: Value| json!({"type": "mcp", "data": body});
     let Current::Running(episode, _) = current else {
@@ -221,7 +254,7 @@ async fn mcp(session: &Session, current: &mut Current, request: &Value) -> Value
                 Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": e}}),
             };
             if over {
-                finish(session, current, Status::LimitReached, None).await;
+                finish(session, engine, current, Status::LimitReached, None).await;
             }
             rpc(body)
         }
