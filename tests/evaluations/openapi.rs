@@ -20,6 +20,7 @@ fn routes_in_source() -> BTreeSet<(String, String)> {
         ("host/evals-api/src/lib.rs", "/v1"),
         ("host/groups/src/http.rs", "/v1"),
         ("host/model-proxy/src/http.rs", "/v1"),
+        ("host/openenv/src/lib.rs", "/v1"),
         ("host/server/src/lib.rs", ""),
     ];
     let method = regex::Regex::new(r"\b(get|post|put|delete|patch)\(").unwrap();

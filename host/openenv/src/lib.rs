@@ -80,9 +80,9 @@ impl Session {
 }
 
 /// `POST /v1/openenv/sessions`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct OpenBody {
+pub struct OpenBody {
     /// Where the tasks are.
     tasks: orchard_spec::TaskSource,
     /// The tasks episodes take in turn (default: all, in order).
@@ -149,11 +149,26 @@ pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<OpenEnvService>) ->
         .with_state(service)
 }
 
+/// The OpenAPI paths of the session routes (the WebSocket is OpenEnv's protocol, described in
+/// the book).
+pub fn openapi_paths() -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi;
+    #[derive(utoipa::OpenApi)]
+    #[openapi(paths(open, close, health, websocket), components(schemas(OpenBody)))]
+    struct Doc;
+    Doc::openapi()
+}
+
 /// Paths the token authenticates (no API key): the server's authentication lets them through.
 pub fn is_token_path(path: &str) -> bool {
     path.starts_with("/v1/openenv/s/")
 }
 
+#[utoipa::path(post, path = "/v1/openenv/sessions", tag = "training",
+    summary = "Open an OpenEnv session over a task source; OpenEnv's clients take its base_url",
+    request_body = OpenBody,
+    responses((status = 201, description = "Opened: {base_url, task_ids, max_steps}", body = serde_json::Value),
+        (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem)))]
 async fn open(
     State(service): State<Arc<OpenEnvService>>,
     Extension(tenant): Extension<Tenant>,
@@ -215,6 +230,10 @@ fn self_env(service: &OpenEnvService) -> &orchard_scheduler::Env {
     service.evals.runner.env()
 }
 
+#[utoipa::path(get, path = "/v1/openenv/s/{token}/health", tag = "training", summary = "An OpenEnv session's health",
+    security(()), params(("token" = String, Path, description = "The session's token")),
+    responses((status = 200, description = "{status: healthy}", body = serde_json::Value),
+        (status = 404, description = "No such session", body = orchard_api_kit::Problem)))]
 async fn health(State(service): State<Arc<OpenEnvService>>, Path(token): Path<String>) -> Response {
     match service.session(&token) {
         Some(_) => Json(json!({"status": "healthy"})).into_response(),
@@ -222,6 +241,9 @@ async fn health(State(service): State<Arc<OpenEnvService>>, Path(token): Path<St
     }
 }
 
+#[utoipa::path(delete, path = "/v1/openenv/s/{token}", tag = "training", summary = "Close an OpenEnv session",
+    security(()), params(("token" = String, Path, description = "The session's token (its base URL's last part)")),
+    responses((status = 204, description = "Closed"), (status = 404, description = "No such session", body = orchard_api_kit::Problem)))]
 async fn close(State(service): State<Arc<OpenEnvService>>, Path(token): Path<String>) -> Response {
     match service.session(&token) {
         Some(_) => {
@@ -236,12 +258,22 @@ fn not_found() -> Response {
     ApiError::not_found("no such OpenEnv session").into_response()
 }
 
+#[utoipa::path(get, path = "/v1/openenv/s/{token}/ws", tag = "training",
+    summary = "An OpenEnv session's WebSocket (OpenEnv's protocol: reset, step, state, mcp, close)",
+    security(()), params(("token" = String, Path, description = "The session's token")),
+    responses((status = 101, description = "Upgraded"),
+        (status = 404, description = "No such session", body = orchard_api_kit::Problem),
+        (status = "4XX", description = "Not a WebSocket upgrade", body = orchard_api_kit::Problem)))]
 async fn websocket(
     State(service): State<Arc<OpenEnvService>>,
     Path(token): Path<String>,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
     let Some(session) = service.session(&token) else { return not_found() };
+    let Ok(ws) = ws else {
+        return ApiError::invalid("this is an OpenEnv session's WebSocket: connect with a WebSocket client")
+            .into_response();
+    };
     let runner = &service.evals.runner;
     let engine = protocol::Engine {
         backend: runner.backend().clone(),

@@ -70,6 +70,7 @@ pub fn document_value() -> utoipa::openapi::OpenApi {
     doc.merge(orchard_evals_api::openapi::EvalsDoc::openapi());
     doc.merge(orchard_groups::openapi_paths());
     doc.merge(orchard_model_proxy::openapi_paths());
+    doc.merge(orchard_openenv::openapi_paths());
     doc
 }
 
