@@ -46,30 +46,6 @@ fn json_response(value: &impl serde::Serialize) -> Result<Response<Body>> {
     Ok(Response::builder().header("content-type", "application/json").body(full(bytes)).expect("static response"))
 }
 
-fn decode(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn query(path_and_query: &str) -> (String, BTreeMap<String, String>) {
     let (path, q) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
     let params = q
@@ -77,7 +53,7 @@ fn query(path_and_query: &str) -> (String, BTreeMap<String, String>) {
         .filter(|kv| !kv.is_empty())
         .map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (decode(k), decode(v))
+            (orchard_agent_client::decode(k), orchard_agent_client::decode(v))
         })
         .collect();
     (path.to_string(), params)
