@@ -193,20 +193,6 @@ fn load_root(root: &TaskFiles, domain: &str) -> Result<Vec<Task>, TaskError> {
     Ok(tasks)
 }
 
-/// A TOML error as a line and a message, never the text of the line (a task file may be
-/// something it should not be).
-fn toml_error(text: &str, e: &toml::de::Error) -> String {
-    match e.span() {
-        Some(span) => {
-            let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
-            format!("line {line}, column {column}: {}", e.message())
-        }
-        None => e.message().to_string(),
-    }
-}
-
 /// One task folder, read through `files` (based at the folder).
 pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
     let location = files.display(Path::new(""));
@@ -218,14 +204,12 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         .map_err(file_err)?
         .ok_or_else(|| err("instruction.md: no such file".into()))?;
     let text = files.read_string(Path::new("task.toml"), MAX_TEXT_BYTES).map_err(file_err)?.unwrap_or_default();
-    let config = TaskConfig::parse(&text).map_err(|e| err(format!("task.toml: {e}")))?;
+    let (config, table) = TaskConfig::parse_with_table(&text).map_err(|e| err(format!("task.toml: {e}")))?;
     let refused = config.unsupported();
     if !refused.is_empty() {
         let list: Vec<String> = refused.iter().map(|u| u.to_string()).collect();
         return Err(err(format!("task.toml asks for what Orchard cannot give: {}", list.join("; "))));
     }
-    // The whole file, for plugins and graders (`task.metadata`).
-    let table: toml::Table = toml::from_str(&text).map_err(|e| err(format!("task.toml: {}", toml_error(&text, &e))))?;
     let environment = &config.environment;
     let memory_bytes = match (&environment.memory, environment.memory_mb) {
         (Some(s), _) => {

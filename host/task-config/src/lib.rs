@@ -399,8 +399,14 @@ impl Artifact {
 impl TaskConfig {
     /// Reads a `task.toml`. Errors name the line (syntax) or the key's path (anything else).
     pub fn parse(text: &str) -> Result<TaskConfig, ConfigError> {
+        Self::parse_with_table(text).map(|(config, _)| config)
+    }
+
+    /// [`TaskConfig::parse`], and the file as a TOML table too (what plugins get as the task's
+    /// metadata), read once.
+    pub fn parse_with_table(text: &str) -> Result<(TaskConfig, toml::Table), ConfigError> {
         let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Syntax(syntax_error(text, &e)))?;
-        let config: TaskConfig = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let config: TaskConfig = serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
             let path = e.path().to_string();
             // toml's own message ends with where it was (`\nin `agent``): the path says that.
             let inner = e.inner().to_string();
@@ -415,7 +421,7 @@ impl TaskConfig {
                 SCHEMA_VERSIONS.join(", ")
             )));
         }
-        Ok(config)
+        Ok((config, table))
     }
 
     /// The image the task names (`docker_image`, or Orchard's `image`).
