@@ -8,25 +8,16 @@ import io
 import json
 import os
 import tarfile
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+from .client import OrchardError, send
 
 # Most output kept from each stream of a command (the rest is spilled to a file in the sandbox).
 OUTPUT_KEEP = 8 << 20
 # Orchard's longest command (a day): what "no timeout" becomes.
 NO_TIMEOUT = 86_400
-
-
-class SandboxApiError(RuntimeError):
-    """Orchard refused a request; the message is the server's, naming what was wrong."""
-
-    def __init__(self, status: int, detail: str):
-        super().__init__(f"Orchard answered HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
 
 
 class SandboxApi:
@@ -42,23 +33,13 @@ class SandboxApi:
     def call(self, method: str, path: str, body: bytes | None = None, *, json_body: Any = None,
              timeout: float = 120.0) -> bytes:
         data = json.dumps(json_body).encode() if json_body is not None else body
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        if json_body is not None:
-            request.add_header("Content-Type", "application/json")
-        elif data is not None:
-            request.add_header("Content-Type", "application/octet-stream")
+        headers = []
+        if data is not None:
+            headers.append(("Content-Type", "application/json" if json_body is not None else "application/octet-stream"))
         if self.api_key:
-            request.add_header("Authorization", f"Bearer {self.api_key}")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return response.read()
-        except urllib.error.HTTPError as e:
-            raw = e.read().decode(errors="replace")
-            try:
-                detail = json.loads(raw).get("detail", raw)
-            except ValueError:
-                detail = raw
-            raise SandboxApiError(e.code, detail) from None
+            headers.append(("Authorization", f"Bearer {self.api_key}"))
+        with send(self.url + path, method, data, headers, timeout) as response:
+            return response.read()
 
     @staticmethod
     def _path(sandbox: str, suffix: str, **query: Any) -> str:
@@ -73,7 +54,7 @@ class SandboxApi:
         """Deletes a sandbox; one already gone is not an error."""
         try:
             self.call("DELETE", self._path(sandbox, ""))
-        except SandboxApiError as e:
+        except OrchardError as e:
             if e.status != 404:
                 raise
 

@@ -17,6 +17,23 @@ class OrchardError(Exception):
         self.detail = detail
 
 
+def send(url, method, data=None, headers=(), timeout=3600):
+    """One request to an Orchard server: the open response, or `OrchardError` with the server's
+    `detail` (what the request got wrong)."""
+    request = urllib.request.Request(url, data=data, method=method)
+    for name, value in headers:
+        request.add_header(name, value)
+    try:
+        return urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        raw = e.read().decode(errors="replace")
+        try:
+            detail = json.loads(raw).get("detail", raw)
+        except ValueError:
+            detail = raw
+        raise OrchardError(e.code, detail) from None
+
+
 class Orchard:
     def __init__(self, url, api_key=None, timeout=3600):
         self.url = url.rstrip("/")
@@ -27,21 +44,12 @@ class Orchard:
         data = None
         if body is not None:
             data = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Accept", accept)
+        headers = [("Accept", accept)]
         if data is not None:
-            request.add_header("Content-Type", content_type)
+            headers.append(("Content-Type", content_type))
         if self.api_key:
-            request.add_header("X-API-Key", self.api_key)
-        try:
-            return urllib.request.urlopen(request, timeout=self.timeout)
-        except urllib.error.HTTPError as e:
-            raw = e.read().decode(errors="replace")
-            try:
-                detail = json.loads(raw).get("detail", raw)
-            except ValueError:
-                detail = raw
-            raise OrchardError(e.code, detail) from None
+            headers.append(("X-API-Key", self.api_key))
+        return send(self.url + path, method, data, headers, self.timeout)
 
     def _json(self, method, path, body=None):
         with self._request(method, path, body) as response:

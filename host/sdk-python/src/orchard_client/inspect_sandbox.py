@@ -27,7 +27,8 @@ from inspect_ai.util import (
 from inspect_ai.util._sandbox.environment import SandboxUserUnsupportedError
 from pydantic import BaseModel, ConfigDict
 
-from ._sandbox_api import SandboxApi, SandboxApiError
+from ._sandbox_api import SandboxApi
+from .client import OrchardError
 
 # Inspect's default cap on each output stream and on files read (its environment variables
 # change them, as for its own providers).
@@ -146,7 +147,7 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
                 # Over the limit, the output's end is kept (what Inspect allows a provider).
                 output_limit=(0, _MAX_EXEC_OUTPUT),
             )
-        except SandboxApiError as e:
+        except OrchardError as e:
             if e.status == 404:
                 raise FileNotFoundError(e.detail) from None
             raise
@@ -162,7 +163,7 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
         path = self._resolve(file)
         try:
             await asyncio.to_thread(self._api.write_file, self.sandbox_id, path, data)
-        except SandboxApiError as e:
+        except OrchardError as e:
             if "directory" in e.detail.lower() and "is a directory" in e.detail.lower():
                 raise IsADirectoryError(path) from None
             if e.status == 403:
@@ -179,7 +180,7 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
         path = self._resolve(file)
         try:
             info = await asyncio.to_thread(self._api.stat, self.sandbox_id, path)
-        except SandboxApiError as e:
+        except OrchardError as e:
             if e.status == 404:
                 raise FileNotFoundError(path) from None
             raise

@@ -9,7 +9,8 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._sandbox_api import SandboxApi, SandboxApiError
+from ._sandbox_api import SandboxApi
+from .client import OrchardError
 
 
 def main(argv: list[str]) -> int:
@@ -29,7 +30,7 @@ def main(argv: list[str]) -> int:
         script = f"{line}\nprintf '\\n\\0%s' \"$PWD\""
         try:
             result = api.exec(sandbox, ["bash", "-c", script], cwd=cwd, timeout=3600)
-        except SandboxApiError as e:
+        except OrchardError as e:
             print(e, file=sys.stderr)
             continue
         out, _, where = result["stdout"]["text"].rpartition("\n\0")
