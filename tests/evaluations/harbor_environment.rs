@@ -173,17 +173,7 @@ fn harbors_template_task_runs_under_orchard_eval_with_the_oracle() {
     let work = tempfile::tempdir().unwrap();
     let oracle = |task: &Path| {
         let tasks = task.parent().unwrap().display().to_string();
-        orchard_tests::evals::eval(&[
-            &tasks,
-            "--harness",
-            "oracle",
-            "--tools",
-            "shell",
-            "--grader",
-            "script",
-            "--grant",
-            "solution",
-        ])
+        orchard_tests::evals::eval_oracle(&tasks)
     };
     // Shared: graded where the oracle wrote. Separate with the answer declared as an artifact:
     // carried into the clean verifier sandbox.

@@ -8,17 +8,7 @@ use serde_json::Value;
 #[test]
 fn a_tasks_stdio_and_http_mcp_servers_are_its_harness_tools() {
     let tasks = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp").display().to_string();
-    let (summary, results, _) = orchard_tests::evals::eval(&[
-        &tasks,
-        "--harness",
-        "oracle",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--grant",
-        "solution",
-    ]);
+    let (summary, results, _) = orchard_tests::evals::eval_oracle(&tasks);
     assert_eq!(summary["mean_reward"], 1.0, "{summary:#}");
     let line = std::fs::read_to_string(results.path().join("trajectories.jsonl")).unwrap();
     let rollout: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();

@@ -20,17 +20,7 @@ fn rollout(results: &std::path::Path, task: &str) -> Value {
 
 #[test]
 fn each_step_runs_and_is_graded_in_turn_and_a_failed_gate_stops_the_task() {
-    let (summary, results, _) = orchard_tests::evals::eval(&[
-        &fixtures(),
-        "--harness",
-        "oracle",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--grant",
-        "solution",
-    ]);
+    let (summary, results, _) = orchard_tests::evals::eval_oracle(&fixtures());
     assert_eq!(summary["errors"], 0, "{summary:#}");
 
     // Both steps ran: the second after its setup.sh, with the first step's tests gone.

@@ -32,6 +32,12 @@ pub fn eval(args: &[&str]) -> (Value, tempfile::TempDir, String) {
     eval_with_env(args, &[])
 }
 
+/// [`eval`] of a folder of tasks by their own solutions: the oracle harness (granted the
+/// solution) with the shell adapter, graded by the script grader.
+pub fn eval_oracle(tasks: &str) -> (Value, tempfile::TempDir, String) {
+    eval(&[tasks, "--harness", "oracle", "--tools", "shell", "--grader", "script", "--grant", "solution"])
+}
+
 /// [`eval`] on a blocking thread (a test's mock model lives on the test's own runtime).
 pub async fn eval_async(args: Vec<String>) -> (Value, tempfile::TempDir, String) {
     tokio::task::spawn_blocking(move || eval(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
