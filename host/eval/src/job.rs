@@ -290,16 +290,7 @@ async fn run_in_sandbox(
     let outcome = match harness_run {
         Ok(outcome) => outcome,
         Err(failure) => {
-            result.trajectory = ctx.trajectory();
-            let model_failed =
-                result.trajectory.steps.iter().any(|s| matches!(s, orchard_runtime::Step::ModelError { .. }));
-            result.failed_in = Some(match failure.kind {
-                FailureKind::CpuBudget | FailureKind::Memory | FailureKind::WallClock => FailureClass::Limit,
-                _ if model_failed => FailureClass::Model,
-                _ => FailureClass::Plugin,
-            });
-            result.error = Some(failure.to_string());
-            result.failure = Some(failure);
+            record_agent_failure(result, &ctx, failure);
             return Ok(());
         }
     };
@@ -419,6 +410,19 @@ pub(crate) async fn grade_once(
         (Verdict::Unknown { reason }, Some(note)) => Verdict::Unknown { reason: format!("{reason} [{note}]") },
         (v, None) => v,
     }))
+}
+
+/// A rollout whose harness failed: a limit it reached, the model, or the plugin itself.
+pub(crate) fn record_agent_failure(result: &mut RolloutResult, ctx: &RolloutContext, failure: PluginFailure) {
+    result.trajectory = ctx.trajectory();
+    let model_failed = result.trajectory.steps.iter().any(|s| matches!(s, orchard_runtime::Step::ModelError { .. }));
+    result.failed_in = Some(match failure.kind {
+        FailureKind::CpuBudget | FailureKind::Memory | FailureKind::WallClock => FailureClass::Limit,
+        _ if model_failed => FailureClass::Model,
+        _ => FailureClass::Plugin,
+    });
+    result.error = Some(failure.to_string());
+    result.failure = Some(failure);
 }
 
 /// A rollout's grade from its grader's verdict (or failure).

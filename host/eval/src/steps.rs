@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::environment::upload_dir;
 use crate::healthcheck::Healthcheck;
-use crate::job::{Grading, Job, grade_once, record_verdict};
-use crate::result::{FailureClass, RolloutResult, RolloutStatus};
+use crate::job::{Grading, Job, grade_once, record_agent_failure, record_verdict};
+use crate::result::{RolloutResult, RolloutStatus};
 use crate::task::{MAX_TEXT_BYTES, Task};
 
 /// One step of a task.
@@ -187,10 +187,8 @@ pub(crate) async fn run_steps(run: &StepRun<'_>, input: &TaskInput, result: &mut
                 // The agent failed this step: the task ends here, and is this failure.
                 record.note = failure.to_string();
                 result.steps.push(record);
-                result.trajectory = run.ctx.trajectory();
-                result.failed_in = Some(FailureClass::Plugin);
-                result.error = Some(format!("step {}: {failure}", step.name));
-                result.failure = Some(failure);
+                record_agent_failure(result, run.ctx, failure);
+                result.error = result.error.take().map(|e| format!("step {}: {e}", step.name));
                 return Ok(());
             }
         };
