@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub use support::Unsupported;
+pub use support::{MAX_MCP_SERVERS, MAX_STEPS, Unsupported};
 
 /// The schema versions this reader knows (Harbor's `schema_version`).
 pub const SCHEMA_VERSIONS: &[&str] = &["1.0", "1.1", "1.2", "1.3", "1.4"];

@@ -3,6 +3,12 @@
 
 use crate::{Artifact, NetworkMode, TaskConfig, TaskOs};
 
+/// Most `[[steps]]` a task may have (each is a harness run and a grading).
+pub const MAX_STEPS: usize = 64;
+
+/// Most MCP servers a task may declare (each is asked for its tools at every rollout).
+pub const MAX_MCP_SERVERS: usize = 16;
+
 /// A field Orchard cannot honour.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Unsupported {
@@ -33,6 +39,9 @@ impl TaskConfig {
         }
         if env.tpu.is_some() {
             no("environment.tpu", "Orchard's sandboxes have no TPUs");
+        }
+        if env.mcp_servers.len() > MAX_MCP_SERVERS {
+            no("environment.mcp_servers", &format!("at most {MAX_MCP_SERVERS} MCP servers"));
         }
         let mut server_names = std::collections::BTreeSet::new();
         for (i, server) in env.mcp_servers.iter().enumerate() {
@@ -118,6 +127,9 @@ impl TaskConfig {
             let separate = |mode: &Option<String>| mode.as_deref() == Some("separate");
             if steps.is_empty() {
                 no("steps", "give at least one [[steps]], or none");
+            }
+            if steps.len() > MAX_STEPS {
+                no("steps", &format!("at most {MAX_STEPS} steps"));
             }
             if separate(&self.verifier.environment_mode) {
                 no("verifier.environment_mode", "a multi-step task is graded in the agent's sandbox, step by step");
@@ -242,6 +254,12 @@ mod tests {
             ["steps[0].verifier.environment_mode"]
         );
         assert_eq!(fields("multi_step_reward_strategy = \"final\"\n"), ["multi_step_reward_strategy"]);
+        let many_steps: String = (0..=super::MAX_STEPS).map(|i| format!("[[steps]]\nname = \"s{i}\"\n")).collect();
+        assert_eq!(fields(&many_steps), ["steps"]);
+        let many_servers: String = (0..=super::MAX_MCP_SERVERS)
+            .map(|i| format!("[[environment.mcp_servers]]\nname = \"m{i}\"\ntransport = \"stdio\"\ncommand = \"x\"\n"))
+            .collect();
+        assert_eq!(fields(&many_servers), ["environment.mcp_servers"]);
     }
 
     #[test]
