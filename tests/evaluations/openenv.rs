@@ -46,6 +46,36 @@ async fn openenvs_clients_run_episodes_of_orchard_tasks() {
     let refused = got["second_at_once"].as_str().unwrap();
     assert!(refused.contains("CAPACITY_REACHED") && refused.contains("quota"), "{refused}");
     assert_eq!(got["after_submit"], "hello-file", "a finished episode gives its quota back");
+    // What a tenant sends is bounded and checked, and a refusal names the field, never a path of
+    // the server's (the registered dataset's folder, here).
+    let examples_dir = examples.display().to_string();
+    for (body, status, says) in [
+        (serde_json::json!({"tasks": {"dataset": "examples"}, "grader": "script", "max_steps": 0}), 422, "max_steps"),
+        (serde_json::json!({"tasks": {"dataset": "examples"}, "grader": "script", "max_stpes": 3}), 400, "max_stpes"),
+        (
+            serde_json::json!({"tasks": {"dataset": "examples"}, "grader": "script", "task_ids": ["../etc"]}),
+            422,
+            "task_ids",
+        ),
+        (serde_json::json!({"tasks": {"dataset": "someone-elses"}, "grader": "script"}), 422, "someone-elses"),
+        (serde_json::json!({"tasks": {"dir": "/etc"}, "grader": "script"}), 422, "tasks"),
+    ] {
+        let resp = server.request(reqwest::Method::POST, "/v1/openenv/sessions").json(&body).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), status, "{body}");
+        let text = resp.text().await.unwrap();
+        assert!(text.contains(says), "{body}: {text}");
+        assert!(!text.contains(&examples_dir) && !text.contains("/work/"), "{body}: {text}");
+    }
+    // Without a key, no session is opened.
+    let anonymous = server
+        .http
+        .post(format!("{}/v1/openenv/sessions", server.url))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+
     // Every episode's sandbox is gone (the last MCP one when its connection closed).
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let list: Value = server.request(reqwest::Method::GET, "/v1/sandboxes").send().await.unwrap().json().await.unwrap();
