@@ -315,6 +315,7 @@ fn setup() -> anyhow::Result<()> {
     }
     swe_repos()?;
     venvs::py312()?;
+    venvs::programs()?;
     if componentize_py().is_none() {
         run(Command::new("python3").args(["-m", "pip", "install", "--quiet", COMPONENTIZE_PY]))?;
     }

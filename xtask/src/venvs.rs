@@ -92,3 +92,35 @@ fn free_bytes(path: &Path) -> Option<u64> {
     let out = Command::new("df").args(["--output=avail", "-B1"]).arg(path).output().ok()?;
     String::from_utf8_lossy(&out.stdout).lines().nth(1)?.trim().parse().ok()
 }
+
+/// The test program cache (`orchard eval --program-cache`): real agent programs the `program`
+/// harness runs inside sandboxes, each a venv of the system's Python, which is the one the `host`
+/// image shows a sandbox (`/usr/bin/python3`), so the venv works at any path it is bound to.
+const PROGRAMS: &[(&str, &str)] = &[("mini-swe-agent", "mini-swe-agent==2.4.6")];
+
+/// The program cache's directory.
+pub fn programs_dir() -> PathBuf {
+    workspace_root().join("target/programs")
+}
+
+/// Makes (or completes) the program cache.
+pub fn programs() -> anyhow::Result<()> {
+    let python = Path::new("/usr/bin/python3");
+    for (name, requirement) in PROGRAMS {
+        let dir = programs_dir().join(name);
+        if std::fs::read_to_string(dir.join(".orchard-packages")).is_ok_and(|s| s == *requirement) {
+            continue;
+        }
+        if !python.exists() {
+            anyhow::bail!("the program cache needs the system's /usr/bin/python3 (Debian: python3-venv)");
+        }
+        eprintln!("xtask: making {} ({requirement})", dir.display());
+        let _ = std::fs::remove_dir_all(&dir);
+        run(Command::new(python).args(["-m", "venv"]).arg(&dir))?;
+        run(Command::new(dir.join("bin/pip"))
+            .args(["install", "--quiet", "--no-cache-dir", requirement])
+            .env("PIP_NO_CACHE_DIR", "1"))?;
+        std::fs::write(dir.join(".orchard-packages"), requirement)?;
+    }
+    Ok(())
+}

@@ -18,6 +18,7 @@ mod process;
 mod pty;
 mod pty_ws;
 mod reaper;
+mod relay;
 mod session;
 mod spawn;
 mod state;
@@ -30,6 +31,11 @@ use anyhow::Context;
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
+    // `orchard-agent model-relay …`: not the agent, a program's model-call relay (see `relay`).
+    if std::env::args().nth(1).as_deref() == Some("model-relay") {
+        let code = relay::main(std::env::args().skip(1).collect())?;
+        std::process::exit(code);
+    }
     let args = config::Args::parse();
     if let Some(to) = &args.install {
         config::install(to).context("orchard-agent --install")?;

@@ -113,6 +113,10 @@ pub struct EvalArgs {
     state_dir: Option<PathBuf>,
     #[arg(long, env = "ORCHARD_AGENT_BIN")]
     agent_bin: Option<PathBuf>,
+    /// The program cache: agent programs prepared ahead (`docs/src/harnesses.md`, the `program`
+    /// harness), bound read-only at /opt/orchard/programs in every local sandbox.
+    #[arg(long, env = "ORCHARD_PROGRAM_CACHE")]
+    program_cache: Option<PathBuf>,
     /// Where the sandboxes run.
     #[arg(long, value_enum, default_value = "local")]
     backend: BackendKind,
@@ -266,6 +270,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         BackendKind::Local => {
             let mut config = LocalConfig::new(&state_dir, crate::agent_bin::find(args.agent_bin.clone())?, launcher);
             config.registry.insecure = args.insecure_registry.clone();
+            config.program_cache = args.program_cache.clone();
             LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
         }
         BackendKind::Kubernetes => {

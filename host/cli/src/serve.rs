@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// The static orchard-agent binary.
     #[arg(long, env = "ORCHARD_AGENT_BIN")]
     agent_bin: Option<PathBuf>,
+    /// The program cache: agent programs prepared ahead (`docs/src/harnesses.md`, the `program`
+    /// harness), bound read-only at /opt/orchard/programs in every local sandbox.
+    #[arg(long, env = "ORCHARD_PROGRAM_CACHE")]
+    program_cache: Option<PathBuf>,
     /// Most sandboxes at once.
     #[arg(long, default_value_t = 4096)]
     max_sandboxes: usize,
@@ -187,6 +191,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             config.default_ttl = Duration::from_secs(args.default_timeout);
             config.registry.insecure = args.insecure_registry.clone();
             config.pools = pools;
+            config.program_cache = args.program_cache.clone();
             LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
         }
         BackendKind::Kubernetes => {

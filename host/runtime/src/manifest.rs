@@ -27,22 +27,26 @@ pub enum Contract {
     /// Frozen.
     #[serde(rename = "0.1.0")]
     V0_1,
-    /// The current version: shipped plugins build against it.
+    /// Frozen: most shipped plugins build against it.
     #[serde(rename = "0.2.0")]
     V0_2,
+    /// The current version: a harness may import `sandbox` (the `program` harness).
+    #[serde(rename = "0.3.0")]
+    V0_3,
 }
 
 impl Contract {
     /// Every contract version this host loads.
-    pub const ALL: [Contract; 2] = [Contract::V0_1, Contract::V0_2];
+    pub const ALL: [Contract; 3] = [Contract::V0_1, Contract::V0_2, Contract::V0_3];
     /// The newest.
-    pub const CURRENT: Contract = Contract::V0_2;
+    pub const CURRENT: Contract = Contract::V0_3;
 
     /// The version as written (`0.2.0`).
     pub fn as_str(self) -> &'static str {
         match self {
             Contract::V0_1 => "0.1.0",
             Contract::V0_2 => "0.2.0",
+            Contract::V0_3 => "0.3.0",
         }
     }
 
@@ -118,10 +122,13 @@ impl PluginKind {
         format!("orchard:plugin/{iface}@{c}")
     }
 
-    /// The capabilities (imports) the world offers.
+    /// The capabilities (imports) the world offers in its newest version (a harness's `sandbox`
+    /// only from 0.3.0 on: see [`PluginKind::importable`]).
     pub fn offers(self) -> &'static [Capability] {
         match self {
-            PluginKind::Harness => &[Capability::Model, Capability::Tools, Capability::Log, Capability::Solution],
+            PluginKind::Harness => {
+                &[Capability::Model, Capability::Tools, Capability::Sandbox, Capability::Log, Capability::Solution]
+            }
             PluginKind::ToolAdapter => &[Capability::Sandbox, Capability::Log],
             PluginKind::BrowserDriver => &[Capability::Browser, Capability::Sandbox, Capability::Log],
             PluginKind::Grader => &[Capability::Sandbox, Capability::Model, Capability::Log],
@@ -131,10 +138,16 @@ impl PluginKind {
     /// The `orchard:plugin` interfaces a component of this world may import in version `c`.
     pub fn importable(self, c: Contract) -> Vec<String> {
         let mut names: Vec<&str> = vec!["types"];
-        names.extend(self.offers().iter().filter_map(|c| c.interface()));
-        // 0.2.0: tool adapters and browser drivers read their own configuration (no capability:
-        // it is theirs).
-        if c == Contract::V0_2 && matches!(self, PluginKind::ToolAdapter | PluginKind::BrowserDriver) {
+        names.extend(
+            self.offers()
+                .iter()
+                // 0.3.0: a harness may import the sandbox (a program harness).
+                .filter(|cap| !(self == PluginKind::Harness && **cap == Capability::Sandbox && c < Contract::V0_3))
+                .filter_map(|c| c.interface()),
+        );
+        // 0.2.0 on: tool adapters and browser drivers read their own configuration (no
+        // capability: it is theirs).
+        if c >= Contract::V0_2 && matches!(self, PluginKind::ToolAdapter | PluginKind::BrowserDriver) {
             names.push("config");
         }
         names.into_iter().map(|n| format!("orchard:plugin/{n}@{c}")).collect()

@@ -237,6 +237,7 @@ impl LocalBackend {
                 launcher: self.config.launcher.clone(),
                 bwrap: &self.config.bwrap,
                 agent_binary: &self.config.agent_binary,
+                program_cache: self.config.program_cache.as_deref(),
                 dir,
                 image,
                 hostname: &record.id,

@@ -59,6 +59,8 @@ pub struct LaunchSpec<'a> {
     pub launcher: std::sync::Arc<Launcher>,
     pub bwrap: &'a Path,
     pub agent_binary: &'a Path,
+    /// Bound read-only at [`crate::PROGRAMS_PATH`].
+    pub program_cache: Option<&'a Path>,
     pub dir: &'a Path,
     pub image: &'a Image,
     pub hostname: &'a str,
@@ -197,7 +199,13 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
             disk,
             upper_owner: spec.id_base,
             upper_mode,
-            ro_binds: spec.image.ro_binds.clone(),
+            ro_binds: spec
+                .image
+                .ro_binds
+                .iter()
+                .cloned()
+                .chain(spec.program_cache.map(|c| (c.to_path_buf(), std::path::PathBuf::from(crate::PROGRAMS_PATH))))
+                .collect(),
             cgroups: spec.cgroup_view.clone(),
             agent: spec.agent_binary.to_path_buf(),
             seed: spec.seed.clone(),

@@ -74,7 +74,13 @@ pub struct LocalConfig {
     pub pools: Vec<(PoolShape, usize)>,
     /// Forks bubblewrap for every sandbox; start it with [`Launcher::start`] before any thread.
     pub launcher: Arc<Launcher>,
+    /// The operator's program cache (agent programs prepared ahead, for the `program` harness):
+    /// bound read-only at [`PROGRAMS_PATH`] in every sandbox, so no sandbox reaches a registry.
+    pub program_cache: Option<PathBuf>,
 }
+
+/// Where the operator's program cache appears inside every sandbox.
+pub const PROGRAMS_PATH: &str = "/opt/orchard/programs";
 
 impl LocalConfig {
     /// A configuration with the defaults, keeping state under `state_dir` and carrying `agent_binary` into every sandbox.
@@ -89,6 +95,7 @@ impl LocalConfig {
             default_pids: 4096,
             registry: RegistryOptions::default(),
             pools: Vec::new(),
+            program_cache: None,
         }
     }
 }
@@ -211,6 +218,11 @@ impl LocalBackend {
                 "orchard-agent binary not found at {} (build it with `cargo xtask agent`, or set ORCHARD_AGENT_BIN)",
                 config.agent_binary.display()
             )));
+        }
+        if let Some(cache) = &config.program_cache
+            && !cache.is_dir()
+        {
+            return Err(SandboxError::Backend(format!("program cache {}: not a directory", cache.display())));
         }
         let bwrap_ok = std::process::Command::new(&config.bwrap)
             .arg("--version")

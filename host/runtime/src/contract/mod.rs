@@ -9,9 +9,11 @@
 //!   and one line in `versions!`, never an edit of an older one.
 //! - The host's tool router speaks 0.1.0's types; every version converts at its edge.
 
-/// The four worlds of the contract in `$path`.
+/// The four worlds of the contract in `$path`; `$harness_with` maps what a version's harness
+/// imports beyond 0.1.0's (0.3.0: the sandbox) onto the tool adapter's bindings, so one host
+/// implementation serves both.
 macro_rules! worlds {
-    ($path:literal) => {
+    ($path:literal $(, harness_with: { $($harness_with:tt)* })?) => {
         pub mod tool_adapter {
             wasmtime::component::bindgen!({
                 path: $path,
@@ -30,6 +32,7 @@ macro_rules! worlds {
                 with: {
                     "orchard:plugin/types": super::tool_adapter::orchard::plugin::types,
                     "orchard:plugin/log": super::tool_adapter::orchard::plugin::log,
+                    $($($harness_with)*)?
                 },
             });
         }
@@ -441,6 +444,30 @@ pub(crate) struct GradeInput<'a> {
 /// typed pre-instances, linking, instantiating, tools, running a harness and grading.
 /// `$grading_env` names the version's function that builds `grading.grade`'s extra argument,
 /// for versions whose grader is told its environment (0.2.0 on).
+/// `grading_environment(env)` for a version whose grader is told its environment (0.2.0 on):
+/// where the grader works and what was carried there, in that version's types.
+macro_rules! grading_environment_fn {
+    () => {
+        fn grading_environment(
+            env: &crate::GradingEnvironment,
+        ) -> grader::exports::orchard::plugin::grading::Environment {
+            use grader::exports::orchard::plugin::grading::{DroppedChange, Environment};
+            Environment {
+                separate: env.separate,
+                base_commit: env.base_commit.clone(),
+                carried: env.carried.clone(),
+                dropped: env
+                    .dropped
+                    .iter()
+                    .map(|(path, reason)| DroppedChange { path: path.clone(), reason: reason.clone() })
+                    .collect(),
+                artifacts: env.artifacts.clone(),
+                problem: env.problem.clone(),
+            }
+        }
+    };
+}
+
 macro_rules! common_calls {
     ($($grading_env:ident)?) => {
         use wasmtime::Store;
@@ -617,4 +644,4 @@ macro_rules! common_calls {
     };
 }
 
-versions!(v0_1 => V0_1, v0_2 => V0_2);
+versions!(v0_1 => V0_1, v0_2 => V0_2, v0_3 => V0_3);

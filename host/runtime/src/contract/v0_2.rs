@@ -63,21 +63,5 @@ impl From<super::v0_1::WitError> for tool_adapter::orchard::plugin::types::Error
     }
 }
 
-/// `grading.environment` (new in 0.2.0): where the grader works and what was carried there.
-fn grading_environment(
-    env: &crate::GradingEnvironment,
-) -> grader::exports::orchard::plugin::grading::Environment {
-    use grader::exports::orchard::plugin::grading::{DroppedChange, Environment};
-    Environment {
-        separate: env.separate,
-        base_commit: env.base_commit.clone(),
-        carried: env.carried.clone(),
-        dropped: env
-            .dropped
-            .iter()
-            .map(|(path, reason)| DroppedChange { path: path.clone(), reason: reason.clone() })
-            .collect(),
-        artifacts: env.artifacts.clone(),
-        problem: env.problem.clone(),
-    }
-}
+// `grading.environment` (new in 0.2.0): where the grader works and what was carried there.
+grading_environment_fn!();

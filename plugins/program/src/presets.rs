@@ -1,0 +1,134 @@
+//! The programs the harness knows by name, and the generic `command`.
+//!
+//! A preset says how to start the program non-interactively on one task with its model at the
+//! relay, and how to read its answer and its own end status afterwards. Its package comes from
+//! the operator's program cache, mounted read-only at `programs_dir` (default
+//! `/opt/orchard/programs`): the sandbox never reaches a registry.
+
+use serde_json::Value;
+
+use crate::orchard::plugin::types::RunStatus;
+
+/// Where the harness keeps its files in the sandbox.
+pub const WORK: &str = "/tmp/.orchard-program";
+
+/// How to start a program and read its result.
+pub struct Launch {
+    /// The program's argv (placeholders already filled in).
+    pub argv: Vec<String>,
+    /// Environment variables for it.
+    pub env: Vec<(String, String)>,
+    /// How its answer and status are read after it exits.
+    pub result: ResultFrom,
+}
+
+/// Where a program's answer comes from.
+pub enum ResultFrom {
+    /// mini-swe-agent's trajectory file: `info.submission` and `info.exit_status`.
+    MiniSweTrajectory(String),
+    /// A file whose text is the answer (`answer_file`), or nothing.
+    File(Option<String>),
+}
+
+/// The release of each preset the harness was written against and tested with.
+pub const RELEASES: [(&str, &str); 1] = [("mini-swe-agent", "2.4.6")];
+
+/// Builds the launch from the config. `Err` names the key that is wrong.
+pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String> {
+    let programs = config.get("programs_dir").and_then(Value::as_str).unwrap_or("/opt/orchard/programs");
+    let mut env: Vec<(String, String)> = match config.get("env") {
+        None => vec![],
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err(format!("env.{k}: not a string")),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("env: not an object of strings".into()),
+    };
+    let fill = |s: &str| s.replace("{task}", task).replace("{model}", model).replace("{task_file}", &task_file());
+    match (config.get("preset").and_then(Value::as_str), config.get("command")) {
+        (Some(_), Some(_)) => Err("give `preset` or `command`, not both".into()),
+        (Some("mini-swe-agent"), None) => {
+            let trajectory = format!("{WORK}/mini-swe-agent.traj.json");
+            let venv = config.get("venv").and_then(Value::as_str).map(str::to_string);
+            let python = format!("{}/bin/python", venv.unwrap_or(format!("{programs}/mini-swe-agent")));
+            let mut argv: Vec<String> = [
+                python.as_str(),
+                "-m",
+                "minisweagent.run.mini",
+                "--yolo",
+                "--exit-immediately",
+                "--model",
+                &format!("openai/{model}"),
+                "--task",
+                task,
+                "--output",
+                &trajectory,
+                "--cost-limit",
+                "0",
+            ]
+            .map(str::to_string)
+            .to_vec();
+            // mini-swe-agent's own config specs (`mini.yaml`, `agent.step_limit=20`, a file);
+            // its default (`mini.yaml`) when none are given.
+            for spec in strings(config, "config")? {
+                argv.extend(["--config".to_string(), spec]);
+            }
+            for (k, v) in [
+                ("MSWEA_CONFIGURED", "true"),
+                ("MSWEA_COST_TRACKING", "ignore_errors"),
+                ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+                ("PYTHONUNBUFFERED", "1"),
+            ] {
+                if !env.iter().any(|(key, _)| key == k) {
+                    env.push((k.into(), v.into()));
+                }
+            }
+            Ok(Launch { argv, env, result: ResultFrom::MiniSweTrajectory(trajectory) })
+        }
+        (Some(other), None) => {
+            let known: Vec<&str> = RELEASES.iter().map(|(n, _)| *n).collect();
+            Err(format!("preset {other:?} is not known (known: {}; or give `command`)", known.join(", ")))
+        }
+        (None, Some(Value::String(script))) => Ok(Launch {
+            argv: vec!["/bin/sh".into(), "-c".into(), fill(script)],
+            env,
+            result: ResultFrom::File(config.get("answer_file").and_then(Value::as_str).map(str::to_string)),
+        }),
+        (None, Some(Value::Array(_))) => Ok(Launch {
+            argv: strings(config, "command")?.iter().map(|a| fill(a)).collect(),
+            env,
+            result: ResultFrom::File(config.get("answer_file").and_then(Value::as_str).map(str::to_string)),
+        }),
+        (None, Some(_)) => Err("command: a shell script (string) or an argv (list of strings)".into()),
+        (None, None) => Err("give `preset` (mini-swe-agent) or `command` (the program to run)".into()),
+    }
+}
+
+/// The file holding the task's instruction (also in `ORCHARD_TASK`).
+pub fn task_file() -> String {
+    format!("{WORK}/task.md")
+}
+
+fn strings(config: &Value, key: &str) -> Result<Vec<String>, String> {
+    match config.get(key) {
+        None => Ok(vec![]),
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or_else(|| format!("{key}: not a list of strings")))
+            .collect(),
+        Some(_) => Err(format!("{key}: not a list of strings")),
+    }
+}
+
+/// mini-swe-agent's exit status as the contract's.
+pub fn mini_swe_status(exit_status: &str) -> RunStatus {
+    match exit_status {
+        "Submitted" => RunStatus::Completed,
+        "LimitsExceeded" | "TimeExceeded" => RunStatus::LimitReached,
+        "RepeatedFormatError" | "FormatError" => RunStatus::FormatError,
+        _ => RunStatus::GaveUp,
+    }
+}
