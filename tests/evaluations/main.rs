@@ -16,6 +16,7 @@ mod mcp_servers;
 mod multi_step;
 mod openapi;
 mod openenv;
+mod program_harness;
 mod plugins;
 mod sdk_compat;
 mod service_on_fake;

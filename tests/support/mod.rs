@@ -36,6 +36,18 @@ fn workspace_target(sub: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").join("target").join(sub)
 }
 
+/// The program cache the `program` harness's tests run real agent programs from (`cargo xtask
+/// setup` makes it: a venv per program under `target/programs`).
+pub fn program_cache() -> PathBuf {
+    let dir = workspace_target("programs");
+    assert!(
+        dir.join("mini-swe-agent/bin/python").exists(),
+        "{} has no mini-swe-agent: run `cargo xtask setup`",
+        dir.display()
+    );
+    dir
+}
+
 /// The shipped plugins (`cargo xtask plugins`).
 pub fn plugin_dir() -> PathBuf {
     let dir = std::env::var_os("ORCHARD_PLUGIN_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_target("plugins"));

@@ -103,8 +103,9 @@ impl Guest for Program {
                     }
                 }
                 Err(e) => {
-                    // The relay stopped answering: it exits with the program.
-                    if !sandbox::process_status(&id)?.running {
+                    // The relay stopped answering: it exits with the program (give the sandbox a
+                    // moment to see it exit); one that still runs is broken.
+                    if !wait_exit(&id, 20)?.running {
                         break false;
                     }
                     stop(&id);
@@ -115,7 +116,11 @@ impl Guest for Program {
         if limit_hit {
             stop(&id);
         }
-        let state = wait_exit(&id)?;
+        let mut state = wait_exit(&id, 100)?;
+        if state.running {
+            stop(&id);
+            state = wait_exit(&id, 20)?;
+        }
         let log_tail = tail_of_log(&state.log_path);
         let code = state.exit_code.unwrap_or(-1);
         log::event(Level::Info, "program-exit", &json!({"exit_code": code, "log_tail": log_tail}).to_string());
@@ -215,9 +220,10 @@ fn stop(id: &str) {
     let _ = sandbox::process_signal(id, "KILL");
 }
 
-/// The relay's final state, once it has exited (it exits with the program).
-fn wait_exit(id: &str) -> Result<sandbox::ProcessState, Error> {
-    for _ in 0..100 {
+/// The relay's state once it has exited (it exits with the program), or after `tenths` tenths of
+/// a second.
+fn wait_exit(id: &str, tenths: u32) -> Result<sandbox::ProcessState, Error> {
+    for _ in 0..tenths {
         let state = sandbox::process_status(id)?;
         if !state.running {
             return Ok(state);
@@ -230,7 +236,6 @@ fn wait_exit(id: &str) -> Result<sandbox::ProcessState, Error> {
             stdin: None,
         });
     }
-    stop(id);
     sandbox::process_status(id)
 }
 
