@@ -13,6 +13,7 @@ mod harnesses;
 mod inspect_sandbox;
 mod llama_cpp;
 mod mcp_servers;
+mod mini_swe_faithful;
 mod multi_step;
 mod openapi;
 mod openenv;

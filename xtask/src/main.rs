@@ -583,6 +583,9 @@ fn rust_plugins(fixtures: bool) -> anyhow::Result<()> {
                 orchard["description"].as_str().unwrap_or_default()
             );
             let mut manifest = manifest;
+            if let Some(release) = orchard["release"].as_str() {
+                manifest.push_str(&format!("release = {release:?}\n"));
+            }
             if let Some(v) = orchard["verifier"].as_object() {
                 manifest.push_str("\n[verifier]\n");
                 if let Some(env) = v.get("environment").and_then(|e| e.as_str()) {

@@ -312,8 +312,8 @@ async fn answer(State(relay): State<Arc<Relay>>, Path(id): Path<String>, body: B
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_streamed_answer_has_the_message_the_finish_and_the_usage_when_asked() {
+    #[tokio::test]
+    async fn a_streamed_answer_has_the_message_the_finish_and_the_usage_when_asked() {
         let completion = json!({
             "id": "c1", "model": "m", "created": 5,
             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -321,9 +321,9 @@ mod tests {
                 "tool_calls": [{"id": "t", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}}],
             "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
         });
-        let events = |include_usage: bool| -> Vec<Value> {
-            let response = sse(&completion, include_usage);
-            let body = futures::executor::block_on(axum::body::to_bytes(response.into_body(), 1 << 20)).unwrap();
+        async fn events(completion: &Value, include_usage: bool) -> Vec<Value> {
+            let response = sse(completion, include_usage);
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
             let text = String::from_utf8(body.to_vec()).unwrap();
             assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
             text.split("\n\n")
@@ -331,15 +331,15 @@ mod tests {
                 .filter(|e| *e != "[DONE]")
                 .map(|e| serde_json::from_str(e).unwrap())
                 .collect()
-        };
-        let with = events(true);
+        }
+        let with = events(&completion, true).await;
         assert_eq!(with.len(), 3);
         assert_eq!(with[0]["choices"][0]["delta"]["content"], "hi");
         assert_eq!(with[0]["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
         assert_eq!(with[1]["choices"][0]["finish_reason"], "tool_calls");
         assert_eq!(with[2]["choices"], json!([]));
         assert_eq!(with[2]["usage"]["total_tokens"], 4);
-        let without = events(false);
+        let without = events(&completion, false).await;
         assert_eq!(without.len(), 2);
         assert_eq!(without[1]["usage"]["total_tokens"], 4, "usage rides on the finish chunk");
     }

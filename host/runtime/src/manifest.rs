@@ -224,6 +224,9 @@ pub struct Manifest {
     #[serde(default)]
     /// What it does, in a sentence.
     pub description: String,
+    /// For a port of a real program: the release it follows (`mini-swe-agent 2.4.6`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
     /// Graders: where they grade unless the task says otherwise, and what they leave out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<GraderDefaults>,

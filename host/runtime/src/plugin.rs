@@ -50,6 +50,8 @@ pub struct PluginInfo {
     pub capabilities: Vec<Capability>,
     /// What it does.
     pub description: String,
+    /// For a port of a real program: the release it follows.
+    pub release: Option<String>,
     /// Where the manifest came from: `beside`, `embedded` or `inferred`.
     pub manifest: &'static str,
     /// The interfaces it imports.
@@ -160,6 +162,7 @@ impl Runtime {
                     world: None,
                     capabilities: kind.offers().iter().copied().filter(|c| *c != Capability::Solution).collect(),
                     description: String::new(),
+                    release: None,
                     verifier: None,
                 };
                 (m, "inferred")
@@ -206,6 +209,7 @@ impl Runtime {
             contract,
             capabilities: manifest.capabilities.iter().copied().collect(),
             description: manifest.description.clone(),
+            release: manifest.release.clone(),
             manifest: source,
             imports,
             exports,

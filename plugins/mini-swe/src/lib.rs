@@ -1,313 +1,340 @@
-//! The `mini-swe` harness: mini-swe-agent's loop.
+//! The `mini-swe` harness: mini-swe-agent 2.4.6's `DefaultAgent` loop, ported rule for rule.
 //!
-//! - Each turn the model gives exactly one action: a single ```` ```bash ```` block in its reply
-//!   (`action_format: "markdown"`, the default) or a single call of a `bash` function tool
-//!   (`action_format: "tool"`).
-//! - The action runs in a fresh process (the shell adapter's `bash` tool), stdout and stderr
-//!   together; the observation comes back in mini-swe-agent's shape: `<returncode>` and
-//!   `<output>`, or, for long output, a `<warning>` with `<output_head>`, `<elided_chars>` and
-//!   `<output_tail>`; a timeout has its own message.
-//! - The run ends when a command prints the sentinel `COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` on
-//!   its first line (what follows is the submission), at `step_limit` model calls, or at
-//!   `cost_limit` (USD, with `prices: {prompt, completion}` per million tokens) / `token_limit`.
-//! - A malformed reply (no action, or more than one) is answered with a format error; three in a
-//!   row end the run with status `format_error`.
+//! What the real program does with its shipped `mini.yaml` (tool calls, the default) or
+//! `mini_textbased.yaml` (`mode: "text"`), this port does:
+//! - The system and first user messages are the config's templates (`config/`, taken unchanged
+//!   from the release) rendered as Jinja with its variables: the task, the agent's settings, the
+//!   sandbox's `uname` (`system`, `node`, `release`, `version`, `machine`) and environment.
+//! - Each step asks the model; its reply's actions (every `bash` tool call; or the one
+//!   ```` ```mswea_bash_command ```` block) run one after another, each in a fresh `/bin/sh` with
+//!   stderr merged, `environment.env`'s variables set and a 30 s timeout; each output is rendered
+//!   through `observation_template` (a `tool` message answering its call; a `user` message in
+//!   text mode).
+//! - A reply without usable actions is not kept: only `format_error_template`'s message (a `user`
+//!   message) is added; `max_consecutive_format_errors` (3) in a row end the run (`format_error`).
+//! - A command whose output's first line is `COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` *and* whose
+//!   exit status is 0 ends the run; the rest of its output is the submission. Nothing runs after
+//!   it, and its observation is not sent.
+//! - Before each model call: `step_limit` (0: none) calls made, or `cost_limit` (3.0 USD)
+//!   reached, end the run (`limit_reached`); so does `wall_time_limit_seconds` (0: none). Cost is
+//!   counted from `prices` (`{prompt, completion}` USD per million tokens) when given, else 0,
+//!   as mini-swe-agent counts a model its cost table does not know.
 //!
-//! Config keys: `action_format`, `step_limit` (default 250), `cost_limit`, `prices`,
-//! `token_limit`, `timeout` (seconds per command, default 60), `system_template`,
-//! `instance_template`, sampling keys and the context policy's.
+//! Config keys: `mode` (`tool` | `text`; the older `action_format: "markdown"` means `text`),
+//! `system_template`, `instance_template`, `observation_template`, `format_error_template`,
+//! `action_regex`, `step_limit`, `cost_limit`, `prices`, `wall_time_limit_seconds`,
+//! `max_consecutive_format_errors`, `timeout`, `env`, `cwd`, and the sampling keys.
+//! Checked against the real program by `tests/evaluations/mini_swe_faithful.rs`.
 
-use orchard_harness_kit::context::Policy;
+mod actions;
+mod render;
+
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
 use orchard_harness_kit::orchard::plugin::{log, model, tools};
 use orchard_harness_kit::{
     Error, Message, Outcome, Role, RunStatus, Task, ToolCall, ToolSpec, message, text_of, tool_message,
 };
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+
+use actions::Action;
 
 struct MiniSwe;
 
+/// The release this port follows.
+pub const RELEASE: &str = "mini-swe-agent 2.4.6";
 pub const SENTINEL: &str = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
-const LONG_OUTPUT: usize = 10_000;
-const MAX_FORMAT_ERRORS: u32 = 3;
 
-const SYSTEM: &str = "You are a helpful assistant that can interact with a computer shell to solve programming tasks.
+/// One shipped config's templates.
+struct Templates {
+    system: &'static str,
+    instance: &'static str,
+    observation: &'static str,
+    format_error: &'static str,
+}
 
-Every reply must contain exactly ONE bash code block holding ONE command (join several with && or || if you need them).
-Before the code block, include a THOUGHT section that explains your reasoning.
+const MINI: Templates = Templates {
+    system: include_str!("../config/mini/system_template.jinja"),
+    instance: include_str!("../config/mini/instance_template.jinja"),
+    observation: include_str!("../config/mini/observation_template.jinja"),
+    format_error: include_str!("../config/mini/format_error_template.jinja"),
+};
 
-<format_example>
-THOUGHT: why this is the next step.
+const MINI_TEXTBASED: Templates = Templates {
+    system: include_str!("../config/mini_textbased/system_template.jinja"),
+    instance: include_str!("../config/mini_textbased/instance_template.jinja"),
+    observation: include_str!("../config/mini_textbased/observation_template.jinja"),
+    format_error: include_str!("../config/mini_textbased/format_error_template.jinja"),
+};
 
-```bash
-the_command_here
-```
-</format_example>
+/// `environment.env` in both shipped configs.
+const CONFIG_ENV: [(&str, &str); 5] =
+    [("PAGER", "cat"), ("MANPAGER", "cat"), ("LESS", "-R"), ("PIP_PROGRESS_BAR", "off"), ("TQDM_DISABLE", "1")];
 
-A reply with no bash block, or with more than one, is rejected.";
-
-const SYSTEM_TOOLS: &str =
-    "You are a helpful assistant that can interact with a computer shell to solve programming tasks.
-
-Every reply must call the `bash` tool exactly once, with ONE command (join several with && or || if you need them).
-Explain your reasoning in the message text before the call. A reply with no call, or with more than one, is rejected.";
-
-const INSTANCE: &str = "Please solve this task:
-
-{{task}}
-
-You can run bash commands and edit files to make the needed changes.
-
-## How to work
-1. Explore the files to understand the situation.
-2. Reproduce the problem, if there is one.
-3. Make the change.
-4. Check that it works, including edge cases.
-
-## Rules
-- Each command runs in a new shell: `cd` and exported variables do not carry over. Prefix commands with `cd /path &&` when needed.
-- Commands must not wait for input: no editors, no pagers; use sed, cat with heredocs, or python to edit files.
-- Keep outputs short: use head, tail, grep and sed -n to look at parts of files.
-
-## Finishing
-When the work is done and checked, run exactly this command, on its own:
-
-```bash
-echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT
-```
-
-You cannot continue working after that.";
-
-/// mini-swe-agent's observation: the return code and the output, or a warning with head and
-/// tail when the output is too long.
-pub fn observation(returncode: i32, output: &str) -> String {
-    let n = output.chars().count();
-    if n < LONG_OUTPUT {
-        return format!("<returncode>{returncode}</returncode>\n<output>\n{output}</output>");
+/// mini-swe-agent's `BASH_TOOL`.
+fn bash_tool() -> ToolSpec {
+    ToolSpec {
+        name: "bash".into(),
+        description: "Execute a bash command".into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "The bash command to execute"}},
+            "required": ["command"],
+        })
+        .to_string(),
     }
-    let head: String = output.chars().take(LONG_OUTPUT / 2).collect();
-    let tail: String = output.chars().skip(n - LONG_OUTPUT / 2).collect();
-    format!(
-        "<returncode>{returncode}</returncode>\n<warning>\nThe output of your last command was too long.\n\
-         Try a command that prints less: head, tail or sed -n for parts of files, a more selective pattern for grep or find, \
-         or redirect the output to a file and search that.\n</warning>\n<output_head>\n{head}\n</output_head>\n\
-         <elided_chars>\n{} characters elided\n</elided_chars>\n<output_tail>\n{tail}\n</output_tail>",
-        n - LONG_OUTPUT
-    )
 }
 
-pub fn timeout_message(command: &str, output: &str) -> String {
-    format!(
-        "The last command <command>{command}</command> timed out and was killed.\nIts output was:\n<output>\n{output}\n</output>\n\
-         Try another command, and avoid ones that wait for input or run for a long time."
-    )
+/// The settings a run reads from its config.
+struct Settings {
+    tool_mode: bool,
+    system: String,
+    instance: String,
+    observation: String,
+    format_error: String,
+    action_regex: String,
+    step_limit: u64,
+    cost_limit: f64,
+    prices: Option<(f64, f64)>,
+    wall_time_limit: u64,
+    max_format_errors: u64,
+    timeout: u64,
+    env: Map<String, Value>,
+    cwd: String,
 }
 
-pub fn format_error(found: usize) -> String {
-    format!(
-        "Your reply must contain EXACTLY ONE bash code block (or exactly one bash tool call); found {found}.\n\
-         If you want to finish, run `echo {SENTINEL}`. Otherwise, reply with one THOUGHT section and one command."
-    )
-}
-
-/// The bash blocks of a markdown reply.
-pub fn bash_blocks(text: &str) -> Vec<String> {
-    let mut blocks = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("```bash") {
-        let after = &rest[start + 7..];
-        let Some(newline) = after.find('\n') else { break };
-        if !after[..newline].trim().is_empty() {
-            rest = &after[newline..];
-            continue;
-        }
-        let body = &after[newline + 1..];
-        let Some(end) = body.find("```") else { break };
-        blocks.push(body[..end].trim_end_matches('\n').to_string());
-        rest = &body[end + 3..];
+impl Settings {
+    fn read(config: &Value) -> Result<Settings, String> {
+        let mode = match (config.get("mode").and_then(Value::as_str), config.get("action_format").and_then(Value::as_str)) {
+            (Some("tool"), _) | (None, None | Some("tool")) => true,
+            (Some("text"), _) | (None, Some("markdown" | "text")) => false,
+            (Some(other), _) => return Err(format!("mode {other:?}: expected \"tool\" or \"text\"")),
+            (None, Some(other)) => return Err(format!("action_format {other:?}: expected \"tool\" or \"markdown\"")),
+        };
+        let shipped = if mode { &MINI } else { &MINI_TEXTBASED };
+        let text = |key: &str, default: &str| config.get(key).and_then(Value::as_str).unwrap_or(default).to_string();
+        let env = match config.get("env") {
+            None => CONFIG_ENV.iter().map(|(k, v)| (k.to_string(), json!(v))).collect(),
+            Some(Value::Object(map)) if map.values().all(Value::is_string) => map.clone(),
+            Some(_) => return Err("env: an object of strings".into()),
+        };
+        Ok(Settings {
+            tool_mode: mode,
+            system: text("system_template", shipped.system),
+            instance: text("instance_template", shipped.instance),
+            observation: text("observation_template", shipped.observation),
+            format_error: text("format_error_template", shipped.format_error),
+            action_regex: text("action_regex", actions::DEFAULT_ACTION_REGEX),
+            step_limit: config.get("step_limit").and_then(Value::as_u64).unwrap_or(0),
+            cost_limit: config.get("cost_limit").and_then(Value::as_f64).unwrap_or(3.0),
+            prices: config.get("prices").and_then(|p| Some((p.get("prompt")?.as_f64()?, p.get("completion")?.as_f64()?))),
+            wall_time_limit: config.get("wall_time_limit_seconds").and_then(Value::as_u64).unwrap_or(0),
+            max_format_errors: config.get("max_consecutive_format_errors").and_then(Value::as_u64).unwrap_or(3),
+            timeout: config.get("timeout").and_then(Value::as_u64).unwrap_or(30),
+            env,
+            cwd: text("cwd", ""),
+        })
     }
-    blocks
+
+    /// The agent's settings as its `config.model_dump()` gives them to templates.
+    fn dump(&self) -> Value {
+        json!({
+            "system_template": self.system,
+            "instance_template": self.instance,
+            "step_limit": self.step_limit,
+            "cost_limit": self.cost_limit,
+            "wall_time_limit_seconds": self.wall_time_limit,
+            "max_consecutive_format_errors": self.max_format_errors,
+            "output_path": null,
+            "mode": "yolo",
+            "whitelist_actions": [],
+            "confirm_exit": false,
+            "cwd": self.cwd,
+            "env": self.env,
+            "timeout": self.timeout,
+        })
+    }
 }
 
-/// The shell adapter's `bash` answer: `exit code: N` then the output (stdout, with stderr merged
-/// by the command wrapper). Returns (exit code, output, timed out).
-fn parse_bash(text: &str) -> (i32, String, bool) {
-    let timed_out = text.starts_with("[command timed out");
-    let body = if timed_out { text.split_once('\n').map(|(_, r)| r).unwrap_or("") } else { text };
+/// A command's result as mini-swe-agent's environment reports it.
+struct Output {
+    output: String,
+    returncode: i64,
+    exception_info: String,
+}
+
+/// Runs one action through the shell adapter's `bash` tool as `LocalEnvironment.execute` runs
+/// it: `/bin/sh -c`, stderr into stdout, the config's environment, killed at the timeout.
+fn execute(action: &Action, s: &Settings, step: u64) -> Result<Output, Error> {
+    let quoted = format!("'{}'", action.command.replace('\'', r"'\''"));
+    let env: Vec<String> = s.env.iter().map(|(k, v)| format!("{k}='{}'", v.as_str().unwrap_or_default().replace('\'', r"'\''"))).collect();
+    let cd = if s.cwd.is_empty() { String::new() } else { format!("cd '{}' && ", s.cwd.replace('\'', r"'\''")) };
+    let script = format!("{cd}exec 2>&1; exec env {} /bin/sh -c {quoted}", env.join(" "));
+    let call = ToolCall {
+        id: action.tool_call_id.clone().unwrap_or_else(|| format!("mini-{step}")),
+        name: "bash".into(),
+        arguments: json!({"command": script, "timeout": s.timeout}).to_string(),
+    };
+    let answer = text_of(&tools::call(&call)?.content);
+    let timed_out = answer.starts_with("[command timed out");
+    let body = if timed_out { answer.split_once('\n').map(|(_, r)| r).unwrap_or("") } else { answer.as_str() };
     let (first, rest) = body.split_once('\n').unwrap_or((body, ""));
     let code = first.strip_prefix("exit code: ").and_then(|c| c.trim().parse().ok()).unwrap_or(-1);
-    let output = rest.strip_prefix("stdout:\n").unwrap_or(rest);
-    (code, output.to_string(), timed_out)
+    let output = rest.strip_prefix("stdout:\n").unwrap_or(rest).to_string();
+    if timed_out {
+        return Ok(Output {
+            output,
+            returncode: -1,
+            exception_info: format!(
+                "An error occurred while executing the command: Command '{}' timed out after {} seconds",
+                action.command, s.timeout
+            ),
+        });
+    }
+    Ok(Output { output, returncode: code, exception_info: String::new() })
 }
 
-struct Budget {
-    token_limit: Option<u64>,
-    cost_limit: Option<f64>,
-    prices: Option<(f64, f64)>,
-    tokens: u64,
-    cost: f64,
+/// The submission when `output` submits (`_check_finished`): its first line, after leading
+/// whitespace, is the sentinel and the command exited 0.
+fn submission(output: &Output) -> Option<String> {
+    if output.returncode != 0 {
+        return None;
+    }
+    let text = output.output.trim_start();
+    let cut = text.find(['\n', '\r']).map(|i| i + if text[i..].starts_with("\r\n") { 2 } else { 1 });
+    let (first, rest) = match cut {
+        Some(i) => (&text[..i], &text[i..]),
+        None => (text, ""),
+    };
+    (first.trim() == SENTINEL).then(|| rest.to_string())
 }
 
-impl Budget {
-    fn charge(&mut self, usage: &orchard_harness_kit::orchard::plugin::types::Usage) {
-        self.tokens += usage.total_tokens as u64;
-        if let Some((p, c)) = self.prices {
-            self.cost += (usage.prompt_tokens as f64 * p + usage.completion_tokens as f64 * c) / 1e6;
+/// The sandbox's `uname` and environment: what `LocalEnvironment.get_template_vars` adds.
+fn environment_vars() -> Result<Map<String, Value>, Error> {
+    let call = ToolCall {
+        id: "mini-swe-uname".into(),
+        name: "bash".into(),
+        arguments: json!({"command": "uname -s; uname -n; uname -r; uname -v; uname -m; env", "timeout": 30}).to_string(),
+    };
+    let answer = text_of(&tools::call(&call)?.content);
+    let out = answer.split_once("stdout:\n").map(|(_, r)| r).unwrap_or("");
+    let mut lines = out.lines();
+    let mut vars = Map::new();
+    for (line, key) in lines.by_ref().zip(["system", "node", "release", "version", "machine"]) {
+        vars.insert(key.into(), json!(line));
+    }
+    for line in lines {
+        if let Some((k, v)) = line.split_once('=')
+            && !k.is_empty()
+            && !vars.contains_key(k)
+        {
+            vars.insert(k.into(), json!(v));
         }
     }
+    Ok(vars)
+}
 
-    fn exceeded(&self) -> Option<String> {
-        if let Some(limit) = self.token_limit
-            && self.tokens >= limit
-        {
-            return Some(format!("token limit {limit} reached ({} used)", self.tokens));
-        }
-        if let Some(limit) = self.cost_limit
-            && self.prices.is_some()
-            && self.cost >= limit
-        {
-            return Some(format!("cost limit ${limit} reached (${:.4} spent)", self.cost));
-        }
-        None
-    }
+fn outcome(status: RunStatus, steps: u64, answer: Option<String>, message: Option<String>) -> Result<Outcome, Error> {
+    Ok(Outcome { status, answer, steps: steps as u32, message })
 }
 
 impl Guest for MiniSwe {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
         let config: Value = serde_json::from_str(&config).unwrap_or(Value::Null);
-        let tool_mode = match config.get("action_format").and_then(Value::as_str) {
-            None | Some("markdown") => false,
-            Some("tool") => true,
-            Some(other) => {
-                return Err(Error::InvalidInput(format!("action_format {other:?}: expected \"markdown\" or \"tool\"")));
-            }
-        };
-        let step_limit = config.get("step_limit").and_then(Value::as_u64).unwrap_or(250) as u32;
-        let timeout = config.get("timeout").and_then(Value::as_f64).unwrap_or(60.0);
-        let mut budget = Budget {
-            token_limit: config.get("token_limit").and_then(Value::as_u64),
-            cost_limit: config.get("cost_limit").and_then(Value::as_f64),
-            prices: config
-                .get("prices")
-                .and_then(|p| Some((p.get("prompt")?.as_f64()?, p.get("completion")?.as_f64()?))),
-            tokens: 0,
-            cost: 0.0,
-        };
-        if budget.cost_limit.is_some() && budget.prices.is_none() {
-            return Err(Error::InvalidInput(
-                "cost_limit needs prices: {\"prompt\": USD, \"completion\": USD} per million tokens".into(),
-            ));
-        }
-        let sampling = orchard_harness_kit::sampling(&config);
-        let policy = Policy::from_config(&config);
+        let s = Settings::read(&config).map_err(|e| Error::InvalidInput(format!("mini-swe: {e}")))?;
         if !tools::list().iter().any(|t| t.name == "bash") {
             return Err(Error::Unavailable("mini-swe needs a `bash` tool: run it with the shell adapter".into()));
         }
-        let bash_tool = ToolSpec {
-            name: "bash".into(),
-            description: "Run one bash command in a fresh shell and see its return code and output.".into(),
-            parameters: r#"{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}"#.into(),
-        };
-        let offered: Vec<ToolSpec> = if tool_mode { vec![bash_tool] } else { vec![] };
-        let system = config
-            .get("system_template")
-            .and_then(Value::as_str)
-            .unwrap_or(if tool_mode { SYSTEM_TOOLS } else { SYSTEM })
-            .to_string();
-        let instance = config
-            .get("instance_template")
-            .and_then(Value::as_str)
-            .unwrap_or(INSTANCE)
-            .replace("{{task}}", &task.instruction);
-        let mut messages: Vec<Message> = vec![message(Role::System, system), message(Role::User, instance)];
-        let mut format_errors = 0;
-        let mut last_prompt = 0;
-        for step in 1..=step_limit {
-            if let Some(why) = budget.exceeded() {
-                return Ok(Outcome {
-                    status: RunStatus::LimitReached,
-                    answer: None,
-                    steps: step - 1,
-                    message: Some(why),
-                });
-            }
-            policy.fit(&mut messages, last_prompt);
-            let completion = model::complete(&messages, &offered, &sampling)?;
-            last_prompt = completion.usage.prompt_tokens;
-            budget.charge(&completion.usage);
-            let reply = completion.message;
-            messages.push(reply.clone());
-            let calls: Vec<ToolCall> = reply.tool_calls.clone();
-            let actions: Vec<String> = if tool_mode {
-                calls
-                    .iter()
-                    .filter(|c| c.name == "bash")
-                    .filter_map(|c| {
-                        serde_json::from_str::<Value>(&c.arguments).ok()?.get("command")?.as_str().map(str::to_string)
-                    })
-                    .collect()
-            } else {
-                bash_blocks(&text_of(&reply.content))
-            };
-            let well_formed = actions.len() == 1 && (!tool_mode || calls.len() == 1);
-            if !well_formed {
-                format_errors += 1;
-                log::event(
-                    log::Level::Info,
-                    "format-error",
-                    &json!({"step": step, "actions": actions.len(), "in_a_row": format_errors}).to_string(),
-                );
-                let found = if tool_mode { calls.len() } else { actions.len() };
-                if format_errors >= MAX_FORMAT_ERRORS {
-                    return Ok(Outcome {
-                        status: RunStatus::FormatError,
-                        answer: None,
-                        steps: step,
-                        message: Some(format!("{MAX_FORMAT_ERRORS} malformed replies in a row")),
-                    });
-                }
-                // Every tool call must be answered before the next user message.
-                for c in &calls {
-                    messages.push(tool_message(&c.id, format_error(found)));
-                }
-                if calls.is_empty() {
-                    messages.push(message(Role::User, format_error(found)));
-                }
-                continue;
-            }
-            format_errors = 0;
-            let command = actions[0].clone();
-            let call = ToolCall {
-                id: calls.first().map(|c| c.id.clone()).unwrap_or_else(|| format!("mini-{step}")),
-                name: "bash".into(),
-                // stderr joins stdout, as mini-swe-agent runs commands.
-                arguments: json!({"command": format!("{{ {command}\n}} 2>&1"), "timeout": timeout}).to_string(),
-            };
-            let answer = tools::call(&call)?;
-            let (code, output, timed_out) = parse_bash(&text_of(&answer.content));
-            if !timed_out && output.trim_start().lines().next().map(str::trim) == Some(SENTINEL) {
-                let submission =
-                    output.trim_start().split_once('\n').map(|(_, rest)| rest.to_string()).unwrap_or_default();
-                return Ok(Outcome {
-                    status: RunStatus::Completed,
-                    answer: Some(submission),
-                    steps: step,
-                    message: None,
-                });
-            }
-            let text = if timed_out { timeout_message(&command, &output) } else { observation(code, &output) };
-            if tool_mode {
-                messages.push(tool_message(&call.id, text));
-            } else {
-                messages.push(message(Role::User, text));
-            }
+        let sampling = orchard_harness_kit::sampling(&config);
+        let offered: Vec<ToolSpec> = if s.tool_mode { vec![bash_tool()] } else { vec![] };
+        let started = std::time::Instant::now();
+        let mut vars = s.dump();
+        for (k, v) in environment_vars()? {
+            vars.as_object_mut().expect("an object").entry(k).or_insert(v);
         }
-        Ok(Outcome {
-            status: RunStatus::LimitReached,
-            answer: None,
-            steps: step_limit,
-            message: Some(format!("step limit {step_limit} reached")),
-        })
+        vars["task"] = json!(task.instruction);
+        let mut cost = 0.0;
+        let mut n_calls: u64 = 0;
+        let render = |name: &str, template: &str, vars: &Value| {
+            render::render(name, template, vars).map_err(|e| Error::InvalidInput(format!("mini-swe: {e}")))
+        };
+        let with_counters = |vars: &Value, n_calls: u64, cost: f64| {
+            let mut v = vars.clone();
+            v["n_model_calls"] = json!(n_calls);
+            v["model_cost"] = json!(cost);
+            v["elapsed_seconds"] = json!(started.elapsed().as_secs());
+            v
+        };
+        let first = with_counters(&vars, 0, 0.0);
+        let mut messages: Vec<Message> = vec![
+            message(Role::System, render("system_template", &s.system, &first)?),
+            message(Role::User, render("instance_template", &s.instance, &first)?),
+        ];
+        let mut format_errors: u64 = 0;
+        loop {
+            if (s.step_limit > 0 && n_calls >= s.step_limit) || (s.cost_limit > 0.0 && cost >= s.cost_limit) {
+                let why = format!("LimitsExceeded: {n_calls} model calls, ${cost:.4}");
+                return outcome(RunStatus::LimitReached, n_calls, None, Some(why));
+            }
+            if s.wall_time_limit > 0 && started.elapsed().as_secs() >= s.wall_time_limit {
+                return outcome(RunStatus::LimitReached, n_calls, None, Some("TimeExceeded".into()));
+            }
+            n_calls += 1;
+            let completion = model::complete(&messages, &offered, &sampling)?;
+            if let Some((p, c)) = s.prices {
+                cost += (completion.usage.prompt_tokens as f64 * p + completion.usage.completion_tokens as f64 * c) / 1e6;
+            }
+            let finish = match completion.finish_reason {
+                model::FinishReason::Stop | model::FinishReason::Other => "stop",
+                model::FinishReason::Length => "length",
+                model::FinishReason::ToolCalls => "tool_calls",
+                model::FinishReason::ContentFilter => "content_filter",
+            };
+            let reply = completion.message;
+            let parsed = if s.tool_mode {
+                let calls: Vec<(String, String, String)> =
+                    reply.tool_calls.iter().map(|c| (c.name.clone(), c.arguments.clone(), c.id.clone())).collect();
+                actions::from_tool_calls(&calls, finish)
+            } else {
+                actions::from_text(&text_of(&reply.content), &s.action_regex, finish)
+            };
+            let actions = match parsed {
+                Ok(actions) => actions,
+                Err(e) => {
+                    // The reply is dropped; only the format error joins the history. The
+                    // template sees only the error's own variables, as in mini-swe-agent.
+                    format_errors += 1;
+                    let fv = e.vars;
+                    let text = render("format_error_template", &s.format_error, &fv)?;
+                    log::event(log::Level::Info, "format-error", &json!({"step": n_calls, "in_a_row": format_errors, "error": fv["error"]}).to_string());
+                    messages.push(message(Role::User, text));
+                    if s.max_format_errors > 0 && format_errors >= s.max_format_errors {
+                        return outcome(RunStatus::FormatError, n_calls, None, Some("RepeatedFormatError".into()));
+                    }
+                    continue;
+                }
+            };
+            format_errors = 0;
+            messages.push(reply);
+            let mut observations = Vec::new();
+            for action in &actions {
+                let output = execute(action, &s, n_calls)?;
+                if let Some(submitted) = submission(&output) {
+                    return outcome(RunStatus::Completed, n_calls, Some(submitted), None);
+                }
+                let mut ov = with_counters(&vars, n_calls, cost);
+                ov["output"] = json!({
+                    "output": output.output,
+                    "returncode": output.returncode,
+                    "exception_info": output.exception_info,
+                });
+                let text = render("observation_template", &s.observation, &ov)?;
+                observations.push(match &action.tool_call_id {
+                    Some(id) => tool_message(id, text),
+                    None => message(Role::User, text),
+                });
+            }
+            messages.extend(observations);
+        }
     }
 }
 
@@ -317,31 +344,35 @@ orchard_harness_kit::export_harness!(MiniSwe);
 mod tests {
     use super::*;
 
-    #[test]
-    fn bash_blocks_are_found_and_other_blocks_ignored() {
-        let text = "THOUGHT: look\n\n```bash\nls -la\n```\n\nand ```python\nprint(1)\n```";
-        assert_eq!(bash_blocks(text), vec!["ls -la"]);
-        assert_eq!(bash_blocks("```bash\na\n```\n```bash\nb && c\n```").len(), 2);
-        assert!(bash_blocks("no code here").is_empty());
-        assert!(bash_blocks("```bash\nunterminated").is_empty());
+    fn out(text: &str, code: i64) -> Output {
+        Output { output: text.into(), returncode: code, exception_info: String::new() }
     }
 
     #[test]
-    fn observations_take_mini_swe_agents_shape() {
-        assert_eq!(observation(0, "hi\n"), "<returncode>0</returncode>\n<output>\nhi\n</output>");
-        let long = "x".repeat(12_345);
-        let o = observation(1, &long);
-        assert!(
-            o.contains("<warning>") && o.contains("<elided_chars>\n2345 characters elided\n</elided_chars>"),
-            "{o}"
+    fn only_a_clean_exit_with_the_sentinel_first_submits() {
+        assert_eq!(submission(&out("  \nCOMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\npatch\n", 0)), Some("patch\n".into()));
+        assert_eq!(submission(&out("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n", 3)), None, "exit status 3 goes on");
+        assert_eq!(submission(&out("x\nCOMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n", 0)), None);
+        assert_eq!(submission(&out("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", 0)), Some(String::new()));
+    }
+
+    #[test]
+    fn the_shipped_templates_render_with_the_programs_variables() {
+        let s = Settings::read(&json!({})).unwrap();
+        assert!(s.tool_mode, "mini.yaml, tool calls, is the default");
+        let mut vars = s.dump();
+        for (k, v) in [("system", "Linux"), ("release", "6.1"), ("version", "#1"), ("machine", "x86_64"), ("task", "T")] {
+            vars[k] = json!(v);
+        }
+        let instance = render::render("i", &s.instance, &vars).unwrap();
+        assert!(instance.starts_with("Please solve this issue: T\n"), "{instance}");
+        vars["output"] = json!({"output": "hi\n", "returncode": 0, "exception_info": ""});
+        assert_eq!(
+            render::render("o", &s.observation, &vars).unwrap(),
+            "{\n  \"returncode\": 0,\n  \"output\": \"hi\\n\"\n}"
         );
-        assert!(o.contains("<output_head>") && o.contains("<output_tail>"));
-    }
-
-    #[test]
-    fn the_shell_adapters_answers_are_parsed() {
-        assert_eq!(parse_bash("exit code: 2\nstdout:\nboom\n"), (2, "boom\n".into(), false));
-        assert_eq!(parse_bash("exit code: 0\n"), (0, String::new(), false));
-        assert!(parse_bash("[command timed out after 1 s and was interrupted]\nexit code: 124\n").2);
+        let text = Settings::read(&json!({"action_format": "markdown"})).unwrap();
+        assert!(!text.tool_mode && text.system.contains("mswea_bash_command"));
+        assert!(Settings::read(&json!({"mode": "both"})).is_err());
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! Config keys:
 //! - `preset`: `mini-swe-agent` (2.4.6: `python -m minisweagent.run.mini` from the venv
-//!   `{programs_dir}/mini-swe-agent`, or `venv`; its `config` specs as `--config`), or
+//!   `{programs_dir}/mini-swe-agent`, or `venv`; its `config` specs as `--config`, `model_class`
+//!   as `--model-class`), or
 //! - `command`: a shell script (string) or an argv (list); `{task}`, `{task_file}` and `{model}`
 //!   are filled in; the task is also in `ORCHARD_TASK` and the file `{task_file}`;
 //!   `answer_file` is read as the answer after it exits.

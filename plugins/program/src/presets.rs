@@ -71,6 +71,11 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             ]
             .map(str::to_string)
             .to_vec();
+            // Its model class (`litellm_textbased` for `mini_textbased.yaml`'s markdown actions).
+            if let Some(class) = config.get("model_class") {
+                let class = class.as_str().ok_or("model_class: not a string")?;
+                argv.extend(["--model-class".to_string(), class.to_string()]);
+            }
             // mini-swe-agent's own config specs (`mini.yaml`, `agent.step_limit=20`, a file);
             // its default (`mini.yaml`) when none are given.
             for spec in strings(config, "config")? {
