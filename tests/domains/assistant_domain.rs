@@ -253,8 +253,8 @@ const MEAN_FIX: &str = "cd /workspace && sed -i 's|    return sum(values) // len
 
 /// One model for every harness, answering by what each request looks like: the draft-replies
 /// task is solved through the mail tools, the inbox triage is not attempted, and the SWE task is
-/// fixed through whatever shell the harness has (`bash`, `Shell`, `execute_bash`, or a markdown
-/// block for mini-swe).
+/// fixed through whatever shell the harness has (`bash`, `Shell`, `execute_bash`; mini-swe then
+/// submits).
 fn reply_for_any_harness(request: &Value) -> (u16, Value) {
     let tools: Vec<String> = request["tools"]
         .as_array()
@@ -262,13 +262,13 @@ fn reply_for_any_harness(request: &Value) -> (u16, Value) {
     let messages = request["messages"].as_array().unwrap();
     let all = request["messages"].to_string();
     let acted = messages.iter().any(|m| m["role"] == "tool" || m["content"].to_string().contains("<returncode>"));
+    if request["tools"][0]["function"]["description"] == "Execute a bash command" {
+        // mini-swe (mini-swe-agent's one `bash` tool): fix, then submit.
+        return call("bash", json!({"command": if acted { "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" } else { MEAN_FIX }}));
+    }
     if tools.is_empty() {
-        // mini-swe's markdown actions (or a summary request, which none of these runs reaches).
-        return say(&if all.contains("<returncode>") {
-            "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```".to_string()
-        } else {
-            format!("THOUGHT: fix mean.\n\n```bash\n{MEAN_FIX}\n```")
-        });
+        // A summary request, which none of these runs reaches.
+        return say("Done.");
     }
     if tools.contains(&"mail_draft".to_string()) {
         if all.contains("Draft (do not send)") && !acted {

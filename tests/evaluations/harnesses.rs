@@ -63,49 +63,53 @@ fn trajectory(out: &Path) -> Value {
     serde_json::from_str(lines.lines().next().unwrap()).unwrap()
 }
 
+/// mini-swe-agent's markdown action (`mini_textbased.yaml`), with the format's errors.
+fn mswea(thought: &str, command: &str) -> String {
+    format!("THOUGHT: {thought}\n\n```mswea_bash_command\n{command}\n```")
+}
+
+/// The port's message-for-message agreement with the real program is
+/// `mini_swe_faithful.rs`; this is the port through retries and its bookkeeping.
 #[tokio::test(flavor = "multi_thread")]
-async fn mini_swe_feeds_malformed_actions_back_and_submits_with_its_sentinel() {
+async fn mini_swe_drops_malformed_replies_and_submits_with_its_sentinel() {
     let (url, seen) = mock_model(vec![
         (429, json!({"error": "slow down"})),
         completion(assistant("THOUGHT: I will just think about it."), "stop", (300, 10)),
-        completion(
-            assistant("THOUGHT: two at once.\n\n```bash\nls\n```\n\n```bash\npwd\n```"),
-            "stop",
-            (320, 20),
-        ),
+        completion(assistant(&format!("{}\n\n{}", mswea("two", "ls"), mswea("at once", "pwd"))), "stop", (320, 20)),
         (500, json!({"error": "oops"})),
         completion(
-            assistant(
-                "THOUGHT: write the file and show it.\n\n```bash\necho 'Hello, Orchard!' > /workspace/hello.txt && cat /workspace/hello.txt && ls /nonexistent\n```",
-            ),
+            assistant(&mswea(
+                "write the file and show it.",
+                "echo 'Hello, Orchard!' > /workspace/hello.txt && cat /workspace/hello.txt && ls /nonexistent",
+            )),
             "stop",
             (350, 30),
         ),
         completion(
-            assistant("THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo 'the file is written'\n```"),
+            assistant(&mswea("done.", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo 'the file is written'")),
             "stop",
             (400, 15),
         ),
     ])
     .await;
-    let (summary, out, _) = eval_with_model("hello-file", "mini-swe", &["shell"], &url, None).await;
+    let (summary, out, _) =
+        eval_with_model("hello-file", "mini-swe", &["shell"], &url, Some(r#"{"action_format": "text"}"#)).await;
     assert_eq!(summary["passed"], 1, "{summary:#}");
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 6, "a 429 and a 500 retried, then four turns");
     // The markdown format offers no function tools.
     assert!(requests[1].get("tools").is_none_or(|t| t.as_array().is_none_or(Vec::is_empty)), "{:#}", requests[1]);
     let system = requests[1]["messages"][0]["content"].as_str().unwrap().to_string();
-    assert!(system.contains("exactly ONE bash code block"), "{system}");
+    assert!(system.contains("```mswea_bash_command"), "{system}");
     assert!(requests[1]["messages"][1]["content"].as_str().unwrap().contains("/workspace/hello.txt"));
-    // Malformed replies come back as format errors naming what was found.
+    // A malformed reply is dropped: only the format error naming what was found follows.
+    let messages = requests[2]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3, "system, task, format error: {messages:#?}");
     let error = last_message(&requests[2]);
     assert_eq!(error["role"], "user");
-    assert!(
-        error["content"].as_str().unwrap().contains("EXACTLY ONE bash code block")
-            && error["content"].as_str().unwrap().contains("found 0"),
-        "{error:#}"
-    );
-    assert!(last_message(&requests[3])["content"].as_str().unwrap().contains("found 2"));
+    let text = error["content"].as_str().unwrap();
+    assert!(text.contains("<error>\nExpected exactly 1 action, found 0.\n</error>"), "{text}");
+    assert!(last_message(&requests[3])["content"].as_str().unwrap().contains("found 2 actions."));
     // The observation takes mini-swe-agent's shape, stderr merged into the output.
     let observation = last_message(&requests[5]);
     let text = observation["content"].as_str().unwrap();
@@ -121,12 +125,12 @@ async fn mini_swe_feeds_malformed_actions_back_and_submits_with_its_sentinel() {
     let events: Vec<&Value> =
         t["steps"].as_array().unwrap().iter().filter(|s| s["type"] == "event" && s["name"] == "format-error").collect();
     assert_eq!(events.len(), 2);
-    assert_eq!(events[1]["data"]["actions"], 2);
+    assert_eq!(events[1]["data"]["error"], "Expected exactly 1 action, found 2.");
     let commands: Vec<String> = t["steps"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["type"] == "tool_call")
+        .filter(|s| s["type"] == "tool_call" && s["call"]["id"] != "mini-swe-uname")
         .map(|s| {
             serde_json::from_str::<Value>(s["call"]["arguments"].as_str().unwrap()).unwrap()["command"].to_string()
         })
@@ -135,7 +139,7 @@ async fn mini_swe_feeds_malformed_actions_back_and_submits_with_its_sentinel() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn mini_swe_ends_on_three_malformed_replies_and_at_its_step_limit() {
+async fn mini_swe_ends_on_three_malformed_replies_and_at_its_limits() {
     let malformed = || completion(assistant("I am not sure what to do."), "stop", (100, 5));
     let (url, seen) = mock_model(vec![malformed(), malformed(), malformed(), malformed()]).await;
     let (summary, out, _) = eval_with_model("hello-file", "mini-swe", &["shell"], &url, None).await;
@@ -146,24 +150,18 @@ async fn mini_swe_ends_on_three_malformed_replies_and_at_its_step_limit() {
     // The sandbox is still graded: the task was not done.
     assert_eq!((summary["graded"].as_u64(), summary["passed"].as_u64()), (Some(1), Some(0)), "{summary:#}");
 
-    // The function-tool format: one `bash` call per turn; two calls are a format error answered
-    // call by call; the step limit ends the run.
+    // Tool calls (the default): every `bash` call of a reply runs, each answered in turn; the
+    // step limit ends the run.
     let bash = |id: &str, cmd: &str| call(id, "bash", json!({"command": cmd}));
     let (url, seen) = mock_model(vec![
         completion(calls("Look first.", vec![bash("a1", "ls /workspace")]), "tool_calls", (100, 5)),
-        completion(calls("Both.", vec![bash("b1", "true"), bash("b2", "true")]), "tool_calls", (120, 5)),
+        completion(calls("Both.", vec![bash("b1", "echo b1"), bash("b2", "echo b2")]), "tool_calls", (120, 5)),
         completion(calls("Again.", vec![bash("c1", "echo again")]), "tool_calls", (140, 5)),
         completion(calls("More.", vec![bash("d1", "echo more")]), "tool_calls", (160, 5)),
     ])
     .await;
-    let (_, out, _) = eval_with_model(
-        "hello-file",
-        "mini-swe",
-        &["shell"],
-        &url,
-        Some(r#"{"action_format": "tool", "step_limit": 3}"#),
-    )
-    .await;
+    let (_, out, _) =
+        eval_with_model("hello-file", "mini-swe", &["shell"], &url, Some(r#"{"step_limit": 3}"#)).await;
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 3, "three steps, then the limit");
     let offered: Vec<&str> =
@@ -171,16 +169,17 @@ async fn mini_swe_ends_on_three_malformed_replies_and_at_its_step_limit() {
     assert_eq!(offered, ["bash"]);
     let answer = last_message(&requests[1]);
     assert_eq!((answer["role"].as_str(), answer["tool_call_id"].as_str()), (Some("tool"), Some("a1")));
-    assert!(answer["content"].as_str().unwrap().starts_with("<returncode>0</returncode>"), "{answer:#}");
+    assert!(answer["content"].as_str().unwrap().starts_with("{\n  \"returncode\": 0,"), "{answer:#}");
     let messages = requests[2]["messages"].as_array().unwrap();
-    let errors: Vec<&Value> = messages.iter().rev().take(2).collect();
-    assert!(errors.iter().all(|m| m["role"] == "tool" && m["content"].as_str().unwrap().contains("found 2")));
+    let both: Vec<&Value> = messages.iter().rev().take(2).rev().collect();
+    assert_eq!(both[0]["tool_call_id"], "b1");
+    assert!(both[1]["content"].as_str().unwrap().contains("b2\\n"), "{both:#?}");
     let rollout = only_rollout(out.path());
     assert_eq!(rollout["outcome"]["status"], "limit_reached", "{rollout:#}");
-    assert_eq!(rollout["outcome"]["message"], "step limit 3 reached");
+    assert_eq!(rollout["outcome"]["message"], "LimitsExceeded: 3 model calls, $0.0000");
 
     // The cost limit: $2 per million prompt tokens, 600 000 tokens a turn, $2 allowed.
-    let act = || completion(assistant("THOUGHT: look.\n\n```bash\nls\n```"), "stop", (600_000, 10));
+    let act = || completion(calls("Look.", vec![bash("e1", "ls")]), "tool_calls", (600_000, 10));
     let (url, seen) = mock_model(vec![act(), act(), act(), act()]).await;
     let (_, out, _) = eval_with_model(
         "hello-file",
@@ -193,7 +192,7 @@ async fn mini_swe_ends_on_three_malformed_replies_and_at_its_step_limit() {
     assert_eq!(seen.lock().unwrap().len(), 2, "$1.20 after one call, $2.40 after two");
     let rollout = only_rollout(out.path());
     assert_eq!(rollout["outcome"]["status"], "limit_reached", "{rollout:#}");
-    assert_eq!(rollout["outcome"]["message"], "cost limit $2 reached ($2.4000 spent)");
+    assert_eq!(rollout["outcome"]["message"], "LimitsExceeded: 2 model calls, $2.4000");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -520,13 +519,21 @@ fn the_shell_adapter_keeps_a_session_and_runs_background_processes() {
 /// Validates every line of a JSONL export against one of `tests/schemas/`.
 /// Replies by the request's shape, so that rollouts of several harnesses can run at once:
 /// function calling (react) writes the file with two parallel calls, with reasoning, logprobs and
-/// token ids; mini-swe's markdown acts then submits; the fixture harness just says hello.
+/// token ids; mini-swe writes with its `bash` tool then submits; the fixture harness just says hello.
 fn reply_by_format(request: &Value) -> (u16, Value) {
     let messages = request["messages"].as_array().unwrap();
     let has_tools = request["tools"].as_array().is_some_and(|t| !t.is_empty());
-    let answered = |needle: &str| messages.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains(needle)));
     if messages.len() == 1 {
         return completion(assistant("hello from the mock"), "stop", (5, 4));
+    }
+    // mini-swe (mini-swe-agent's `bash` tool): write, then submit.
+    if request["tools"][0]["function"]["description"] == "Execute a bash command" {
+        let command = if messages.iter().any(|m| m["role"] == "tool") {
+            "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+        } else {
+            "echo 'Hello, Orchard!' > /workspace/hello.txt"
+        };
+        return completion(calls("Next.", vec![call("m1", "bash", json!({"command": command}))]), "tool_calls", (350, 12));
     }
     if has_tools {
         if messages.iter().any(|m| m["role"] == "tool") {
@@ -546,18 +553,7 @@ fn reply_by_format(request: &Value) -> (u16, Value) {
         body["choices"][0]["token_ids"] = json!([101, 102, 103]);
         return (status, body);
     }
-    if answered("<returncode>") {
-        return completion(
-            assistant("THOUGHT: submit.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"),
-            "stop",
-            (500, 9),
-        );
-    }
-    completion(
-        assistant("THOUGHT: write it.\n\n```bash\necho 'Hello, Orchard!' > /workspace/hello.txt\n```"),
-        "stop",
-        (350, 12),
-    )
+    unreachable!("every harness of the matrix is answered above: {request:#}")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -612,13 +608,17 @@ async fn a_task_by_harness_matrix_exports_to_every_training_format() {
     assert_eq!(export(run, &["--format", "openai", "--min-reward", "1.5"]).len(), 0);
 
     // OpenAI round trip: a react record is the last request the endpoint saw plus its reply.
-    let react = all.iter().find(|r| r["messages"][2]["tool_calls"].is_array()).unwrap();
+    // (react is offered the shell adapter's seven tools; mini-swe its one `bash`.)
+    let react = all.iter().find(|r| r["tools"].as_array().is_some_and(|t| t.len() == 7)).unwrap();
     let messages = react["messages"].as_array().unwrap();
     let last_request = seen
         .lock()
         .unwrap()
         .iter()
-        .rfind(|r| r["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool"))
+        .rfind(|r| {
+            r["tools"].as_array().is_some_and(|t| t.len() == 7)
+                && r["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool")
+        })
         .unwrap()
         .clone();
     let sent = last_request["messages"].as_array().unwrap();
@@ -668,11 +668,14 @@ async fn a_task_by_harness_matrix_exports_to_every_training_format() {
         }
         assert_eq!(froms.len() % 2, 0, "the model has the last word: {froms:?}");
     }
-    let react = sharegpt.iter().find(|r| r["conversations"][1]["from"] == "function_call").unwrap();
+    // mini-swe's observations are mini-swe-agent's JSON (`returncode`), react's the adapter's.
+    let observed = |r: &Value| r["conversations"][2]["value"].as_str().unwrap_or_default().contains("returncode");
+    let react =
+        sharegpt.iter().find(|r| r["conversations"][1]["from"] == "function_call" && !observed(r)).unwrap();
     let results: Vec<String> = serde_json::from_str(react["conversations"][2]["value"].as_str().unwrap()).unwrap();
     assert_eq!(results.len(), 2, "parallel results, one observation");
-    let mini = sharegpt.iter().find(|r| r["conversations"][1]["from"] == "gpt").unwrap();
-    assert!(mini["conversations"][1]["value"].as_str().unwrap().contains("```bash"));
+    let mini = sharegpt.iter().find(|r| observed(r)).unwrap();
+    assert_eq!(mini["conversations"][1]["from"], "function_call", "mini-swe-agent's bash tool");
 
     let (code, _, stderr) = orchard_tests::orchard(&["export", run.to_str().unwrap(), "--format", "alpaca"]);
     assert_ne!(code, 0);

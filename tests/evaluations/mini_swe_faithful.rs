@@ -151,7 +151,7 @@ async fn the_port_sends_what_the_real_mini_swe_agent_sends_in_markdown_actions()
     check(
         text_episode,
         json!({"preset": "mini-swe-agent", "config": ["mini_textbased.yaml"], "model_class": "litellm_textbased"}),
-        json!({"mode": "text"}),
+        json!({"action_format": "text"}),
     )
     .await;
 }

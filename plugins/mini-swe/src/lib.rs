@@ -1,7 +1,7 @@
 //! The `mini-swe` harness: mini-swe-agent 2.4.6's `DefaultAgent` loop, ported rule for rule.
 //!
 //! What the real program does with its shipped `mini.yaml` (tool calls, the default) or
-//! `mini_textbased.yaml` (`mode: "text"`), this port does:
+//! `mini_textbased.yaml` (`action_format: "text"`), this port does:
 //! - The system and first user messages are the config's templates (`config/`, taken unchanged
 //!   from the release) rendered as Jinja with its variables: the task, the agent's settings, the
 //!   sandbox's `uname` (`system`, `node`, `release`, `version`, `machine`) and environment.
@@ -20,7 +20,7 @@
 //!   counted from `prices` (`{prompt, completion}` USD per million tokens) when given, else 0,
 //!   as mini-swe-agent counts a model its cost table does not know.
 //!
-//! Config keys: `mode` (`tool` | `text`; the older `action_format: "markdown"` means `text`),
+//! Config keys: `action_format` (`tool` | `text`, also called `markdown`),
 //! `system_template`, `instance_template`, `observation_template`, `format_error_template`,
 //! `action_regex`, `step_limit`, `cost_limit`, `prices`, `wall_time_limit_seconds`,
 //! `max_consecutive_format_errors`, `timeout`, `env`, `cwd`, and the sampling keys.
@@ -104,11 +104,10 @@ struct Settings {
 
 impl Settings {
     fn read(config: &Value) -> Result<Settings, String> {
-        let mode = match (config.get("mode").and_then(Value::as_str), config.get("action_format").and_then(Value::as_str)) {
-            (Some("tool"), _) | (None, None | Some("tool")) => true,
-            (Some("text"), _) | (None, Some("markdown" | "text")) => false,
-            (Some(other), _) => return Err(format!("mode {other:?}: expected \"tool\" or \"text\"")),
-            (None, Some(other)) => return Err(format!("action_format {other:?}: expected \"tool\" or \"markdown\"")),
+        let mode = match config.get("action_format").and_then(Value::as_str) {
+            None | Some("tool") => true,
+            Some("text" | "markdown") => false,
+            Some(other) => return Err(format!("action_format {other:?}: expected \"tool\" or \"text\"")),
         };
         let shipped = if mode { &MINI } else { &MINI_TEXTBASED };
         let text = |key: &str, default: &str| config.get(key).and_then(Value::as_str).unwrap_or(default).to_string();
@@ -373,6 +372,6 @@ mod tests {
         );
         let text = Settings::read(&json!({"action_format": "markdown"})).unwrap();
         assert!(!text.tool_mode && text.system.contains("mswea_bash_command"));
-        assert!(Settings::read(&json!({"mode": "both"})).is_err());
+        assert!(Settings::read(&json!({"action_format": "both"})).is_err());
     }
 }
