@@ -189,3 +189,41 @@ while True:
     assert!(error.contains("preset \"nope\" is not known (known: mini-swe-agent"), "{record:#}");
     assert_eq!(read_json(&out.path().join("summary.json"))["errors"], 1);
 }
+
+/// The kimi-cli episode: one `Shell` call, then the final message.
+fn kimi_turn(request: &Value) -> (u16, Value) {
+    let acted = request["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool");
+    let message = if acted {
+        json!({"role": "assistant", "content": "hello.txt holds the line."})
+    } else {
+        json!({"role": "assistant", "content": "", "tool_calls": [{"id": "k1", "type": "function",
+            "function": {"name": "Shell", "arguments": json!({"command": "echo 'Hello, Orchard!' > /workspace/hello.txt"}).to_string()}}]})
+    };
+    reply(request, message)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_kimi_cli_solves_a_task_streaming_its_calls_through_the_relay() {
+    let cache = orchard_tests::program_cache();
+    if let Ok(why) = std::fs::read_to_string(cache.join("kimi-cli.skipped")) {
+        panic!("the program cache has no kimi-cli: {why}");
+    }
+    let (url, seen) = mock_model_with(kimi_turn).await;
+    let (summary, out) = eval_program(&hello_task(), &url, json!({"preset": "kimi-cli"})).await;
+    let record = &rollouts(out.path())[0];
+    assert_eq!(summary["passed"], 1, "{record:#}");
+    assert_eq!(record["outcome"]["status"], "completed", "{record:#}");
+    assert_eq!(record["outcome"]["answer"].as_str().map(str::trim), Some("hello.txt holds the line."));
+    // The real program's requests: streamed (the relay answered in chunks), its own system prompt
+    // and tools, its Shell result in its own words.
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(system.starts_with("You are Kimi Code CLI"), "{system}");
+    let tools: Vec<&str> =
+        requests[0]["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(tools.starts_with(&["Agent", "AskUserQuestion", "SetTodoList", "Shell"]), "{tools:?}");
+    let result = requests[1]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(result["tool_call_id"], "k1");
+    assert!(result["content"].to_string().contains("Command executed successfully"), "{result:#}");
+}

@@ -94,8 +94,9 @@ fn free_bytes(path: &Path) -> Option<u64> {
 }
 
 /// The test program cache (`orchard eval --program-cache`): real agent programs the `program`
-/// harness runs inside sandboxes, each a venv of the system's Python, which is the one the `host`
-/// image shows a sandbox (`/usr/bin/python3`), so the venv works at any path it is bound to.
+/// harness runs inside sandboxes. mini-swe-agent is a venv of the system's Python, which is the
+/// one the `host` image shows a sandbox (`/usr/bin/python3`), so the venv works at any path it is
+/// bound to; Kimi-CLI brings its own Python (see `kimi_cli`).
 const PROGRAMS: &[(&str, &str)] = &[("mini-swe-agent", "mini-swe-agent==2.4.6")];
 
 /// The program cache's directory.
@@ -122,5 +123,40 @@ pub fn programs() -> anyhow::Result<()> {
             .env("PIP_NO_CACHE_DIR", "1"))?;
         std::fs::write(dir.join(".orchard-packages"), requirement)?;
     }
+    kimi_cli()
+}
+
+/// Kimi-CLI 1.52 needs Python 3.13, which the `host` image does not have: pyenv's 3.13 is
+/// copied into the cache (`python-3.13`, run with its `lib` on `LD_LIBRARY_PATH`: it is built
+/// shared) and the package installed beside it (`kimi-cli`, on `PYTHONPATH`).
+fn kimi_cli() -> anyhow::Result<()> {
+    const REQUIREMENT: &str = "kimi-cli==1.52.0";
+    let root = programs_dir();
+    let skipped = root.join("kimi-cli.skipped");
+    let _ = std::fs::remove_file(&skipped);
+    let target = root.join("kimi-cli");
+    if std::fs::read_to_string(target.join(".orchard-packages")).is_ok_and(|s| s == REQUIREMENT) {
+        return Ok(());
+    }
+    let prefix = Command::new("pyenv").args(["prefix", "3.13"]).output().ok().filter(|o| o.status.success());
+    let Some(prefix) = prefix.map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim().to_string())
+    else {
+        std::fs::write(&skipped, "no Python 3.13 (pyenv's)")?;
+        eprintln!("xtask: WARNING: no Python 3.13 for kimi-cli in the program cache (its tests will say so)");
+        return Ok(());
+    };
+    let python_dir = root.join("python-3.13");
+    eprintln!("xtask: making {} and {} ({REQUIREMENT})", python_dir.display(), target.display());
+    let _ = std::fs::remove_dir_all(&python_dir);
+    let _ = std::fs::remove_dir_all(&target);
+    run(Command::new("cp").arg("-a").arg(&prefix).arg(&python_dir))?;
+    // The standard library's own tests are a third of it and nothing runs them.
+    let _ = std::fs::remove_dir_all(python_dir.join("lib/python3.13/test"));
+    run(Command::new(python_dir.join("bin/python3.13"))
+        .args(["-m", "pip", "install", "--quiet", "--no-cache-dir", "--target"])
+        .arg(&target)
+        .arg(REQUIREMENT)
+        .env("LD_LIBRARY_PATH", python_dir.join("lib")))?;
+    std::fs::write(target.join(".orchard-packages"), REQUIREMENT)?;
     Ok(())
 }

@@ -31,7 +31,24 @@ pub enum ResultFrom {
 }
 
 /// The release of each preset the harness was written against and tested with.
-pub const RELEASES: [(&str, &str); 1] = [("mini-swe-agent", "2.4.6")];
+pub const RELEASES: [(&str, &str); 2] = [("mini-swe-agent", "2.4.6"), ("kimi-cli", "1.52.0")];
+
+/// Runs Kimi-CLI's command line in print mode on `ORCHARD_TASK`, its one model a provider of
+/// type `openai_legacy` at the relay; extra arguments follow (`args`).
+const KIMI_DRIVER: &str = r#"
+import json, os, sys
+from kimi_cli.cli import cli
+config = {
+    "default_model": "orchard",
+    "models": {"orchard": {"provider": "relay", "model": os.environ["ORCHARD_MODEL_NAME"],
+                           "max_context_size": int(os.environ["KIMI_CONTEXT_SIZE"])}},
+    "providers": {"relay": {"type": "openai_legacy", "base_url": os.environ["ORCHARD_MODEL_URL"],
+                            "api_key": os.environ["OPENAI_API_KEY"]}},
+}
+args = ["--print", "--yolo", "--final-message-only", "--config", json.dumps(config),
+        "--work-dir", os.getcwd(), "--prompt", os.environ["ORCHARD_TASK"]] + sys.argv[1:]
+sys.exit(cli(args=args, prog_name="kimi"))
+"#;
 
 /// Builds the launch from the config. `Err` names the key that is wrong.
 pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String> {
@@ -93,6 +110,31 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             }
             Ok(Launch { argv, env, result: ResultFrom::MiniSweTrajectory(trajectory) })
         }
+        (Some("kimi-cli"), None) => {
+            // Kimi-CLI 1.52's own command line (`--print --yolo`), reached past the deprecation
+            // notice its entry point now prints, with its model at the relay.
+            let python = format!("{programs}/python-3.13/bin/python3.13");
+            let mut driver_args = vec![KIMI_DRIVER.to_string()];
+            driver_args.extend(strings(config, "args")?);
+            let answer = format!("{WORK}/kimi-cli.answer");
+            let mut argv = vec![
+                "/bin/sh".to_string(),
+                "-c".into(),
+                format!("exec \"$0\" -c \"$@\" > {answer}"),
+                python,
+            ];
+            argv.extend(driver_args);
+            for (k, v) in [
+                ("LD_LIBRARY_PATH", format!("{programs}/python-3.13/lib")),
+                ("PYTHONPATH", format!("{programs}/kimi-cli")),
+                ("KIMI_CONTEXT_SIZE", config.get("max_context_size").and_then(Value::as_u64).unwrap_or(131_072).to_string()),
+            ] {
+                if !env.iter().any(|(key, _)| key == k) {
+                    env.push((k.into(), v));
+                }
+            }
+            Ok(Launch { argv, env, result: ResultFrom::File(Some(answer)) })
+        }
         (Some(other), None) => {
             let known: Vec<&str> = RELEASES.iter().map(|(n, _)| *n).collect();
             Err(format!("preset {other:?} is not known (known: {}; or give `command`)", known.join(", ")))
@@ -108,7 +150,7 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             result: ResultFrom::File(config.get("answer_file").and_then(Value::as_str).map(str::to_string)),
         }),
         (None, Some(_)) => Err("command: a shell script (string) or an argv (list of strings)".into()),
-        (None, None) => Err("give `preset` (mini-swe-agent) or `command` (the program to run)".into()),
+        (None, None) => Err("give `preset` (mini-swe-agent, kimi-cli) or `command` (the program to run)".into()),
     }
 }
 
