@@ -227,3 +227,36 @@ async fn the_real_kimi_cli_solves_a_task_streaming_its_calls_through_the_relay()
     assert_eq!(result["tool_call_id"], "k1");
     assert!(result["content"].to_string().contains("Command executed successfully"), "{result:#}");
 }
+
+/// The OpenHands episode: its `terminal` tool, then `finish`.
+fn openhands_turn(request: &Value) -> (u16, Value) {
+    let acted = request["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool");
+    let (name, arguments) = if acted {
+        ("finish", json!({"message": "hello.txt is written."}))
+    } else {
+        ("terminal", json!({"command": "echo 'Hello, Orchard!' > /workspace/hello.txt"}))
+    };
+    let call = json!({"id": if acted { "o2" } else { "o1" }, "type": "function",
+        "function": {"name": name, "arguments": arguments.to_string()}});
+    reply(request, json!({"role": "assistant", "content": "", "tool_calls": [call]}))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_openhands_sdk_agent_solves_a_task_and_its_finish_message_is_the_answer() {
+    let cache = orchard_tests::program_cache();
+    if let Ok(why) = std::fs::read_to_string(cache.join("openhands.skipped")) {
+        panic!("the program cache has no OpenHands: {why}");
+    }
+    let (url, seen) = mock_model_with(openhands_turn).await;
+    let (summary, out) = eval_program(&hello_task(), &url, json!({"preset": "openhands"})).await;
+    let record = &rollouts(out.path())[0];
+    assert_eq!(summary["passed"], 1, "{record:#}");
+    assert_eq!(record["outcome"]["answer"], "hello.txt is written.", "{record:#}");
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let tools: Vec<&str> =
+        requests[0]["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(tools.contains(&"terminal") && tools.contains(&"file_editor") && tools.contains(&"finish"), "{tools:?}");
+    let system = requests[0]["messages"][0]["content"].to_string();
+    assert!(system.contains("You are OpenHands agent"), "{system}");
+}

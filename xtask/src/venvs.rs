@@ -123,7 +123,8 @@ pub fn programs() -> anyhow::Result<()> {
             .env("PIP_NO_CACHE_DIR", "1"))?;
         std::fs::write(dir.join(".orchard-packages"), requirement)?;
     }
-    kimi_cli()
+    kimi_cli()?;
+    openhands()
 }
 
 /// Kimi-CLI 1.52 needs Python 3.13, which the `host` image does not have: pyenv's 3.13 is
@@ -158,5 +159,41 @@ fn kimi_cli() -> anyhow::Result<()> {
         .arg(REQUIREMENT)
         .env("LD_LIBRARY_PATH", python_dir.join("lib")))?;
     std::fs::write(target.join(".orchard-packages"), REQUIREMENT)?;
+    Ok(())
+}
+
+/// OpenHands' SDK and tools (Python ≥ 3.12: the cache's 3.13, see `kimi_cli`), beside it in
+/// `openhands`. It is the largest (~650 MB, a browser stack among its dependencies): skipped,
+/// with the reason in `openhands.skipped`, when the disk has too little room.
+fn openhands() -> anyhow::Result<()> {
+    const REQUIREMENTS: [&str; 2] = ["openhands-sdk==1.58.2", "openhands-tools==1.58.2"];
+    let root = programs_dir();
+    let skipped = root.join("openhands.skipped");
+    let _ = std::fs::remove_file(&skipped);
+    let target = root.join("openhands");
+    let wanted = REQUIREMENTS.join("\n");
+    if std::fs::read_to_string(target.join(".orchard-packages")).is_ok_and(|s| s == wanted) {
+        return Ok(());
+    }
+    let python_dir = root.join("python-3.13");
+    if !python_dir.join("bin/python3.13").exists() {
+        std::fs::write(&skipped, "no Python 3.13 in the program cache")?;
+        return Ok(());
+    }
+    let free = free_bytes(&root);
+    if free.is_some_and(|f| f < PY312_MIN_FREE) {
+        let gib = free.unwrap_or(0) as f64 / (1u64 << 30) as f64;
+        std::fs::write(&skipped, format!("{gib:.1} GiB free, {} GiB wanted", PY312_MIN_FREE >> 30))?;
+        eprintln!("xtask: WARNING: not installing OpenHands in the program cache: {gib:.1} GiB free");
+        return Ok(());
+    }
+    eprintln!("xtask: making {} ({})", target.display(), REQUIREMENTS.join(", "));
+    let _ = std::fs::remove_dir_all(&target);
+    run(Command::new(python_dir.join("bin/python3.13"))
+        .args(["-m", "pip", "install", "--quiet", "--no-cache-dir", "--target"])
+        .arg(&target)
+        .args(REQUIREMENTS)
+        .env("LD_LIBRARY_PATH", python_dir.join("lib")))?;
+    std::fs::write(target.join(".orchard-packages"), wanted)?;
     Ok(())
 }

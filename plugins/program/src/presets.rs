@@ -31,7 +31,25 @@ pub enum ResultFrom {
 }
 
 /// The release of each preset the harness was written against and tested with.
-pub const RELEASES: [(&str, &str); 2] = [("mini-swe-agent", "2.4.6"), ("kimi-cli", "1.52.0")];
+pub const RELEASES: [(&str, &str); 3] =
+    [("mini-swe-agent", "2.4.6"), ("kimi-cli", "1.52.0"), ("openhands", "openhands-sdk 1.58.2")];
+
+/// Runs OpenHands' SDK default agent on `ORCHARD_TASK` in the working directory, its LLM at the
+/// relay; the message of its `finish` call is written to the file named by the first argument.
+const OPENHANDS_DRIVER: &str = r#"
+import os, sys
+from openhands.sdk import LLM, Conversation
+from openhands.tools.preset.default import get_default_agent
+llm = LLM(model="openai/" + os.environ["ORCHARD_MODEL_NAME"], base_url=os.environ["ORCHARD_MODEL_URL"],
+          api_key=os.environ["OPENAI_API_KEY"], usage_id="agent")
+conversation = Conversation(agent=get_default_agent(llm=llm, cli_mode=True), workspace=os.getcwd())
+conversation.send_message(os.environ["ORCHARD_TASK"])
+conversation.run()
+for event in conversation.state.events:
+    action = getattr(event, "action", None)
+    if type(action).__name__ == "FinishAction":
+        open(sys.argv[1], "w").write(action.message)
+"#;
 
 /// Runs Kimi-CLI's command line in print mode on `ORCHARD_TASK`, its one model a provider of
 /// type `openai_legacy` at the relay; extra arguments follow (`args`).
@@ -135,6 +153,24 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             }
             Ok(Launch { argv, env, result: ResultFrom::File(Some(answer)) })
         }
+        (Some("openhands"), None) => {
+            // OpenHands' SDK default agent (`get_default_agent(llm, cli_mode=True)`: terminal,
+            // file editor, task tracker; its condenser) in a local conversation on the task.
+            let python = format!("{programs}/python-3.13/bin/python3.13");
+            let answer = format!("{WORK}/openhands.answer");
+            let argv = vec![python, "-c".into(), OPENHANDS_DRIVER.into(), answer.clone()];
+            for (k, v) in [
+                ("LD_LIBRARY_PATH", format!("{programs}/python-3.13/lib")),
+                ("PYTHONPATH", format!("{programs}/openhands")),
+                ("LITELLM_LOCAL_MODEL_COST_MAP", "True".into()),
+                ("OPENHANDS_SUPPRESS_BANNER", "1".into()),
+            ] {
+                if !env.iter().any(|(key, _)| key == k) {
+                    env.push((k.into(), v));
+                }
+            }
+            Ok(Launch { argv, env, result: ResultFrom::File(Some(answer)) })
+        }
         (Some(other), None) => {
             let known: Vec<&str> = RELEASES.iter().map(|(n, _)| *n).collect();
             Err(format!("preset {other:?} is not known (known: {}; or give `command`)", known.join(", ")))
@@ -150,7 +186,7 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             result: ResultFrom::File(config.get("answer_file").and_then(Value::as_str).map(str::to_string)),
         }),
         (None, Some(_)) => Err("command: a shell script (string) or an argv (list of strings)".into()),
-        (None, None) => Err("give `preset` (mini-swe-agent, kimi-cli) or `command` (the program to run)".into()),
+        (None, None) => Err("give `preset` (mini-swe-agent, kimi-cli, openhands) or `command` (the program to run)".into()),
     }
 }
 
