@@ -9,13 +9,14 @@ use orchard_tests::{Server, ServerOptions};
 use serde_json::Value;
 
 const KEY: &str = "openenv-key-1234";
+const OTHER_KEY: &str = "other-tenant-key-5678";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn openenvs_clients_run_episodes_of_orchard_tasks() {
     let Some(python) = orchard_tests::py312_tool("python") else { return };
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/tasks");
     let server = Server::start_with(ServerOptions {
-        api_keys: Some(format!("trainer:{KEY}")),
+        api_keys: Some(format!("trainer:{KEY},other:{OTHER_KEY}")),
         extra_args: vec![
             "--dataset".into(),
             format!("examples={}", examples.display()),
@@ -46,6 +47,52 @@ async fn openenvs_clients_run_episodes_of_orchard_tasks() {
     let refused = got["second_at_once"].as_str().unwrap();
     assert!(refused.contains("CAPACITY_REACHED") && refused.contains("quota"), "{refused}");
     assert_eq!(got["after_submit"], "hello-file", "a finished episode gives its quota back");
+    // The first session's three episodes are the rollouts of its job, with their rewards and
+    // trajectories, as any evaluation's: its page and export show them.
+    let eval_id = got["eval_ids"][0].as_str().unwrap();
+    let job: Value =
+        server.request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}")).send().await.unwrap().json().await.unwrap();
+    let counts = &job["counts"];
+    assert_eq!((counts["done"].as_u64(), counts["passed"].as_u64()), (Some(3), Some(1)), "{job:#}");
+    assert_eq!(job["status"], "done", "{job:#}");
+    let rollouts: Value = server
+        .request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/rollouts"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let list = rollouts["rollouts"].as_array().unwrap_or_else(|| panic!("{rollouts:#}"));
+    let rewards: Vec<Option<f64>> = list.iter().map(|r| r["reward"].as_f64()).collect();
+    assert_eq!(rewards, [Some(1.0), Some(0.0), Some(0.0)], "{rollouts:#}");
+    assert!(list.iter().all(|r| r["harness"] == "openenv"), "{rollouts:#}");
+    let first = list[0]["rollout_id"].as_str().unwrap();
+    let one: Value = server
+        .request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/rollouts/{first}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(one.to_string().contains("echo 'Hello, Orchard!' > /workspace/hello.txt"), "the client's call: {one:#}");
+    let export = server
+        .request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/export?format=atif"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(export.status(), 200);
+    assert_eq!(export.text().await.unwrap().lines().count(), 3, "one ATIF record per episode");
+    // Another tenant's key learns nothing of it.
+    let other = server
+        .http
+        .get(format!("{}/v1/evals/{eval_id}", server.url))
+        .header("X-API-Key", OTHER_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
     // What a tenant sends is bounded and checked, and a refusal names the field, never a path of
     // the server's (the registered dataset's folder, here).
     let examples_dir = examples.display().to_string();

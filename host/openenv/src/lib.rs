@@ -12,6 +12,9 @@
 //! - `state` answers the episode's id, step count and task; `mcp` messages answer MCP's
 //!   `tools/list` and `tools/call`.
 //!
+//! Every finished episode is a rollout of the session's job (`eval_id`, harness `openenv`), with
+//! its result and trajectory: the web UI, `/v1/evals/{id}` and its export show them.
+//!
 //! Invariants: the base URL's token is the session's only credential (OpenEnv's client sends no
 //! headers): 128 random bits, compared in constant time, never logged; a session belongs to the
 //! tenant that opened it and its sandboxes are that tenant's, under its quotas; at most
@@ -167,7 +170,7 @@ pub fn is_token_path(path: &str) -> bool {
 #[utoipa::path(post, path = "/v1/openenv/sessions", tag = "training",
     summary = "Open an OpenEnv session over a task source; OpenEnv's clients take its base_url",
     request_body = OpenBody,
-    responses((status = 201, description = "Opened: {base_url, task_ids, max_steps}", body = serde_json::Value),
+    responses((status = 201, description = "Opened: {base_url, eval_id (the job its episodes are recorded in), task_ids, max_steps}", body = serde_json::Value),
         (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem)))]
 async fn open(
     State(service): State<Arc<OpenEnvService>>,
@@ -195,6 +198,18 @@ async fn open(
     let id = format!("oe-{}", uuid::Uuid::new_v4().simple());
     let prepared = Prepared::new(env, &id, &tenant.0, spec).await.map_err(|e| ApiError::invalid(e.0))?;
     let job = Arc::new(prepared.job().map_err(|e| ApiError::invalid(e.0))?);
+    // The session is a job of the tenant's: its episodes are recorded as its rollouts as they
+    // finish, so they show in the web UI and the job's export like any evaluation's.
+    let record = orchard_store::NewEval {
+        id: id.clone(),
+        tenant: tenant.0.clone(),
+        spec: serde_json::to_string(&prepared.spec).map_err(|e| ApiError::invalid(e.to_string()))?,
+        fingerprint: id.clone(),
+        k: 1,
+        rollouts: vec![],
+        group: false,
+    };
+    self_env(&service).store.create_open_eval(&record).await.map_err(|e| ApiError::unavailable(format!("recording the session: {e}")))?;
     let task_ids = match body.task_ids {
         Some(ids) if ids.is_empty() => return Err(ApiError::invalid("task_ids: give at least one, or none for all")),
         Some(ids) => {
@@ -222,7 +237,8 @@ async fn open(
     service.sessions().insert(token.clone(), Arc::new(session));
     Ok((
         StatusCode::CREATED,
-        Json(json!({"base_url": format!("/v1/openenv/s/{token}"), "task_ids": task_ids, "max_steps": body.max_steps})),
+        Json(json!({"base_url": format!("/v1/openenv/s/{token}"), "eval_id": id, "task_ids": task_ids,
+            "max_steps": body.max_steps})),
     ))
 }
 
@@ -279,6 +295,7 @@ async fn websocket(
         backend: runner.backend().clone(),
         runtime: runner.runtime().clone(),
         admission: runner.env().admission.clone(),
+        store: runner.env().store.clone(),
     };
     ws.max_message_size(16 << 20).on_upgrade(move |socket| protocol::serve(socket, session, engine))
 }

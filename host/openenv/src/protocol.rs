@@ -44,6 +44,8 @@ pub(crate) struct Engine {
     pub runtime: Arc<Runtime>,
     /// The server's rules: an episode's sandbox holds its tenant's quota like any other.
     pub admission: Option<Arc<orchard_admission::Admission>>,
+    /// Where finished episodes are recorded, as rollouts of the session's job.
+    pub store: orchard_store::Store,
 }
 
 impl Engine {
@@ -141,9 +143,25 @@ async fn finish(
         return error("no episode is running: reset first", "EXECUTION_ERROR");
     };
     let sandbox = episode.sandbox_id().to_string();
-    let result = episode.finish(status, answer).await;
+    let mut result = episode.finish(status, answer).await;
     engine.release(&sandbox);
-    session.rewards.lock().unwrap_or_else(|p| p.into_inner()).push(result.reward);
+    let number = {
+        let mut rewards = session.rewards.lock().unwrap_or_else(|p| p.into_inner());
+        rewards.push(result.reward);
+        rewards.len() as u32
+    };
+    result.harness = "openenv".into();
+    result.rollout_id = RolloutResult::id_for(&result.task_id, "openenv", number);
+    let rollout = orchard_store::NewRollout {
+        rollout_id: result.rollout_id.clone(),
+        task_id: result.task_id.clone(),
+        harness: "openenv".into(),
+        attempt: number,
+    };
+    let record = orchard_scheduler::finished_record(&result);
+    if let Err(e) = engine.store.record_finished(&session.prepared.eval_id, &rollout, &record).await {
+        tracing::error!(rollout = %result.rollout_id, "recording an OpenEnv episode: {e}");
+    }
     let explanation = match &result.verdict {
         Some(orchard_runtime::Verdict::Graded { explanation, .. }) => explanation.clone(),
         Some(orchard_runtime::Verdict::Unknown { reason }) => format!("no grade: {reason}"),

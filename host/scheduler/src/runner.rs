@@ -433,19 +433,7 @@ impl Runner {
     }
 
     async fn record(&self, claim: &Claim, result: RolloutResult) {
-        let status = match result.status {
-            RolloutStatus::Graded => "graded",
-            RolloutStatus::Unknown => "unknown",
-            RolloutStatus::Error => "error",
-        };
-        let finished = Finished {
-            status: status.into(),
-            reward: result.reward,
-            passed: result.passed,
-            error: result.error.clone(),
-            result: serde_json::to_string(&result).unwrap_or_default(),
-            trajectory: serde_json::to_string(&crate::trajectory_document(&result)).unwrap_or_default(),
-        };
+        let finished = finished_record(&result);
         match self.env.store.finish(&self.config.owner, &claim.eval_id, &claim.rollout_id, &finished).await {
             Ok(true) => {
                 let _ = self.events.send(FinishedEvent { eval_id: claim.eval_id.clone(), result: Arc::new(result) });
@@ -461,4 +449,21 @@ fn sandbox_id(claim: &Claim) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(format!("{}/{}", claim.eval_id, claim.rollout_id).as_bytes());
     format!("ro-{}-{}", &hex::encode(digest)[..20], claim.tries)
+}
+
+/// What the store keeps of a finished rollout: its status, reward, result and trajectory.
+pub fn finished_record(result: &RolloutResult) -> Finished {
+    let status = match result.status {
+        RolloutStatus::Graded => "graded",
+        RolloutStatus::Unknown => "unknown",
+        RolloutStatus::Error => "error",
+    };
+    Finished {
+        status: status.into(),
+        reward: result.reward,
+        passed: result.passed,
+        error: result.error.clone(),
+        result: serde_json::to_string(result).unwrap_or_default(),
+        trajectory: serde_json::to_string(&crate::trajectory_document(result)).unwrap_or_default(),
+    }
 }

@@ -302,6 +302,24 @@ impl Store {
         if eval.rollouts.is_empty() {
             return Err(StoreError::Invalid("an evaluation needs at least one rollout".into()));
         }
+        self.insert_eval(eval).await
+    }
+
+    /// Creates a job whose rollouts run outside the queue and arrive finished
+    /// ([`Store::record_finished`]): an OpenEnv session's episodes. It starts empty and done.
+    pub async fn create_open_eval(&self, eval: &NewEval) -> Result<EvalRow> {
+        if !eval.rollouts.is_empty() {
+            return Err(StoreError::Invalid("an open job's rollouts are recorded as they finish".into()));
+        }
+        self.insert_eval(eval).await?;
+        sqlx::query("UPDATE evals SET status = 'done', finished_at = created_at WHERE id = $1")
+            .bind(&eval.id)
+            .execute(&self.write)
+            .await?;
+        self.eval(&eval.id).await?.ok_or_else(|| StoreError::Corrupt("the evaluation just created is gone".into()))
+    }
+
+    async fn insert_eval(&self, eval: &NewEval) -> Result<EvalRow> {
         let now = now();
         let mut tx = self.write.begin().await?;
         let total = eval.rollouts.len() as i64;

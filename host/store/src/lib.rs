@@ -6,7 +6,9 @@
 //! PostgreSQL for several replicas sharing one database, where rollouts are claimed with
 //! `FOR UPDATE SKIP LOCKED` under leases. Every state change of a rollout and the job's counters
 //! move in one transaction, so a job's page reads its counts from one row however large the job,
-//! and a result is durable the moment `finish` returns.
+//! and a result is durable the moment `finish` returns. A rollout that ran outside the queue
+//! (an OpenEnv episode) enters finished, in one transaction (`record_finished`): no runner ever
+//! sees it queued.
 
 #![warn(missing_docs)]
 

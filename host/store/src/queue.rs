@@ -141,17 +141,83 @@ impl Store {
     /// Records a finished rollout, if `owner` still holds it: the result, the trajectory and the
     /// job's counters together. `false` when the lease was lost (someone else runs it now).
     pub async fn finish(&self, owner: &str, eval_id: &str, rollout_id: &str, f: &Finished) -> Result<bool> {
+        let mut tx = self.write.begin().await?;
+        if !self.finish_in(&mut tx, owner, eval_id, rollout_id, f).await? {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Records a rollout that ran outside the queue (an OpenEnv episode, driven by its client)
+    /// as finished in its job: added and finished in one transaction, so no runner ever sees it
+    /// queued. A finished job runs again meanwhile, as `add_rollouts` makes it.
+    pub async fn record_finished(&self, eval_id: &str, rollout: &crate::NewRollout, f: &Finished) -> Result<()> {
+        const OWNER: &str = "outside-the-queue";
+        let mut tx = self.write.begin().await?;
+        if self.dialect == Dialect::Postgres {
+            // The finish lock first, as `finish` takes it: one order of locks for both.
+            sqlx::query("SELECT pg_advisory_xact_lock(7246353)").execute(&mut *tx).await?;
+        }
+        let row = sqlx::query(
+            "SELECT tenant, status, (SELECT COALESCE(MAX(seq), -1) FROM rollouts WHERE eval_id = $1) AS last \
+             FROM evals WHERE id = $1",
+        )
+        .bind(eval_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| crate::StoreError::Invalid(format!("no evaluation {eval_id}")))?;
+        let (tenant, last) = (get_str(&row, "tenant")?, get_i64(&row, "last")?);
+        sqlx::query(
+            "INSERT INTO rollouts (eval_id, rollout_id, seq, tenant, task_id, harness, attempt, state, queued_at, owner, tries) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, 1)",
+        )
+        .bind(eval_id)
+        .bind(&rollout.rollout_id)
+        .bind(last + 1)
+        .bind(&tenant)
+        .bind(&rollout.task_id)
+        .bind(&rollout.harness)
+        .bind(i64::from(rollout.attempt))
+        .bind(now())
+        .bind(OWNER)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE evals SET total = total + 1, running = running + 1, \
+             status = CASE WHEN status IN ('done', 'queued') THEN 'running' ELSE status END, finished_at = NULL \
+             WHERE id = $1",
+        )
+        .bind(eval_id)
+        .execute(&mut *tx)
+        .await?;
+        if !self.finish_in(&mut tx, OWNER, eval_id, &rollout.rollout_id, f).await? {
+            return Err(crate::StoreError::Corrupt(format!("rollout {} vanished while recorded", rollout.rollout_id)));
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// `finish`'s writes, in the caller's transaction; `false` when `owner` does not hold it.
+    async fn finish_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        owner: &str,
+        eval_id: &str,
+        rollout_id: &str,
+        f: &Finished,
+    ) -> Result<bool> {
         let next_seq = match self.dialect {
             Dialect::Postgres => "nextval('rollout_finish_seq')",
             Dialect::Sqlite => "(SELECT COALESCE(MAX(finish_seq), 0) + 1 FROM rollouts)",
         };
         let now = now();
-        let mut tx = self.write.begin().await?;
         if self.dialect == Dialect::Postgres {
             // Finish numbers must become visible in their order: a follower reading "after N"
             // would pass over a lower number committed late. Finishes take the number and
             // commit one at a time (SQLite's writes already are); they are short.
-            sqlx::query("SELECT pg_advisory_xact_lock(7246353)").execute(&mut *tx).await?;
+            sqlx::query("SELECT pg_advisory_xact_lock(7246353)").execute(&mut **tx).await?;
         }
         let updated = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE rollouts SET state = 'done', status = $4, reward = $5, passed = $6, error = $7, result = $8, \
@@ -167,11 +233,10 @@ impl Store {
         .bind(f.error.as_deref())
         .bind(&f.result)
         .bind(now)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?
         .rows_affected();
         if updated == 0 {
-            tx.rollback().await?;
             return Ok(false);
         }
         sqlx::query(
@@ -181,7 +246,7 @@ impl Store {
         .bind(eval_id)
         .bind(rollout_id)
         .bind(pack(&f.trajectory))
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
         let is = |s: &str| i64::from(f.status == s);
         sqlx::query(
@@ -199,7 +264,7 @@ impl Store {
         .bind(is("error"))
         .bind(is("unknown"))
         .bind(f.reward.unwrap_or(0.0))
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
         sqlx::query(
             "UPDATE evals SET running = running - 1, done = done + 1, graded = graded + $2, passed = passed + $3, \
@@ -216,9 +281,8 @@ impl Store {
         .bind(is("error"))
         .bind(is("unknown"))
         .bind(now)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
-        tx.commit().await?;
         Ok(true)
     }
 

@@ -155,3 +155,33 @@ async fn pages_cells_secrets_and_blobs() {
         assert_eq!(store.blob(&blob).await.unwrap(), Some(("bob".into(), b"\x1f\x8b archive".to_vec())));
     }
 }
+
+#[tokio::test]
+async fn rollouts_recorded_from_outside_the_queue_arrive_finished_and_are_never_claimed() {
+    for (store, _tmp) in stores().await {
+        let id = format!("oe-{}", std::process::id());
+        assert!(store.create_open_eval(&eval(&id, "alice", 1)).await.is_err(), "an open job starts empty");
+        let row = store.create_open_eval(&eval(&id, "alice", 0)).await.unwrap();
+        assert_eq!((row.total, row.status.as_str()), (0, "done"));
+        for (i, passed) in [true, false].into_iter().enumerate() {
+            let rollout = NewRollout {
+                rollout_id: format!("t__openenv__{}", i + 1),
+                task_id: "t".into(),
+                harness: "openenv".into(),
+                attempt: i as u32 + 1,
+            };
+            store.record_finished(&id, &rollout, &finished("graded", passed)).await.unwrap();
+            assert!(store.claim("runner", &id, 1e12, 10).await.unwrap().is_empty(), "nothing to claim");
+        }
+        let e = store.eval(&id).await.unwrap().unwrap();
+        assert_eq!((e.total, e.done, e.passed, e.queued, e.running, e.status.as_str()), (2, 2, 1, 0, 0, "done"));
+        let rows = store.rollouts(&id, &RolloutFilter { limit: 10, ..Default::default() }).await.unwrap();
+        assert_eq!(rows.iter().map(|r| r.reward).collect::<Vec<_>>(), [Some(1.0), Some(0.0)]);
+        assert!(store.record_finished("no-such-job", &rows_rollout(), &finished("graded", true)).await.is_err());
+        store.delete_eval(&id).await.unwrap();
+    }
+}
+
+fn rows_rollout() -> NewRollout {
+    NewRollout { rollout_id: "x__openenv__1".into(), task_id: "x".into(), harness: "openenv".into(), attempt: 1 }
+}
