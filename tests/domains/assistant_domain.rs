@@ -264,7 +264,10 @@ fn reply_for_any_harness(request: &Value) -> (u16, Value) {
     let acted = messages.iter().any(|m| m["role"] == "tool" || m["content"].to_string().contains("<returncode>"));
     if request["tools"][0]["function"]["description"] == "Execute a bash command" {
         // mini-swe (mini-swe-agent's one `bash` tool): fix, then submit.
-        return call("bash", json!({"command": if acted { "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" } else { MEAN_FIX }}));
+        return call(
+            "bash",
+            json!({"command": if acted { "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" } else { MEAN_FIX }}),
+        );
     }
     if tools.is_empty() {
         // A summary request, which none of these runs reaches.

@@ -160,8 +160,7 @@ async fn mini_swe_ends_on_three_malformed_replies_and_at_its_limits() {
         completion(calls("More.", vec![bash("d1", "echo more")]), "tool_calls", (160, 5)),
     ])
     .await;
-    let (_, out, _) =
-        eval_with_model("hello-file", "mini-swe", &["shell"], &url, Some(r#"{"step_limit": 3}"#)).await;
+    let (_, out, _) = eval_with_model("hello-file", "mini-swe", &["shell"], &url, Some(r#"{"step_limit": 3}"#)).await;
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 3, "three steps, then the limit");
     let offered: Vec<&str> =
@@ -533,7 +532,11 @@ fn reply_by_format(request: &Value) -> (u16, Value) {
         } else {
             "echo 'Hello, Orchard!' > /workspace/hello.txt"
         };
-        return completion(calls("Next.", vec![call("m1", "bash", json!({"command": command}))]), "tool_calls", (350, 12));
+        return completion(
+            calls("Next.", vec![call("m1", "bash", json!({"command": command}))]),
+            "tool_calls",
+            (350, 12),
+        );
     }
     if has_tools {
         if messages.iter().any(|m| m["role"] == "tool") {
@@ -670,8 +673,7 @@ async fn a_task_by_harness_matrix_exports_to_every_training_format() {
     }
     // mini-swe's observations are mini-swe-agent's JSON (`returncode`), react's the adapter's.
     let observed = |r: &Value| r["conversations"][2]["value"].as_str().unwrap_or_default().contains("returncode");
-    let react =
-        sharegpt.iter().find(|r| r["conversations"][1]["from"] == "function_call" && !observed(r)).unwrap();
+    let react = sharegpt.iter().find(|r| r["conversations"][1]["from"] == "function_call" && !observed(r)).unwrap();
     let results: Vec<String> = serde_json::from_str(react["conversations"][2]["value"].as_str().unwrap()).unwrap();
     assert_eq!(results.len(), 2, "parallel results, one observation");
     let mini = sharegpt.iter().find(|r| observed(r)).unwrap();

@@ -8,14 +8,9 @@
 //! tool-call mode (`mini.yaml`) and the markdown mode (`mini_textbased.yaml`). Every request
 //! each one sent must be the same: roles, texts, tool calls and tools.
 
-use std::path::Path;
-
-use orchard_tests::evals::{args, completion, eval_async, examples, mock_model, rollouts};
+use orchard_tests::evals::completion;
+use orchard_tests::faithful::{differences, play};
 use serde_json::{Value, json};
-
-fn hello_task() -> String {
-    Path::new(&examples()).join("hello-file").display().to_string()
-}
 
 fn call(id: &str, name: &str, command: &str) -> Value {
     json!({"id": id, "type": "function", "function": {"name": name, "arguments": json!({"command": command}).to_string()}})
@@ -65,72 +60,9 @@ fn text_episode() -> Vec<(u16, Value)> {
     ]
 }
 
-/// What a request says, with what only one side's client adds left out.
-fn normalized(request: &Value) -> Value {
-    let messages: Vec<Value> = request["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            let text = match &m["content"] {
-                Value::String(s) => s.clone(),
-                Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
-                _ => String::new(),
-            };
-            let calls: Vec<Value> = m["tool_calls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| json!([c["id"], c["function"]["name"], c["function"]["arguments"]]))
-                .collect();
-            json!({"role": m["role"], "content": text, "tool_calls": calls, "tool_call_id": m["tool_call_id"]})
-        })
-        .collect();
-    json!({"messages": messages, "tools": request.get("tools").cloned().unwrap_or(json!([]))})
-}
-
-/// Runs the episode under `harness` with `config`; the rollout and every request the model saw.
-async fn play(episode: Vec<(u16, Value)>, harness: &str, config: Value) -> (Value, Vec<Value>) {
-    let (url, seen) = mock_model(episode).await;
-    let cache = orchard_tests::program_cache().display().to_string();
-    let config = config.to_string();
-    let mut list = vec![hello_task(), "--harness".into(), harness.into(), "--grader".into(), "script".into()];
-    if harness == "mini-swe" {
-        list.extend(["--tools".into(), "shell".into()]);
-    }
-    list.extend(args(&["--model", &url, "--model-name", "mock-1", "--program-cache", &cache, "--config", &config]));
-    let (_, out, _) = eval_async(list).await;
-    let rollout = rollouts(out.path()).remove(0);
-    let requests = seen.lock().unwrap().iter().map(normalized).collect();
-    (rollout, requests)
-}
-
-/// Both sides' requests, compared one by one; the differences, each named.
-fn differences(real: &[Value], port: &[Value]) -> Vec<String> {
-    let mut found = Vec::new();
-    if real.len() != port.len() {
-        found.push(format!("{} requests from the real program, {} from the port", real.len(), port.len()));
-    }
-    for (i, (r, p)) in real.iter().zip(port).enumerate() {
-        if r["tools"] != p["tools"] {
-            found.push(format!("request {i}: tools\n  real: {}\n  port: {}", r["tools"], p["tools"]));
-        }
-        let (rm, pm) = (r["messages"].as_array().unwrap(), p["messages"].as_array().unwrap());
-        if rm.len() != pm.len() {
-            found.push(format!("request {i}: {} messages from the real program, {} from the port", rm.len(), pm.len()));
-        }
-        for (j, (a, b)) in rm.iter().zip(pm).enumerate() {
-            if a != b {
-                found.push(format!("request {i}, message {j}:\n  real: {a}\n  port: {b}"));
-            }
-        }
-    }
-    found
-}
-
 async fn check(episode: fn() -> Vec<(u16, Value)>, real_config: Value, port_config: Value) {
-    let (real, real_requests) = play(episode(), "program", real_config).await;
-    let (port, port_requests) = play(episode(), "mini-swe", port_config).await;
+    let (real, real_requests) = play(episode(), "program", &[], real_config).await;
+    let (port, port_requests) = play(episode(), "mini-swe", &["shell"], port_config).await;
     assert_eq!(real_requests.len(), 7, "the real program asked for each turn: {real:#}");
     let found = differences(&real_requests, &port_requests);
     assert!(found.is_empty(), "{} differences:\n{}", found.len(), found.join("\n"));

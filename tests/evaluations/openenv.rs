@@ -50,8 +50,14 @@ async fn openenvs_clients_run_episodes_of_orchard_tasks() {
     // The first session's three episodes are the rollouts of its job, with their rewards and
     // trajectories, as any evaluation's: its page and export show them.
     let eval_id = got["eval_ids"][0].as_str().unwrap();
-    let job: Value =
-        server.request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}")).send().await.unwrap().json().await.unwrap();
+    let job: Value = server
+        .request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let counts = &job["counts"];
     assert_eq!((counts["done"].as_u64(), counts["passed"].as_u64()), (Some(3), Some(1)), "{job:#}");
     assert_eq!(job["status"], "done", "{job:#}");
@@ -77,11 +83,8 @@ async fn openenvs_clients_run_episodes_of_orchard_tasks() {
         .await
         .unwrap();
     assert!(one.to_string().contains("echo 'Hello, Orchard!' > /workspace/hello.txt"), "the client's call: {one:#}");
-    let export = server
-        .request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/export?format=atif"))
-        .send()
-        .await
-        .unwrap();
+    let export =
+        server.request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/export?format=atif")).send().await.unwrap();
     assert_eq!(export.status(), 200);
     assert_eq!(export.text().await.unwrap().lines().count(), 3, "one ATIF record per episode");
     // Another tenant's key learns nothing of it.

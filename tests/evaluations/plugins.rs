@@ -39,6 +39,7 @@ fn every_world_has_a_plugin_that_loads_and_one_that_is_refused() {
     for (file, kind) in [
         (shipped.join("oracle.wasm"), PluginKind::Harness),
         (shipped.join("react.wasm"), PluginKind::Harness),
+        (shipped.join("program.wasm"), PluginKind::Harness),
         (shipped.join("shell.wasm"), PluginKind::ToolAdapter),
         (fixtures.join("test-browser.wasm"), PluginKind::BrowserDriver),
         (shipped.join("script.wasm"), PluginKind::Grader),
@@ -74,7 +75,7 @@ fn every_world_has_a_plugin_that_loads_and_one_that_is_refused() {
     let err = rt.load_file(&fixtures.join("test-no-world.wasm")).unwrap_err().to_string();
     assert!(
         err.contains(
-            "fits no orchard:plugin world: it exports no orchard:plugin interface (this host speaks 0.1.0 and 0.2.0)"
+            "fits no orchard:plugin world: it exports no orchard:plugin interface (this host speaks 0.1.0, 0.2.0 and 0.3.0)"
         ) && err.contains("its exports: hello"),
         "{err}"
     );

@@ -168,7 +168,8 @@ while True:
     urllib.request.urlopen(urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
         json.dumps({"messages": [{"role": "user", "content": "more"}]}).encode(), {"content-type": "application/json"})).read()
 "#;
-    let (_, out) = eval_program(&hello_task(), &url, json!({"command": ["python3", "-c", looping], "max_model_calls": 3})).await;
+    let (_, out) =
+        eval_program(&hello_task(), &url, json!({"command": ["python3", "-c", looping], "max_model_calls": 3})).await;
     let record = &rollouts(out.path())[0];
     assert_eq!(record["outcome"]["status"], "limit_reached", "{record:#}");
     assert_eq!(record["outcome"]["steps"], 3);

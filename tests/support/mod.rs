@@ -1,6 +1,7 @@
 //! Test support: a real `orchard serve` process with its own state directory, and a client.
 
 pub mod evals;
+pub mod faithful;
 pub mod images;
 pub mod kube;
 pub mod postgres;

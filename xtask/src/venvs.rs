@@ -140,7 +140,8 @@ fn kimi_cli() -> anyhow::Result<()> {
         return Ok(());
     }
     let prefix = Command::new("pyenv").args(["prefix", "3.13"]).output().ok().filter(|o| o.status.success());
-    let Some(prefix) = prefix.map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim().to_string())
+    let Some(prefix) =
+        prefix.map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim().to_string())
     else {
         std::fs::write(&skipped, "no Python 3.13 (pyenv's)")?;
         eprintln!("xtask: WARNING: no Python 3.13 for kimi-cli in the program cache (its tests will say so)");

@@ -209,7 +209,11 @@ async fn open(
         rollouts: vec![],
         group: false,
     };
-    self_env(&service).store.create_open_eval(&record).await.map_err(|e| ApiError::unavailable(format!("recording the session: {e}")))?;
+    self_env(&service)
+        .store
+        .create_open_eval(&record)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("recording the session: {e}")))?;
     let task_ids = match body.task_ids {
         Some(ids) if ids.is_empty() => return Err(ApiError::invalid("task_ids: give at least one, or none for all")),
         Some(ids) => {

@@ -60,13 +60,16 @@ impl Contract {
             .collect();
         found.sort_unstable();
         found.dedup();
-        let known: Vec<&str> = Contract::ALL.iter().map(|c| c.as_str()).collect();
+        let known = Contract::ALL.map(|c| c.as_str());
+        // "0.1.0, 0.2.0 and 0.3.0"
+        let (last, rest) = known.split_last().expect("at least one version");
+        let known = if rest.is_empty() { last.to_string() } else { format!("{} and {last}", rest.join(", ")) };
         match found.as_slice() {
-            [] => Err(format!("it exports no orchard:plugin interface (this host speaks {})", known.join(" and "))),
+            [] => Err(format!("it exports no orchard:plugin interface (this host speaks {known})")),
             [one] => Contract::ALL
                 .into_iter()
                 .find(|c| c.as_str() == *one)
-                .ok_or_else(|| format!("it speaks orchard:plugin@{one}; this host speaks {}", known.join(" and "))),
+                .ok_or_else(|| format!("it speaks orchard:plugin@{one}; this host speaks {known}")),
             many => Err(format!("it exports orchard:plugin interfaces of several versions ({})", many.join(", "))),
         }
     }

@@ -384,7 +384,8 @@ impl Guest for KimiCli {
             system: prompt::render(&config.template, &vars),
             specs,
         };
-        let mut history = vec![message(Role::User, task.instruction.clone())];
+        // Kimi-CLI strips the prompt it is given (`--prompt`).
+        let mut history = vec![message(Role::User, task.instruction.trim().to_string())];
         let mut steps = 0;
         let (status, text) = soul.run(&mut history, &mut steps)?;
         Ok(Outcome {

@@ -106,7 +106,8 @@ mod tests {
     #[test]
     fn tool_calls_must_all_be_bash_with_a_command() {
         let call = |name: &str, args: &str| (name.to_string(), args.to_string(), "id".to_string());
-        let two = from_tool_calls(&[call("bash", r#"{"command":"a"}"#), call("bash", r#"{"command":"b"}"#)], "tool_calls");
+        let two =
+            from_tool_calls(&[call("bash", r#"{"command":"a"}"#), call("bash", r#"{"command":"b"}"#)], "tool_calls");
         assert_eq!(two.ok().unwrap().len(), 2, "parallel calls all run");
         let e = from_tool_calls(&[call("bash", r#"{"command":"a"}"#), call("edit", "{}")], "tool_calls").err().unwrap();
         assert_eq!(e.vars["error"], "Unknown tool 'edit'.Missing 'command' argument in bash tool call.");

@@ -125,7 +125,9 @@ impl Settings {
             action_regex: text("action_regex", actions::DEFAULT_ACTION_REGEX),
             step_limit: config.get("step_limit").and_then(Value::as_u64).unwrap_or(0),
             cost_limit: config.get("cost_limit").and_then(Value::as_f64).unwrap_or(3.0),
-            prices: config.get("prices").and_then(|p| Some((p.get("prompt")?.as_f64()?, p.get("completion")?.as_f64()?))),
+            prices: config
+                .get("prices")
+                .and_then(|p| Some((p.get("prompt")?.as_f64()?, p.get("completion")?.as_f64()?))),
             wall_time_limit: config.get("wall_time_limit_seconds").and_then(Value::as_u64).unwrap_or(0),
             max_format_errors: config.get("max_consecutive_format_errors").and_then(Value::as_u64).unwrap_or(3),
             timeout: config.get("timeout").and_then(Value::as_u64).unwrap_or(30),
@@ -165,7 +167,8 @@ struct Output {
 /// it: `/bin/sh -c`, stderr into stdout, the config's environment, killed at the timeout.
 fn execute(action: &Action, s: &Settings, step: u64) -> Result<Output, Error> {
     let quoted = format!("'{}'", action.command.replace('\'', r"'\''"));
-    let env: Vec<String> = s.env.iter().map(|(k, v)| format!("{k}='{}'", v.as_str().unwrap_or_default().replace('\'', r"'\''"))).collect();
+    let env: Vec<String> =
+        s.env.iter().map(|(k, v)| format!("{k}='{}'", v.as_str().unwrap_or_default().replace('\'', r"'\''"))).collect();
     let cd = if s.cwd.is_empty() { String::new() } else { format!("cd '{}' && ", s.cwd.replace('\'', r"'\''")) };
     let script = format!("{cd}exec 2>&1; exec env {} /bin/sh -c {quoted}", env.join(" "));
     let call = ToolCall {
@@ -212,7 +215,8 @@ fn environment_vars() -> Result<Map<String, Value>, Error> {
     let call = ToolCall {
         id: "mini-swe-uname".into(),
         name: "bash".into(),
-        arguments: json!({"command": "uname -s; uname -n; uname -r; uname -v; uname -m; env", "timeout": 30}).to_string(),
+        arguments: json!({"command": "uname -s; uname -n; uname -r; uname -v; uname -m; env", "timeout": 30})
+            .to_string(),
     };
     let answer = text_of(&tools::call(&call)?.content);
     let out = answer.split_once("stdout:\n").map(|(_, r)| r).unwrap_or("");
@@ -280,7 +284,8 @@ impl Guest for MiniSwe {
             n_calls += 1;
             let completion = model::complete(&messages, &offered, &sampling)?;
             if let Some((p, c)) = s.prices {
-                cost += (completion.usage.prompt_tokens as f64 * p + completion.usage.completion_tokens as f64 * c) / 1e6;
+                cost +=
+                    (completion.usage.prompt_tokens as f64 * p + completion.usage.completion_tokens as f64 * c) / 1e6;
             }
             let finish = match completion.finish_reason {
                 model::FinishReason::Stop | model::FinishReason::Other => "stop",
@@ -304,7 +309,11 @@ impl Guest for MiniSwe {
                     format_errors += 1;
                     let fv = e.vars;
                     let text = render("format_error_template", &s.format_error, &fv)?;
-                    log::event(log::Level::Info, "format-error", &json!({"step": n_calls, "in_a_row": format_errors, "error": fv["error"]}).to_string());
+                    log::event(
+                        log::Level::Info,
+                        "format-error",
+                        &json!({"step": n_calls, "in_a_row": format_errors, "error": fv["error"]}).to_string(),
+                    );
                     messages.push(message(Role::User, text));
                     if s.max_format_errors > 0 && format_errors >= s.max_format_errors {
                         return outcome(RunStatus::FormatError, n_calls, None, Some("RepeatedFormatError".into()));
@@ -360,7 +369,8 @@ mod tests {
         let s = Settings::read(&json!({})).unwrap();
         assert!(s.tool_mode, "mini.yaml, tool calls, is the default");
         let mut vars = s.dump();
-        for (k, v) in [("system", "Linux"), ("release", "6.1"), ("version", "#1"), ("machine", "x86_64"), ("task", "T")] {
+        for (k, v) in [("system", "Linux"), ("release", "6.1"), ("version", "#1"), ("machine", "x86_64"), ("task", "T")]
+        {
             vars[k] = json!(v);
         }
         let instance = render::render("i", &s.instance, &vars).unwrap();

@@ -203,7 +203,9 @@ fn next_call(port: u16) -> Result<Option<(String, Value)>, Error> {
             let id = v["id"].as_str().unwrap_or_default().to_string();
             Ok(Some((id, v["request"].clone())))
         }
-        s => Err(Error::Other(format!("program harness: the relay answered {s}: {}", String::from_utf8_lossy(&r.body)))),
+        s => {
+            Err(Error::Other(format!("program harness: the relay answered {s}: {}", String::from_utf8_lossy(&r.body))))
+        }
     }
 }
 
@@ -261,8 +263,7 @@ fn read_result(from: &ResultFrom, code: i32) -> (RunStatus, Option<String>) {
             (by_code, sandbox::read_file(path).ok().map(|b| String::from_utf8_lossy(&b).into_owned()))
         }
         ResultFrom::MiniSweTrajectory(path) => {
-            let Some(trajectory) =
-                sandbox::read_file(path).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            let Some(trajectory) = sandbox::read_file(path).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             else {
                 return (RunStatus::GaveUp, None);
             };

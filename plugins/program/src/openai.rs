@@ -22,7 +22,8 @@ pub struct Call {
 }
 
 /// Fields that are the client's business, not the endpoint's, or that the host sets itself.
-const DROPPED: [&str; 8] = ["model", "stream", "stream_options", "logprobs", "top_logprobs", "user", "store", "metadata"];
+const DROPPED: [&str; 8] =
+    ["model", "stream", "stream_options", "logprobs", "top_logprobs", "user", "store", "metadata"];
 
 /// Reads a chat-completion request; `Err` says what is wrong with it (answered as a 400).
 pub fn request(body: &Value) -> Result<Call, String> {
@@ -37,9 +38,11 @@ pub fn request(body: &Value) -> Result<Call, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let tools = match object.get("tools") {
         None | Some(Value::Null) => vec![],
-        Some(Value::Array(list)) => {
-            list.iter().enumerate().map(|(i, t)| tool(t).map_err(|e| format!("tools[{i}]: {e}"))).collect::<Result<_, _>>()?
-        }
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, t)| tool(t).map_err(|e| format!("tools[{i}]: {e}")))
+            .collect::<Result<_, _>>()?,
         Some(_) => return Err("`tools` is not a list".into()),
     };
     if object.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
@@ -51,7 +54,8 @@ pub fn request(body: &Value) -> Result<Call, String> {
         Some(Value::Array(list)) => list.iter().filter_map(Value::as_str).map(str::to_string).collect(),
         _ => vec![],
     };
-    let known = ["messages", "tools", "n", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed"];
+    let known =
+        ["messages", "tools", "n", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed"];
     let extra: Map<String, Value> = object
         .iter()
         .filter(|(k, _)| !known.contains(&k.as_str()) && !DROPPED.contains(&k.as_str()))

@@ -135,17 +135,16 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             let mut driver_args = vec![KIMI_DRIVER.to_string()];
             driver_args.extend(strings(config, "args")?);
             let answer = format!("{WORK}/kimi-cli.answer");
-            let mut argv = vec![
-                "/bin/sh".to_string(),
-                "-c".into(),
-                format!("exec \"$0\" -c \"$@\" > {answer}"),
-                python,
-            ];
+            let mut argv =
+                vec!["/bin/sh".to_string(), "-c".into(), format!("exec \"$0\" -c \"$@\" > {answer}"), python];
             argv.extend(driver_args);
             for (k, v) in [
                 ("LD_LIBRARY_PATH", format!("{programs}/python-3.13/lib")),
                 ("PYTHONPATH", format!("{programs}/kimi-cli")),
-                ("KIMI_CONTEXT_SIZE", config.get("max_context_size").and_then(Value::as_u64).unwrap_or(131_072).to_string()),
+                (
+                    "KIMI_CONTEXT_SIZE",
+                    config.get("max_context_size").and_then(Value::as_u64).unwrap_or(131_072).to_string(),
+                ),
             ] {
                 if !env.iter().any(|(key, _)| key == k) {
                     env.push((k.into(), v));
@@ -186,7 +185,9 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             result: ResultFrom::File(config.get("answer_file").and_then(Value::as_str).map(str::to_string)),
         }),
         (None, Some(_)) => Err("command: a shell script (string) or an argv (list of strings)".into()),
-        (None, None) => Err("give `preset` (mini-swe-agent, kimi-cli, openhands) or `command` (the program to run)".into()),
+        (None, None) => {
+            Err("give `preset` (mini-swe-agent, kimi-cli, openhands) or `command` (the program to run)".into())
+        }
     }
 }
 
