@@ -48,6 +48,8 @@ specific technical details and changes, the findings and their analysis, and eve
 
 struct Config {
     template: String,
+    /// Where the built-in skills' files are (their paths in `KIMI_SKILLS`).
+    skills_root: String,
     max_steps: u32,
     retries: u32,
     context_tokens: usize,
@@ -82,7 +84,8 @@ impl Config {
             None => vec![("coder".into(), "Good at general software engineering tasks.".into(), None)],
         };
         Config {
-            template: s("system_prompt_template").unwrap_or_else(|| prompt::DEFAULT_TEMPLATE.into()),
+            template: s("system_prompt_template").unwrap_or_else(|| prompt::RELEASE_TEMPLATE.into()),
+            skills_root: s("skills_root").unwrap_or_else(|| "/opt/orchard/programs/kimi-cli/kimi_cli/skills".into()),
             max_steps: n("max_steps_per_turn", 100).max(1) as u32,
             retries: n("max_retries_per_step", 3).max(1) as u32,
             context_tokens,
@@ -105,9 +108,12 @@ impl Config {
     }
 }
 
-/// Now as Kimi-CLI's `KIMI_NOW`: ISO 8601 with the offset.
+/// Now as Kimi-CLI's `KIMI_NOW` (`datetime.now().astimezone().isoformat()`): ISO 8601 with
+/// microseconds and the offset.
 fn now_iso() -> String {
-    format!("{}+00:00", orchard_harness_kit::clock::utc_now().replacen(' ', "T", 1))
+    let micros =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_micros()).unwrap_or(0);
+    format!("{}.{micros:06}+00:00", orchard_harness_kit::clock::utc_now().replacen(' ', "T", 1))
 }
 
 /// What the system prompt needs from the sandbox: (listing, AGENTS.md), read once.
@@ -143,6 +149,10 @@ struct Soul<'a> {
     me: Subagent,
     system: String,
     specs: Vec<ToolSpec>,
+    /// The working directory's listing and AGENTS.md, read once for the main agent's prompt and
+    /// its subagents'.
+    listing: String,
+    agents_md: String,
 }
 
 impl Soul<'_> {
@@ -244,14 +254,21 @@ impl Soul<'_> {
             specs.retain(|t| allowed.iter().any(|a| a == &t.name));
         }
         let mut vars = variables(self.config);
-        vars.extend(prompt::tool_variables(specs.iter().map(|t| t.name.as_str())));
+        vars.insert("KIMI_WORK_DIR_LS", self.listing.clone());
+        vars.insert("KIMI_AGENTS_MD", self.agents_md.clone());
         vars.insert("ROLE_ADDITIONAL", prompt::SUBAGENT_ROLE.to_string());
+        let system = match prompt::render(&self.config.template, &vars) {
+            Ok(system) => system,
+            Err(e) => return failed(e),
+        };
         let child = Soul {
             config: self.config,
             todos: self.todos,
             me: Subagent { id: call.id.clone(), parent: Some(self.me.id.clone()), name, depth: self.me.depth + 1 },
-            system: prompt::render(&self.config.template, &vars),
+            system,
             specs,
+            listing: self.listing.clone(),
+            agents_md: self.agents_md.clone(),
         };
         child.me.start(&prompt, &child.specs);
         let mut history = vec![message(Role::User, prompt)];
@@ -358,7 +375,8 @@ fn variables(config: &Config) -> BTreeMap<&'static str, String> {
         ("KIMI_SHELL", "bash (`/bin/bash`)".to_string()),
         ("KIMI_NOW", config.now.clone()),
         ("KIMI_WORK_DIR", config.workdir.clone()),
-        ("KIMI_SKILLS", "No skills found.".to_string()),
+        ("KIMI_SKILLS", prompt::builtin_skills(&config.skills_root)),
+        ("KIMI_ADDITIONAL_DIRS_INFO", String::new()),
     ]
     .into()
 }
@@ -376,13 +394,16 @@ impl Guest for KimiCli {
             config.subagents.iter().map(|(n, d, _)| (n.clone(), d.clone())).collect();
         let todos = RefCell::new(json!([]));
         let specs = tools::specs(&run, &[], &subagents, config.subagent_tool);
-        vars.extend(prompt::tool_variables(specs.iter().map(|t| t.name.as_str())));
+        let system =
+            prompt::render(&config.template, &vars).map_err(|e| Error::InvalidInput(format!("kimi-cli: {e}")))?;
         let soul = Soul {
             config: &config,
             todos: &todos,
             me: Subagent { id: "main".into(), parent: None, name: "main".into(), depth: 0 },
-            system: prompt::render(&config.template, &vars),
+            system,
             specs,
+            listing: vars["KIMI_WORK_DIR_LS"].clone(),
+            agents_md: vars["KIMI_AGENTS_MD"].clone(),
         };
         // Kimi-CLI strips the prompt it is given (`--prompt`).
         let mut history = vec![message(Role::User, task.instruction.trim().to_string())];

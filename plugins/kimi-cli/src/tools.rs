@@ -51,115 +51,87 @@ impl SubagentTool {
     }
 }
 
-/// The tools an agent sees, in Kimi-CLI's order: the subagent tool, `SetTodoList` (both the
-/// harness's own), `Shell`, `ReadFile`, `Glob`, `Grep`, `WriteFile`, `StrReplaceFile` (those the
-/// run can carry out, minus `excluded`), then the run's other tools.
+/// Kimi-CLI 1.52's fifteen tools as it offers them (`release/tools.json`).
+const RELEASE_TOOLS: &str = include_str!("../release/tools.json");
+
+/// Tools Kimi-CLI offers that an evaluation cannot serve (no user, no web, no background tasks,
+/// no plan mode): offered as Kimi-CLI offers them, answered with an error naming why.
+pub const UNSERVED: [&str; 7] =
+    ["AskUserQuestion", "TaskList", "TaskOutput", "TaskStop", "FetchURL", "ExitPlanMode", "EnterPlanMode"];
+
+/// The release's spec of `name`.
+fn release(name: &str) -> Option<ToolSpec> {
+    let tools: Value = serde_json::from_str(RELEASE_TOOLS).expect("release/tools.json is JSON");
+    tools.as_array()?.iter().map(|t| &t["function"]).find(|f| f["name"] == name).map(|f| ToolSpec {
+        name: name.into(),
+        description: f["description"].as_str().unwrap_or_default().into(),
+        parameters: f["parameters"].to_string(),
+    })
+}
+
+/// The tools an agent sees: Kimi-CLI's own, as its release offers them and in its order — each
+/// when what it needs is there (`Shell`, `Glob`, `Grep` and the background and interactive ones
+/// with the shell adapter's `bash`; `ReadFile` with `read_file`; `WriteFile` and
+/// `StrReplaceFile` with `write_file`; the subagent tool when there are subagents), minus
+/// `excluded` — then the run's other tools (an assistant task's `mail_search`…).
 pub fn specs(run: &[ToolSpec], excluded: &[&str], subagents: &[(String, String)], form: SubagentTool) -> Vec<ToolSpec> {
     let has = |n: &str| run.iter().any(|t| t.name == n);
+    let tools: Value = serde_json::from_str(RELEASE_TOOLS).expect("release/tools.json is JSON");
     let mut out = Vec::new();
-    if !subagents.is_empty() {
-        let list: Vec<String> = subagents.iter().map(|(n, d)| format!("- `{n}`: {d}")).collect();
-        let description = format!(
-            "Start a subagent instance for a focused subtask. It begins with a fresh context that holds none of your \
-             history, and you see only its final message: give it a complete prompt, use it for narrow work that would \
-             clutter your own context, and start several at once for independent subtasks.\n\n**Available subagents:**\n\n{}",
-            list.join("\n")
-        );
-        let parameters = match form {
-            SubagentTool::Agent => json!({"type": "object", "properties": {
-                "description": {"type": "string", "description": "A short (3-5 word) description of the task"},
-                "prompt": {"type": "string", "description": "The task for the agent to perform"},
-                "subagent_type": {"type": "string", "default": "coder", "description": "The built-in agent type to use. Defaults to `coder`."}},
-                "required": ["description", "prompt"]}),
-            SubagentTool::Task => json!({"type": "object", "properties": {
-                "description": {"type": "string", "description": "A short (3-5 word) description of the task"},
-                "subagent_name": {"type": "string", "description": "The name of the specialized subagent to use for this task"},
-                "prompt": {"type": "string", "description": "The task for the subagent, with all the background it needs: it cannot see your context."}},
-                "required": ["description", "subagent_name", "prompt"]}),
+    for name in tools.as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str()) {
+        let offered = match name {
+            "Agent" => !subagents.is_empty(),
+            "SetTodoList" => true,
+            "ReadFile" => has("read_file"),
+            "WriteFile" => has("write_file"),
+            "StrReplaceFile" => has("read_file") && has("write_file"),
+            _ => has("bash"),
         };
-        out.push(spec(form.name(), &description, parameters));
-    }
-    out.push(spec(
-        "SetTodoList",
-        "Update the whole todo list: every item with its status. Without `todos`, returns the current list.",
-        json!({"type": "object", "properties": {"todos": {"anyOf": [{"type": "array", "items": {"type": "object", "properties": {
-            "title": {"type": "string", "minLength": 1, "description": "The title of the todo"},
-            "status": {"type": "string", "enum": ["pending", "in_progress", "done"], "description": "The status of the todo"}},
-            "required": ["title", "status"]}}, {"type": "null"}], "default": null, "description": "The updated todo list."}}}),
-    ));
-    if has("bash") {
-        out.push(spec(
-            "Shell",
-            "Execute a bash command. Each call runs in a fresh shell; stdout and stderr come back with whether the \
-             command succeeded. Use it to run programs, tests and scripts.",
-            json!({"type": "object", "properties": {
-                "command": {"type": "string", "description": "The command to execute."},
-                "timeout": {"type": "integer", "default": 60, "minimum": 1, "maximum": 86400, "description": "Seconds before the command is killed."}},
-                "required": ["command"]}),
-        ));
-    }
-    if has("read_file") {
-        out.push(spec(
-            "ReadFile",
-            "Read a text file. Lines come numbered like `cat -n`; use line_offset and n_lines for part of a long file.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "The file to read; absolute outside the working directory."},
-                "line_offset": {"type": "integer", "default": 1, "description": "The line to start from."},
-                "n_lines": {"type": "integer", "default": 1000, "minimum": 1, "description": "How many lines to read (at most 1000)."}},
-                "required": ["path"]}),
-        ));
-    }
-    if has("bash") {
-        out.push(spec(
-            "Glob",
-            "Find files and directories whose paths match a glob pattern (`**` matches any depth).",
-            json!({"type": "object", "properties": {
-                "pattern": {"type": "string", "description": "Glob pattern to match files/directories."},
-                "directory": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "description": "Absolute path of the directory to search (default: the working directory)."},
-                "include_dirs": {"type": "boolean", "default": true, "description": "Whether to include directories."}}, "required": ["pattern"]}),
-        ));
-        out.push(spec(
-            "Grep",
-            "Search file contents with a regular expression (extended syntax), recursively.",
-            json!({"type": "object", "properties": {
-                "pattern": {"type": "string", "description": "The regular expression to search for"},
-                "path": {"type": "string", "default": ".", "description": "File or directory to search (absolute when given)."},
-                "glob": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "description": "Only files matching this glob, e.g. `*.py`"},
-                "output_mode": {"type": "string", "default": "files_with_matches", "description": "`content`, `files_with_matches` or `count_matches`."},
-                "-i": {"type": "boolean", "default": false, "description": "Case-insensitive search."}}, "required": ["pattern"]}),
-        ));
-    }
-    if has("write_file") {
-        out.push(spec(
-            "WriteFile",
-            "Write a file, overwriting it or appending to it.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "The file to write; absolute outside the working directory."},
-                "content": {"type": "string", "description": "The content to write"},
-                "mode": {"type": "string", "enum": ["overwrite", "append"], "default": "overwrite", "description": "`overwrite` or `append`."}},
-                "required": ["path", "content"]}),
-        ));
-    }
-    if has("read_file") && has("write_file") {
-        let edit = json!({"type": "object", "properties": {
-            "old": {"type": "string", "description": "The string to replace. Can be multi-line."},
-            "new": {"type": "string", "description": "The replacement. Can be multi-line."},
-            "replace_all": {"type": "boolean", "default": false, "description": "Whether to replace all occurrences."}},
-            "required": ["old", "new"]});
-        out.push(spec(
-            "StrReplaceFile",
-            "Replace strings in a file: one edit or a list of them.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "The file to edit; absolute outside the working directory."},
-                "edit": {"anyOf": [edit, {"type": "array", "items": edit}], "description": "The edit(s) to apply."}},
-                "required": ["path", "edit"]}),
-        ));
+        if !offered {
+            continue;
+        }
+        if name == "Agent" && form == SubagentTool::Task {
+            out.push(task_spec(subagents));
+        } else if let Some(spec) = release(name) {
+            out.push(spec);
+        }
     }
     out.retain(|t| !excluded.contains(&t.name.as_str()));
     out.extend(
         run.iter().filter(|t| !BACKING.contains(&t.name.as_str()) && !excluded.contains(&t.name.as_str())).cloned(),
     );
     out
+}
+
+/// The older subagent tool (`subagent_tool: "Task"`), from before Kimi-CLI's `Agent`.
+fn task_spec(subagents: &[(String, String)]) -> ToolSpec {
+    let list: Vec<String> = subagents.iter().map(|(n, d)| format!("- `{n}`: {d}")).collect();
+    let description = format!(
+        "Start a subagent instance for a focused subtask. It begins with a fresh context that holds none of your \
+         history, and you see only its final message: give it a complete prompt, use it for narrow work that would \
+         clutter your own context, and start several at once for independent subtasks.\n\n**Available subagents:**\n\n{}",
+        list.join("\n")
+    );
+    spec(
+        "Task",
+        &description,
+        json!({"type": "object", "properties": {
+            "description": {"type": "string", "description": "A short (3-5 word) description of the task"},
+            "subagent_name": {"type": "string", "description": "The name of the specialized subagent to use for this task"},
+            "prompt": {"type": "string", "description": "The task for the subagent, with all the background it needs: it cannot see your context."}},
+            "required": ["description", "subagent_name", "prompt"]}),
+    )
+}
+
+/// An argument of Kimi-CLI's tool that this port does not carry out, when the call sets it.
+fn unsupported_argument(name: &str, args: &Value) -> Option<&'static str> {
+    let set = |key: &str| args.get(key).is_some_and(|v| !v.is_null() && v != &Value::Bool(false));
+    let keys: &[&'static str] = match name {
+        "Shell" => &["run_in_background"],
+        "Grep" => &["-B", "-A", "-C", "type", "head_limit", "offset", "multiline", "include_ignored"],
+        _ => &[],
+    };
+    keys.iter().copied().find(|k| set(k))
 }
 
 fn quote(s: &str) -> String {
@@ -216,6 +188,12 @@ fn shell(id: &str, command: String, timeout: u64, workdir: &str) -> (i64, bool, 
 
 /// Carries out one of Kimi's file and shell tools; `None` when `name` is not one of them.
 pub fn run(id: &str, name: &str, args: &Value, workdir: &str) -> Option<KimiResult> {
+    if UNSERVED.contains(&name) {
+        return Some(error(format!("`{name}` is not available here: this run has no user, no web, no background tasks and no plan mode.")));
+    }
+    if let Some(unsupported) = unsupported_argument(name, args) {
+        return Some(error(format!("`{unsupported}` is not supported here ({name}).")));
+    }
     let s = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     Some(match name {
         "Shell" => {
