@@ -332,27 +332,7 @@ async fn zeroclaw_compacts_at_half_the_window_and_on_a_context_overflow() {
     assert!(compactions[1]["reason"].as_str().unwrap().contains("overflow"));
 }
 
-/// What the real Kimi-CLI (the `kimi-cli` 1.52 package, run by hand against a recording mock
-/// endpoint) sent: its tools in this order (among those that need no user, web or background
-/// tasks), each with these parameters and required ones, and these section headings.
-const KIMI_TOOLS: [(&str, &[&str], &[&str]); 8] = [
-    (
-        "Agent",
-        &["description", "prompt", "subagent_type", "model", "resume", "run_in_background"],
-        &["description", "prompt"],
-    ),
-    ("SetTodoList", &["todos"], &[]),
-    ("Shell", &["command", "timeout", "run_in_background", "description"], &["command"]),
-    ("ReadFile", &["path", "line_offset", "n_lines"], &["path"]),
-    ("Glob", &["pattern", "directory", "include_dirs"], &["pattern"]),
-    (
-        "Grep",
-        &["pattern", "path", "glob", "output_mode", "-B", "-A", "-C", "-n", "-i", "type", "head_limit", "multiline"],
-        &["pattern"],
-    ),
-    ("WriteFile", &["path", "content", "mode"], &["path", "content"]),
-    ("StrReplaceFile", &["path", "edit"], &["path", "edit"]),
-];
+/// The section headings of Kimi-CLI 1.52's system prompt, in order.
 const KIMI_SECTIONS: [&str; 10] = [
     "# Prompt and Tool Use",
     "# General Guidelines for Coding",
@@ -410,17 +390,28 @@ async fn kimi_cli_sends_what_the_real_one_sends_and_runs_agent_subagents() {
     );
     let offered: Vec<&Value> = seen[0]["tools"].as_array().unwrap().iter().collect();
     let names: Vec<&str> = offered.iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    assert_eq!(names, KIMI_TOOLS.map(|t| t.0), "the adapters' own bash, read_file... are not shown");
-    for ((name, real_params, real_required), tool) in KIMI_TOOLS.iter().zip(&offered) {
-        let params = &tool["function"]["parameters"];
-        for p in params["properties"].as_object().unwrap().keys() {
-            assert!(real_params.contains(&p.as_str()), "{name}.{p} is not Kimi-CLI's");
-        }
-        let required: Vec<&str> =
-            params["required"].as_array().map_or(vec![], |r| r.iter().map(|x| x.as_str().unwrap()).collect());
-        assert_eq!(&required, real_required, "{name}");
-    }
-
+    // Kimi-CLI's fifteen, as it offers them (`kimi_cli_faithful.rs` diffs them against the real
+    // program); the adapters' own bash, read_file... are not shown.
+    assert_eq!(
+        names,
+        [
+            "Agent",
+            "AskUserQuestion",
+            "SetTodoList",
+            "Shell",
+            "TaskList",
+            "TaskOutput",
+            "TaskStop",
+            "ReadFile",
+            "Glob",
+            "Grep",
+            "WriteFile",
+            "StrReplaceFile",
+            "FetchURL",
+            "ExitPlanMode",
+            "EnterPlanMode"
+        ]
+    );
     // Tool results: the note in <system> tags, then the output — as the real one answered.
     let results = messages(&seen[1]);
     assert_eq!(text(&results[results.len() - 2]), "<system>Todo list updated</system>Todo list updated");
@@ -430,8 +421,9 @@ async fn kimi_cli_sends_what_the_real_one_sends_and_runs_agent_subagents() {
     // The subagent: a fresh conversation, the subagent role, no Agent or SetTodoList.
     let sub = messages(&seen[3]);
     assert_eq!(sub.len(), 2);
-    assert!(text(&sub[0]).contains("You are running as a subagent"));
-    assert_eq!(tool_names(&seen[3]), ["Shell", "ReadFile", "Glob", "Grep", "WriteFile", "StrReplaceFile"]);
+    assert!(text(&sub[0]).contains("You are now running as a subagent"));
+    // The `coder` subagent's tools, as Kimi-CLI's Agent tool lists them (those it has here).
+    assert_eq!(tool_names(&seen[3]), ["Shell", "ReadFile", "Glob", "Grep", "WriteFile", "StrReplaceFile", "FetchURL"]);
     assert_eq!(
         text(messages(&seen[4]).last().unwrap()),
         "<system>File successfully overwritten. Current size: 15 bytes.</system>"

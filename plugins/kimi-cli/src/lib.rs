@@ -81,7 +81,16 @@ impl Config {
                     (name.clone(), v.get("description").and_then(Value::as_str).unwrap_or("").to_string(), tools)
                 })
                 .collect(),
-            None => vec![("coder".into(), "Good at general software engineering tasks.".into(), None)],
+            // Kimi-CLI's `coder`, with the tools its Agent tool lists for it (those it has here).
+            None => vec![(
+                "coder".into(),
+                "Good at general software engineering tasks.".into(),
+                Some(
+                    ["Shell", "ReadFile", "Glob", "Grep", "WriteFile", "StrReplaceFile", "FetchURL"]
+                        .map(String::from)
+                        .to_vec(),
+                ),
+            )],
         };
         Config {
             template: s("system_prompt_template").unwrap_or_else(|| prompt::RELEASE_TEMPLATE.into()),

@@ -89,8 +89,12 @@ mod tests {
     #[test]
     fn the_release_template_renders_as_kimi_cli_renders_it() {
         let full = render(RELEASE_TEMPLATE, &vars()).unwrap();
-        assert!(full.starts_with("You are Kimi Code CLI, an interactive general AI agent running on a user's computer."));
-        assert!(full.contains("You are running on **Linux**. The Shell tool executes commands using **bash (`/bin/bash`)**.\n"));
+        assert!(
+            full.starts_with("You are Kimi Code CLI, an interactive general AI agent running on a user's computer.")
+        );
+        assert!(full.contains(
+            "You are running on **Linux**. The Shell tool executes commands using **bash (`/bin/bash`)**.\n"
+        ));
         assert!(full.contains("```\n(empty directory)\n```"), "{full}");
         assert!(full.contains("  - Path: /opt/k/skills/kimi-cli-help/SKILL.md"), "{full}");
         assert!(!full.contains("${") && !full.contains("{%") && !full.contains("Additional Directories"));

@@ -189,7 +189,9 @@ fn shell(id: &str, command: String, timeout: u64, workdir: &str) -> (i64, bool, 
 /// Carries out one of Kimi's file and shell tools; `None` when `name` is not one of them.
 pub fn run(id: &str, name: &str, args: &Value, workdir: &str) -> Option<KimiResult> {
     if UNSERVED.contains(&name) {
-        return Some(error(format!("`{name}` is not available here: this run has no user, no web, no background tasks and no plan mode.")));
+        return Some(error(format!(
+            "`{name}` is not available here: this run has no user, no web, no background tasks and no plan mode."
+        )));
     }
     if let Some(unsupported) = unsupported_argument(name, args) {
         return Some(error(format!("`{unsupported}` is not supported here ({name}).")));
