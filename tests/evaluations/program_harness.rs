@@ -257,3 +257,39 @@ async fn the_real_openhands_sdk_agent_solves_a_task_and_its_finish_message_is_th
     let system = requests[0]["messages"][0]["content"].to_string();
     assert!(system.contains("You are OpenHands agent"), "{system}");
 }
+
+/// The same real program through the service: a tenant submits a job naming the `program`
+/// harness, and the server runs it from its operator's program cache.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_runs_a_real_program_through_the_service() {
+    let Some(cache) = orchard_tests::program_cache_with("mini-swe-agent") else { return };
+    let server = orchard_tests::Server::start_with(orchard_tests::ServerOptions {
+        api_keys: Some("alice:alice-key-1234".into()),
+        extra_args: vec!["--program-cache".into(), cache.display().to_string()],
+        ..Default::default()
+    })
+    .await
+    .with_key("alice-key-1234");
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    tar.append_dir_all("hello-file", hello_task()).unwrap();
+    let archive = tar.into_inner().unwrap().finish().unwrap();
+    let resp = server.request(reqwest::Method::POST, "/v1/datasets").body(archive).send().await.unwrap();
+    let uploaded: Value = resp.json().await.unwrap();
+    let (url, seen) = mock_model_with(mini_swe_turn).await;
+    let job = json!({"tasks": {"archive": uploaded["id"]}, "harnesses": ["program"], "grader": "script",
+        "config": {"preset": "mini-swe-agent"}, "model": {"url": url, "name": "mock-1"}});
+    let (status, v) = server.call(reqwest::Method::POST, "/v1/evals", Some(job)).await;
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let done = loop {
+        let (_, v) = server.call(reqwest::Method::GET, &format!("/v1/evals/{id}"), None).await;
+        if v["status"] == "done" {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v:#}\n{}", server.log());
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    assert_eq!(done["counts"]["passed"], 1, "{done:#}\n{}", server.log());
+    assert_eq!(seen.lock().unwrap().len(), 2, "the real program's two calls, through the relay and the host");
+}
