@@ -253,7 +253,7 @@ const MEAN_FIX: &str = "cd /workspace && sed -i 's|    return sum(values) // len
 
 /// One model for every harness, answering by what each request looks like: the draft-replies
 /// task is solved through the mail tools, the inbox triage is not attempted, and the SWE task is
-/// fixed through whatever shell the harness has (`bash`, `Shell`, `execute_bash`; mini-swe then
+/// fixed through whatever shell the harness has (`bash`, `Shell`, `terminal`; mini-swe then
 /// submits).
 fn reply_for_any_harness(request: &Value) -> (u16, Value) {
     let tools: Vec<String> = request["tools"]
@@ -285,7 +285,7 @@ fn reply_for_any_harness(request: &Value) -> (u16, Value) {
         }
         return say("Done.");
     }
-    let shell = ["bash", "Shell", "execute_bash"].into_iter().find(|s| tools.contains(&s.to_string()));
+    let shell = ["bash", "Shell", "terminal"].into_iter().find(|s| tools.contains(&s.to_string()));
     match (shell, acted) {
         (Some(shell), false) => call(shell, json!({"command": MEAN_FIX})),
         (_, true) if tools.contains(&"finish".to_string()) => call("finish", json!({"message": "Fixed mean."})),

@@ -195,12 +195,12 @@ async fn mini_swe_ends_on_three_malformed_replies_and_at_its_limits() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn openhands_fixes_a_bug_with_its_codeact_tools() {
-    let bash = |id: &str, cmd: &str| call(id, "execute_bash", json!({"command": cmd}));
-    let edit = |id: &str, args: Value| call(id, "str_replace_editor", args);
+async fn openhands_fixes_a_bug_with_the_sdks_tools() {
+    let bash = |id: &str, cmd: &str| call(id, "terminal", json!({"command": cmd}));
+    let edit = |id: &str, args: Value| call(id, "file_editor", args);
     let path = "/workspace/stats.py";
     let bash_turn = |id: &str, arguments: Value| {
-        completion(calls("", vec![call(id, "execute_bash", arguments)]), "tool_calls", (1100, 10))
+        completion(calls("", vec![call(id, "terminal", arguments)]), "tool_calls", (1100, 10))
     };
     let turns = vec![
         completion(
@@ -259,12 +259,8 @@ async fn openhands_fixes_a_bug_with_its_codeact_tools() {
         // A command that never goes quiet meets its hard timeout, keeps running, and is stopped.
         bash_turn("o12", json!({"command": "while true; do echo tick; sleep 0.2; done", "timeout": 1})),
         bash_turn("o13", json!({"command": "C-c", "is_input": "true"})),
-        completion(assistant("I believe the fix is complete."), "stop", (1200, 10)),
-        completion(
-            calls("", vec![call("o9", "finish", json!({"message": "mean() now divides exactly and handles []."}))]),
-            "tool_calls",
-            (1300, 10),
-        ),
+        // A reply without a tool call ends the run, as the SDK's conversation does.
+        completion(assistant("mean() now divides exactly and handles []."), "stop", (1200, 10)),
     ];
     let (url, seen) = mock_model(turns).await;
     let (summary, out, _) =
@@ -272,16 +268,21 @@ async fn openhands_fixes_a_bug_with_its_codeact_tools() {
             .await;
     assert_eq!(summary["passed"], 1, "{summary:#}");
     let requests = seen.lock().unwrap().clone();
-    assert_eq!(requests.len(), 16);
+    assert_eq!(requests.len(), 15);
     let offered: Vec<&str> =
         requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    assert_eq!(offered, ["execute_bash", "str_replace_editor", "think", "finish"]);
+    assert_eq!(offered, ["terminal", "file_editor", "task_tracker", "finish", "think"]);
     // The request after the parallel calls holds their three answers, in order.
     let messages = requests[3]["messages"].as_array().unwrap();
     let tools: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool").collect();
     assert_eq!(tools.len(), 4);
     let ran = tools[1]["content"].as_str().unwrap();
-    assert_eq!(ran, "/workspace\n42\n1\n\n[The command completed with exit code 0.]", "the session kept cd and export");
+    assert_eq!(
+        ran,
+        "/workspace\n42\n1\n[The command completed with exit code 0.]\n[Current working directory: /workspace]\n\
+         [Command finished with exit code 0]",
+        "the session kept cd and export"
+    );
     assert_eq!(tools[2]["content"], "Your thought has been logged.");
     assert!(
         tools[3]["content"].as_str().unwrap().contains("     3\t    return sum(values) // len(values)"),
@@ -311,22 +312,25 @@ async fn openhands_fixes_a_bug_with_its_codeact_tools() {
     let answer = |i: usize| last_message(&requests[i])["content"].as_str().unwrap().to_string();
     let waiting = answer(7);
     assert!(
-        waiting.starts_with("step 1\nstep 2\n\n[The command has no new output after 1 seconds. You may wait longer"),
+        waiting.starts_with("step 1\nstep 2\n[The command has no new output after 1 seconds. You may wait longer"),
         "{waiting}"
     );
-    assert!(answer(8).starts_with("[Your command \"ls\" is NOT executed. The previous command is still running"));
-    assert_eq!(answer(9), "hi Orchard\n\n[The command completed with exit code 0.]", "typed into the running command");
+    assert!(answer(8).starts_with("\n[Your command \"ls\" is NOT executed. The previous command is still running"));
+    assert_eq!(
+        answer(9),
+        "hi Orchard\n[The command completed with exit code 0.]\n[Current working directory: /workspace]\n\
+         [Command finished with exit code 0]",
+        "typed into the running command"
+    );
     assert!(answer(10).starts_with("\n[The command has no new output after 1 seconds."), "{}", answer(10));
-    assert_eq!(answer(11), "\n[The command completed with exit code 130. CTRL+C was sent.]");
-    assert_eq!(answer(12), "ERROR: No previous running command to retrieve logs from.");
+    assert!(answer(11).starts_with("\n[The command completed with exit code 130. CTRL+C was sent.]"), "{}", answer(11));
+    assert_eq!(answer(12), "[An error occurred during execution.]\nNo previous running command to retrieve logs from.");
     let ticking = answer(13);
     assert!(
         ticking.starts_with("tick\ntick\n") && ticking.contains("[The command timed out after 1 seconds."),
         "{ticking}"
     );
-    assert!(answer(14).ends_with("[The command completed with exit code 130. CTRL+C was sent.]"), "{}", answer(14));
-    // A turn without a tool call is nudged, not ended.
-    assert!(answer(15).contains("finish the interaction with the finish tool"));
+    assert!(answer(14).contains("[The command completed with exit code 130. CTRL+C was sent.]"), "{}", answer(14));
 
     let rollout = only_rollout(out.path());
     assert_eq!(rollout["outcome"]["answer"], "mean() now divides exactly and handles [].");

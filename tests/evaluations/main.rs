@@ -18,6 +18,7 @@ mod mini_swe_faithful;
 mod multi_step;
 mod openapi;
 mod openenv;
+mod openhands_faithful;
 mod plugins;
 mod program_harness;
 mod sdk_compat;

@@ -313,8 +313,12 @@ impl Session {
             let foreground = self.master.foreground_group().unwrap_or(self.pid);
             if foreground > 0 && foreground != self.pid {
                 spawn::kill_group(foreground, signal);
-            } else if signal == Signal::SIGINT {
-                // A builtin loop runs in the shell itself; an interactive shell abandons it on SIGINT.
+            }
+            if signal == Signal::SIGKILL || foreground <= 0 || foreground == self.pid {
+                // A loop runs in the shell itself (`while …; do sleep 1; done` starts child after
+                // child); an interactive shell abandons it on SIGINT. The second round sends it
+                // too: a busy machine can let the loop start its next child before the shell
+                // sees that the last one was interrupted.
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), Signal::SIGINT);
             }
             // Let the signal land before the sync line goes in: a command reading the terminal

@@ -3,9 +3,14 @@
 /// Lines around an edit shown back to the model.
 const SNIPPET_LINES: usize = 4;
 
-/// `cat -n` of `text`, numbering from `first` (1-based).
+/// `cat -n` of `text`, numbering from `first` (1-based), each line followed by a newline. A
+/// terminating newline ends the last line rather than adding a blank one (OpenHands' editor).
 fn numbered(text: &str, first: usize) -> String {
-    text.split('\n').enumerate().map(|(i, l)| format!("{:>6}\t{l}", i + first)).collect::<Vec<_>>().join("\n")
+    let mut lines: Vec<&str> = text.split('\n').collect();
+    if lines.last() == Some(&"") {
+        lines.pop();
+    }
+    lines.iter().enumerate().map(|(i, l)| format!("{:>6}\t{l}\n", i + first)).collect()
 }
 
 pub fn view(text: &str, path: &str, range: Option<&[i64]>) -> Result<String, String> {
@@ -29,7 +34,7 @@ pub fn view(text: &str, path: &str, range: Option<&[i64]>) -> Result<String, Str
         }
         Some(other) => return Err(format!("Invalid `view_range`: {other:?}. It should be a list of two integers.")),
     };
-    Ok(format!("Here's the result of running `cat -n` on {path}:\n{}\n", numbered(&body, start)))
+    Ok(format!("Here's the result of running `cat -n` on {path}:\n{}", numbered(&body, start)))
 }
 
 /// The snippet around line `line` (0-based) after an edit of `added` lines.
@@ -38,7 +43,7 @@ fn snippet(text: &str, path: &str, line: usize, added: usize) -> String {
     let start = line.saturating_sub(SNIPPET_LINES);
     let end = (line + added + SNIPPET_LINES).min(lines.len());
     format!(
-        "The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n{}\nReview the changes and make sure they are as expected. Edit the file again if necessary.",
+        "The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n{}Review the changes and make sure they are as expected. Edit the file again if necessary.",
         numbered(&lines[start..end].join("\n"), start + 1)
     )
 }

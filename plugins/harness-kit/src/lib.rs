@@ -13,6 +13,7 @@ wit_bindgen::generate!({
 pub mod clock;
 pub mod context;
 pub mod nested;
+pub mod python_json;
 pub mod text;
 
 pub use orchard::plugin::types::{

@@ -28,7 +28,10 @@ fn python_json(value: &Jv, out: &mut String) {
         ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
         ValueKind::Number => out.push_str(&value.to_string()),
         ValueKind::String | ValueKind::Bytes | ValueKind::Plain | ValueKind::Invalid => {
-            python_string(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()).as_str(), out)
+            orchard_harness_kit::python_json::string(
+                value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()).as_str(),
+                out,
+            )
         }
         ValueKind::Seq | ValueKind::Iterable => {
             out.push('[');
@@ -46,39 +49,14 @@ fn python_json(value: &Jv, out: &mut String) {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                python_string(&key.to_string(), out);
+                orchard_harness_kit::python_json::string(&key.to_string(), out);
                 out.push_str(": ");
                 python_json(&value.get_item(&key).unwrap_or_default(), out);
             }
             out.push('}');
         }
-        _ => python_string(&value.to_string(), out),
+        _ => orchard_harness_kit::python_json::string(&value.to_string(), out),
     }
-}
-
-/// A JSON string as Python writes it with `ensure_ascii`: every non-ASCII character as `\uXXXX`
-/// (UTF-16 units), the usual short escapes, other control characters as `\u00XX`.
-fn python_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
