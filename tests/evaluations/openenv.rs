@@ -50,38 +50,17 @@ async fn openenvs_clients_run_episodes_of_orchard_tasks() {
     // The first session's three episodes are the rollouts of its job, with their rewards and
     // trajectories, as any evaluation's: its page and export show them.
     let eval_id = got["eval_ids"][0].as_str().unwrap();
-    let job: Value = server
-        .request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let job: Value = server.call(reqwest::Method::GET, &format!("/v1/evals/{eval_id}"), None).await.1;
     let counts = &job["counts"];
     assert_eq!((counts["done"].as_u64(), counts["passed"].as_u64()), (Some(3), Some(1)), "{job:#}");
     assert_eq!(job["status"], "done", "{job:#}");
-    let rollouts: Value = server
-        .request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/rollouts"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rollouts: Value = server.call(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/rollouts"), None).await.1;
     let list = rollouts["rollouts"].as_array().unwrap_or_else(|| panic!("{rollouts:#}"));
     let rewards: Vec<Option<f64>> = list.iter().map(|r| r["reward"].as_f64()).collect();
     assert_eq!(rewards, [Some(1.0), Some(0.0), Some(0.0)], "{rollouts:#}");
     assert!(list.iter().all(|r| r["harness"] == "openenv"), "{rollouts:#}");
     let first = list[0]["rollout_id"].as_str().unwrap();
-    let one: Value = server
-        .request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/rollouts/{first}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let one: Value = server.call(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/rollouts/{first}"), None).await.1;
     assert!(one.to_string().contains("echo 'Hello, Orchard!' > /workspace/hello.txt"), "the client's call: {one:#}");
     let export =
         server.request(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/export?format=atif")).send().await.unwrap();

@@ -3,18 +3,11 @@
 //! view, a `think`, then `finish` — played to the real agent (the `program` harness's
 //! `openhands` preset) and to the port. Every request must be the same.
 
-use orchard_tests::evals::completion;
-use orchard_tests::faithful::{differences, play};
+use orchard_tests::faithful::{call, calls_turn, differences, play};
 use serde_json::{Value, json};
 
-fn call(id: &str, name: &str, arguments: Value) -> Value {
-    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
-}
-
 fn episode() -> Vec<(u16, Value)> {
-    let turn = |calls: Vec<Value>| {
-        completion(json!({"role": "assistant", "content": "", "tool_calls": calls}), "tool_calls", (100, 10))
-    };
+    let turn = calls_turn;
     vec![
         turn(vec![call(
             "o1",

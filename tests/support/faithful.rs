@@ -8,6 +8,17 @@ use serde_json::{Value, json};
 
 use crate::evals::{args, eval_async, examples, mock_model, rollouts};
 
+/// A function call `name(arguments)` with id `id`, as a model's reply carries it.
+pub fn call(id: &str, name: &str, arguments: Value) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
+}
+
+/// A scripted turn: the assistant makes `calls`.
+pub fn calls_turn(calls: Vec<Value>) -> (u16, Value) {
+    let message = json!({"role": "assistant", "content": "", "tool_calls": calls});
+    crate::evals::completion(message, "tool_calls", (100, 10))
+}
+
 fn hello_task() -> String {
     Path::new(&examples()).join("hello-file").display().to_string()
 }

@@ -117,10 +117,7 @@ pub fn programs() -> anyhow::Result<()> {
             continue;
         }
         std::fs::create_dir_all(programs_dir())?;
-        let free = free_bytes(&programs_dir());
-        if free.is_some_and(|f| f < PY312_MIN_FREE) {
-            let gib = free.unwrap_or(0) as f64 / (1u64 << 30) as f64;
-            let reason = format!("{gib:.1} GiB free, {} GiB wanted", PY312_MIN_FREE >> 30);
+        if let Some(reason) = too_little_room(&programs_dir()) {
             eprintln!("xtask: WARNING: not making the program cache (its tests will say so): {reason}");
             std::fs::write(&skipped, reason)?;
             return Ok(());
@@ -167,11 +164,7 @@ fn kimi_cli() -> anyhow::Result<()> {
     run(Command::new("cp").arg("-a").arg(&prefix).arg(&python_dir))?;
     // The standard library's own tests are a third of it and nothing runs them.
     let _ = std::fs::remove_dir_all(python_dir.join("lib/python3.13/test"));
-    run(Command::new(python_dir.join("bin/python3.13"))
-        .args(["-m", "pip", "install", "--quiet", "--no-cache-dir", "--target"])
-        .arg(&target)
-        .arg(REQUIREMENT)
-        .env("LD_LIBRARY_PATH", python_dir.join("lib")))?;
+    pip_target(&python_dir, &target, &[REQUIREMENT])?;
     std::fs::write(target.join(".orchard-packages"), REQUIREMENT)?;
     Ok(())
 }
@@ -194,20 +187,31 @@ fn openhands() -> anyhow::Result<()> {
         std::fs::write(&skipped, "no Python 3.13 in the program cache")?;
         return Ok(());
     }
-    let free = free_bytes(&root);
-    if free.is_some_and(|f| f < PY312_MIN_FREE) {
-        let gib = free.unwrap_or(0) as f64 / (1u64 << 30) as f64;
-        std::fs::write(&skipped, format!("{gib:.1} GiB free, {} GiB wanted", PY312_MIN_FREE >> 30))?;
-        eprintln!("xtask: WARNING: not installing OpenHands in the program cache: {gib:.1} GiB free");
+    if let Some(reason) = too_little_room(&root) {
+        eprintln!("xtask: WARNING: not installing OpenHands in the program cache: {reason}");
+        std::fs::write(&skipped, reason)?;
         return Ok(());
     }
     eprintln!("xtask: making {} ({})", target.display(), REQUIREMENTS.join(", "));
     let _ = std::fs::remove_dir_all(&target);
-    run(Command::new(python_dir.join("bin/python3.13"))
-        .args(["-m", "pip", "install", "--quiet", "--no-cache-dir", "--target"])
-        .arg(&target)
-        .args(REQUIREMENTS)
-        .env("LD_LIBRARY_PATH", python_dir.join("lib")))?;
+    pip_target(&python_dir, &target, &REQUIREMENTS)?;
     std::fs::write(target.join(".orchard-packages"), wanted)?;
     Ok(())
+}
+
+/// Why `dir`'s disk is too full for a large install (under 6 GiB free), if it is.
+fn too_little_room(dir: &Path) -> Option<String> {
+    let free = free_bytes(dir)?;
+    (free < PY312_MIN_FREE)
+        .then(|| format!("{:.1} GiB free, {} GiB wanted", free as f64 / (1u64 << 30) as f64, PY312_MIN_FREE >> 30))
+}
+
+/// `pip install --target TARGET REQUIREMENTS` with the cache's copied Python (built shared: its
+/// `lib` on `LD_LIBRARY_PATH`).
+fn pip_target(python_dir: &Path, target: &Path, requirements: &[&str]) -> anyhow::Result<()> {
+    run(Command::new(python_dir.join("bin/python3.13"))
+        .args(["-m", "pip", "install", "--quiet", "--no-cache-dir", "--target"])
+        .arg(target)
+        .args(requirements)
+        .env("LD_LIBRARY_PATH", python_dir.join("lib")))
 }
