@@ -444,6 +444,63 @@ pub(crate) struct GradeInput<'a> {
 /// typed pre-instances, linking, instantiating, tools, running a harness and grading.
 /// `$grading_env` names the version's function that builds `grading.grade`'s extra argument,
 /// for versions whose grader is told its environment (0.2.0 on).
+/// What every version from 0.2.0 on adds to the host side, in version `$v`'s types: browser
+/// sessions' page events, the `config` import of tool adapters and browser drivers, and the
+/// host's 0.1.0 errors converted to the version's.
+macro_rules! since_v0_2 {
+    ($v:ident) => {
+        use wasmtime::component::Resource;
+
+        use crate::host::browser::Session;
+
+        browser_host!(
+            $v,
+            async fn events(
+                &mut self,
+                session: Resource<Session>,
+            ) -> wasmtime::Result<Vec<browser_driver::orchard::plugin::browser::PageEvent>> {
+                use browser_driver::orchard::plugin::browser::PageEvent as E;
+                let events = self.browser_events(&session);
+                Ok(events
+                    .into_iter()
+                    .map(|e| match e {
+                        orchard_browser::PageEvent::Dialog(m) => E::Dialog(m),
+                        orchard_browser::PageEvent::Popup(u) => E::Popup(u),
+                        orchard_browser::PageEvent::Download(u) => E::Download(u),
+                    })
+                    .collect())
+            }
+        );
+
+        impl tool_adapter::orchard::plugin::config::Host for HostState {
+            async fn get(&mut self) -> String {
+                self.config_json()
+            }
+        }
+
+        impl browser_driver::orchard::plugin::config::Host for HostState {
+            async fn get(&mut self) -> wasmtime::Result<String> {
+                Ok(self.config_json())
+            }
+        }
+
+        /// The host's own errors are made as 0.1.0 errors; a plugin of this version gets the same error.
+        impl From<super::v0_1::WitError> for tool_adapter::orchard::plugin::types::Error {
+            fn from(e: super::v0_1::WitError) -> Self {
+                use super::v0_1::WitError as A;
+                match e {
+                    A::InvalidInput(m) => Self::InvalidInput(m),
+                    A::NotFound(m) => Self::NotFound(m),
+                    A::Timeout(m) => Self::Timeout(m),
+                    A::Denied(m) => Self::Denied(m),
+                    A::Unavailable(m) => Self::Unavailable(m),
+                    A::Other(m) => Self::Other(m),
+                }
+            }
+        }
+    };
+}
+
 /// `grading_environment(env)` for a version whose grader is told its environment (0.2.0 on):
 /// where the grader works and what was carried there, in that version's types.
 macro_rules! grading_environment_fn {
