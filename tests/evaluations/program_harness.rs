@@ -293,3 +293,50 @@ async fn a_tenant_runs_a_real_program_through_the_service() {
     assert_eq!(done["counts"]["passed"], 1, "{done:#}\n{}", server.log());
     assert_eq!(seen.lock().unwrap().len(), 2, "the real program's two calls, through the relay and the host");
 }
+
+/// What the relay refuses, each answered with an error naming what was wrong, and the program
+/// goes on: a path that is not a chat completion, a body that is not JSON, `n` above 1, an unknown
+/// role. The model list names the model the program was told.
+const PROBING_PROGRAM: &str = r#"
+import json, os, urllib.request, urllib.error
+base = os.environ["OPENAI_BASE_URL"]
+def ask(method, path, body):
+    req = urllib.request.Request(base + path, body, {"content-type": "application/json"}, method=method)
+    try:
+        with urllib.request.urlopen(req) as r:
+            return [r.status, json.load(r)]
+    except urllib.error.HTTPError as e:
+        return [e.code, json.load(e)]
+out = {
+    "models": ask("GET", "/models", None),
+    "responses": ask("POST", "/responses", b"{}"),
+    "not_json": ask("POST", "/chat/completions", b"{nope"),
+    "n": ask("POST", "/chat/completions", json.dumps({"messages": [{"role": "user", "content": "x"}], "n": 2}).encode()),
+    "role": ask("POST", "/chat/completions", json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode()),
+}
+open("/workspace/probe.json", "w").write(json.dumps(out))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_relay_refuses_what_it_cannot_relay_by_name() {
+    let (url, seen) =
+        mock_model_with(|request| reply(request, json!({"role": "assistant", "content": "unused"}))).await;
+    let config = json!({"command": ["python3", "-c", PROBING_PROGRAM], "answer_file": "/workspace/probe.json",
+        "model_name": "relay-model"});
+    let (_, out) = eval_program(&hello_task(), &url, config, None).await;
+    let record = &rollouts(out.path())[0];
+    let probe: Value =
+        serde_json::from_str(record["outcome"]["answer"].as_str().unwrap_or_else(|| panic!("{record:#}"))).unwrap();
+    assert_eq!(probe["models"][1]["data"][0]["id"], "relay-model", "{probe:#}");
+    let refused = |key: &str, status: u64, says: &str| {
+        assert_eq!(probe[key][0], status, "{key}: {probe:#}");
+        let message = probe[key][1]["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{key}: {message}");
+    };
+    refused("responses", 404, "chat completions (POST …/chat/completions) only");
+    refused("not_json", 400, "not JSON");
+    refused("n", 400, "`n` above 1");
+    refused("role", 400, "messages[0]: unknown role \"wizard\"");
+    assert!(seen.lock().unwrap().is_empty(), "nothing refused reached the model");
+    assert_eq!(record["outcome"]["status"], "completed", "the program went on: {record:#}");
+}
