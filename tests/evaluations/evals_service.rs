@@ -730,3 +730,49 @@ async fn followers_receive_every_finish_exactly_once_on_both_stores() {
         assert_eq!((seen.len(), total), (80, 80), "every finish exactly once");
     }
 }
+
+/// A replica starting (its schema check) while another finishes rollouts on the same
+/// PostgreSQL: no deadlock. (`CREATE INDEX IF NOT EXISTS` share-locks its table even when the
+/// index exists; the check skips what exists.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_starting_beside_a_busy_one_does_not_deadlock_on_postgres() {
+    use orchard_store::{Finished, NewEval, NewRollout, Store};
+    let pg = Postgres::start();
+    let busy = Store::open(&pg.url).await.unwrap();
+    let rollouts: Vec<NewRollout> = (0..400)
+        .map(|i| NewRollout { rollout_id: format!("t{i}"), task_id: format!("t{i}"), harness: "h".into(), attempt: 1 })
+        .collect();
+    let job = NewEval {
+        id: "busy".into(),
+        tenant: "alice".into(),
+        spec: "{}".into(),
+        fingerprint: "f".into(),
+        k: 1,
+        rollouts,
+        group: false,
+    };
+    busy.create_eval(&job).await.unwrap();
+    let worker = tokio::spawn(async move {
+        let done = Finished {
+            status: "graded".into(),
+            reward: Some(1.0),
+            passed: true,
+            error: None,
+            result: "{}".into(),
+            trajectory: "{}".into(),
+        };
+        loop {
+            let claims = busy.claim("a", "busy", 1e12, 4).await.unwrap();
+            if claims.is_empty() {
+                break;
+            }
+            for c in claims {
+                assert!(busy.finish("a", "busy", &c.rollout_id, &done).await.unwrap());
+            }
+        }
+    });
+    for _ in 0..20 {
+        Store::open(&pg.url).await.unwrap_or_else(|e| panic!("a starting replica: {e}"));
+    }
+    worker.await.unwrap();
+}

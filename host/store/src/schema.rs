@@ -137,6 +137,18 @@ pub async fn migrate(store: &Store) -> Result<()> {
         sqlx::query("SELECT pg_advisory_xact_lock(7246352)").execute(&mut *tx).await?;
     }
     for statement in statements {
+        // On PostgreSQL, `CREATE INDEX IF NOT EXISTS` locks its table (a share lock) even when
+        // the index exists: a replica starting beside running ones could deadlock with their
+        // writes. What exists is skipped without touching its table.
+        if store.dialect == Dialect::Postgres
+            && let Some(name) = created_name(statement)
+        {
+            let found =
+                sqlx::query("SELECT CAST(to_regclass($1) AS TEXT) AS found").bind(name).fetch_one(&mut *tx).await?;
+            if crate::get_opt_str(&found, "found")?.is_some() {
+                continue;
+            }
+        }
         sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut *tx).await?;
     }
     if store.dialect == Dialect::Postgres {
@@ -168,4 +180,23 @@ pub async fn migrate(store: &Store) -> Result<()> {
     .await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// The table or index a `CREATE … IF NOT EXISTS name` statement makes.
+fn created_name(statement: &str) -> Option<&str> {
+    let after = statement.split_once("IF NOT EXISTS ")?.1;
+    after.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().filter(|n| !n.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn created_names_are_read_from_the_statements() {
+        assert_eq!(super::created_name("CREATE TABLE IF NOT EXISTS evals (\n id TEXT)"), Some("evals"));
+        assert_eq!(
+            super::created_name("CREATE INDEX IF NOT EXISTS evals_by_tenant ON evals (t)"),
+            Some("evals_by_tenant")
+        );
+        assert_eq!(super::created_name("INSERT INTO x"), None);
+    }
 }
