@@ -732,8 +732,9 @@ async fn followers_receive_every_finish_exactly_once_on_both_stores() {
 }
 
 /// A replica starting (its schema check) while another finishes rollouts on the same
-/// PostgreSQL: no deadlock. (`CREATE INDEX IF NOT EXISTS` share-locks its table even when the
-/// index exists; the check skips what exists.)
+/// PostgreSQL: no deadlock (`CREATE INDEX IF NOT EXISTS` share-locks its table even when the
+/// index exists; the check skips what exists), and no duplicate cell from the one-off count of
+/// cells racing the other's finishes (it runs under the finish lock).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_starting_beside_a_busy_one_does_not_deadlock_on_postgres() {
     use orchard_store::{Finished, NewEval, NewRollout, Store};

@@ -154,7 +154,12 @@ pub async fn migrate(store: &Store) -> Result<()> {
     if store.dialect == Dialect::Postgres {
         sqlx::query("CREATE SEQUENCE IF NOT EXISTS rollout_finish_seq").execute(&mut *tx).await?;
     }
-    // A database from before `cells` existed: counted once from its rollouts.
+    // A database from before `cells` existed: counted once from its rollouts. Under the finish
+    // lock on PostgreSQL: a replica finishing rollouts meanwhile would otherwise add the cells
+    // this count is adding (a duplicate key, and this replica failing to start).
+    if store.dialect == Dialect::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock(7246353)").execute(&mut *tx).await?;
+    }
     let empty = sqlx::query("SELECT 1 AS one FROM cells LIMIT 1").fetch_optional(&mut *tx).await?.is_none();
     if empty {
         sqlx::query(
