@@ -226,7 +226,15 @@ async fn unschedulable_image_pull_and_exited_pods_are_reported_as_such() {
     let v =
         create(&server, json!({"image": "registry.test/unschedulable:1", "sandbox_id": "sb-big", "entrypoint": []}))
             .await;
-    assert_eq!(v["status"], "unschedulable", "{v}");
+    // The create answers once the scheduler has spoken; on a loaded machine the double's
+    // scheduler may not have yet, and the sandbox reads `pending` until it does.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut info = v.clone();
+    while info["status"] == "pending" && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        info = server.call(reqwest::Method::GET, "/sandboxes/sb-big", None).await.1;
+    }
+    assert_eq!(info["status"], "unschedulable", "{v}\n{info}");
     let (_, info) = server.call(reqwest::Method::GET, "/sandboxes/sb-big", None).await;
     assert!(info["status_message"].as_str().unwrap().contains("Insufficient cpu"), "{info}");
     let (status, body) =
