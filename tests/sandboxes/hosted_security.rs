@@ -171,6 +171,8 @@ async fn a_registered_dataset_is_read_beneath_its_folder() {
 #[tokio::test]
 async fn tenants_name_plugins_never_paths_on_the_server() {
     let server = Server::start_with(options(&[])).await;
+    // Every shipped plugin compiled: a job refused meanwhile would say so, not what is compared.
+    wait_ready(&server).await;
     let alice = as_tenant(&server, "alice-key-1234");
     let real = orchard_tests::plugin_dir().join("script.wasm");
     assert!(real.is_file());
