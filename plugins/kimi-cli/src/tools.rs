@@ -59,16 +59,6 @@ const RELEASE_TOOLS: &str = include_str!("../release/tools.json");
 pub const UNSERVED: [&str; 7] =
     ["AskUserQuestion", "TaskList", "TaskOutput", "TaskStop", "FetchURL", "ExitPlanMode", "EnterPlanMode"];
 
-/// The release's spec of `name`.
-fn release(name: &str) -> Option<ToolSpec> {
-    let tools: Value = serde_json::from_str(RELEASE_TOOLS).expect("release/tools.json is JSON");
-    tools.as_array()?.iter().map(|t| &t["function"]).find(|f| f["name"] == name).map(|f| ToolSpec {
-        name: name.into(),
-        description: f["description"].as_str().unwrap_or_default().into(),
-        parameters: f["parameters"].to_string(),
-    })
-}
-
 /// The tools an agent sees: Kimi-CLI's own, as its release offers them and in its order — each
 /// when what it needs is there (`Shell`, `Glob`, `Grep` and the background and interactive ones
 /// with the shell adapter's `bash`; `ReadFile` with `read_file`; `WriteFile` and
@@ -78,7 +68,8 @@ pub fn specs(run: &[ToolSpec], excluded: &[&str], subagents: &[(String, String)]
     let has = |n: &str| run.iter().any(|t| t.name == n);
     let tools: Value = serde_json::from_str(RELEASE_TOOLS).expect("release/tools.json is JSON");
     let mut out = Vec::new();
-    for name in tools.as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str()) {
+    for function in tools.as_array().into_iter().flatten().map(|t| &t["function"]) {
+        let name = function["name"].as_str().unwrap_or_default();
         let offered = match name {
             "Agent" => !subagents.is_empty(),
             "SetTodoList" => true,
@@ -92,8 +83,12 @@ pub fn specs(run: &[ToolSpec], excluded: &[&str], subagents: &[(String, String)]
         }
         if name == "Agent" && form == SubagentTool::Task {
             out.push(task_spec(subagents));
-        } else if let Some(spec) = release(name) {
-            out.push(spec);
+        } else {
+            out.push(ToolSpec {
+                name: name.into(),
+                description: function["description"].as_str().unwrap_or_default().into(),
+                parameters: function["parameters"].to_string(),
+            });
         }
     }
     out.retain(|t| !excluded.contains(&t.name.as_str()));

@@ -140,18 +140,17 @@ impl Guest for Program {
     }
 }
 
+/// Runs `command` in the sandbox's working directory, killed after `timeout_ms`.
+fn exec(command: sandbox::Command, timeout_ms: u64) -> Result<sandbox::ExecResult, Error> {
+    sandbox::exec(&sandbox::ExecRequest { command, cwd: None, env: vec![], timeout_ms: Some(timeout_ms), stdin: None })
+}
+
 /// The agent binary inside the sandbox (where each backend puts it).
 fn agent_path() -> Result<String, Error> {
-    let found = sandbox::exec(&sandbox::ExecRequest {
-        command: sandbox::Command::Shell(
+    let found = exec(sandbox::Command::Shell(
             "for a in /.orchard/agent /.orchard/bin/orchard-agent; do [ -x \"$a\" ] && { echo \"$a\"; exit 0; }; done; exit 1"
                 .into(),
-        ),
-        cwd: None,
-        env: vec![],
-        timeout_ms: Some(10_000),
-        stdin: None,
-    })?;
+        ), 10_000)?;
     if found.exit_code != 0 {
         return Err(Error::Unavailable("program harness: the sandbox has no orchard-agent to relay with".into()));
     }
@@ -161,15 +160,12 @@ fn agent_path() -> Result<String, Error> {
 /// Waits (up to 30 s) for the relay to say its port; a relay that exited first is named with
 /// its log.
 fn relay_port(port_file: &str, id: &str) -> Result<u16, Error> {
-    let waited = sandbox::exec(&sandbox::ExecRequest {
-        command: sandbox::Command::Shell(format!(
+    let waited = exec(
+        sandbox::Command::Shell(format!(
             "for i in $(seq 300); do [ -s {port_file} ] && {{ cat {port_file}; exit 0; }}; sleep 0.1; done; exit 1"
         )),
-        cwd: None,
-        env: vec![],
-        timeout_ms: Some(40_000),
-        stdin: None,
-    })?;
+        40_000,
+    )?;
     if let Ok(port) = waited.stdout.trim().parse() {
         return Ok(port);
     }
@@ -231,28 +227,16 @@ fn wait_exit(id: &str, tenths: u32) -> Result<sandbox::ProcessState, Error> {
         if !state.running {
             return Ok(state);
         }
-        let _ = sandbox::exec(&sandbox::ExecRequest {
-            command: sandbox::Command::Argv(vec!["sleep".into(), "0.1".into()]),
-            cwd: None,
-            env: vec![],
-            timeout_ms: Some(5_000),
-            stdin: None,
-        });
+        let _ = exec(sandbox::Command::Argv(vec!["sleep".into(), "0.1".into()]), 5_000);
     }
     sandbox::process_status(id)
 }
 
 /// The last 4 KiB of the program's output.
 fn tail_of_log(path: &str) -> String {
-    sandbox::exec(&sandbox::ExecRequest {
-        command: sandbox::Command::Argv(vec!["tail".into(), "-c".into(), "4096".into(), path.into()]),
-        cwd: None,
-        env: vec![],
-        timeout_ms: Some(10_000),
-        stdin: None,
-    })
-    .map(|r| r.stdout)
-    .unwrap_or_default()
+    exec(sandbox::Command::Argv(vec!["tail".into(), "-c".into(), "4096".into(), path.into()]), 10_000)
+        .map(|r| r.stdout)
+        .unwrap_or_default()
 }
 
 fn read_result(from: &ResultFrom, code: i32) -> (RunStatus, Option<String>) {

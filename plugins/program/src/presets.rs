@@ -116,16 +116,15 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             for spec in strings(config, "config")? {
                 argv.extend(["--config".to_string(), spec]);
             }
-            for (k, v) in [
-                ("MSWEA_CONFIGURED", "true"),
-                ("MSWEA_COST_TRACKING", "ignore_errors"),
-                ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
-                ("PYTHONUNBUFFERED", "1"),
-            ] {
-                if !env.iter().any(|(key, _)| key == k) {
-                    env.push((k.into(), v.into()));
-                }
-            }
+            defaults(
+                &mut env,
+                [
+                    ("MSWEA_CONFIGURED", "true".into()),
+                    ("MSWEA_COST_TRACKING", "ignore_errors".into()),
+                    ("LITELLM_LOCAL_MODEL_COST_MAP", "True".into()),
+                    ("PYTHONUNBUFFERED", "1".into()),
+                ],
+            );
             Ok(Launch { argv, env, result: ResultFrom::MiniSweTrajectory(trajectory) })
         }
         (Some("kimi-cli"), None) => {
@@ -138,18 +137,17 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             let mut argv =
                 vec!["/bin/sh".to_string(), "-c".into(), format!("exec \"$0\" -c \"$@\" > {answer}"), python];
             argv.extend(driver_args);
-            for (k, v) in [
-                ("LD_LIBRARY_PATH", format!("{programs}/python-3.13/lib")),
-                ("PYTHONPATH", format!("{programs}/kimi-cli")),
-                (
-                    "KIMI_CONTEXT_SIZE",
-                    config.get("max_context_size").and_then(Value::as_u64).unwrap_or(131_072).to_string(),
-                ),
-            ] {
-                if !env.iter().any(|(key, _)| key == k) {
-                    env.push((k.into(), v));
-                }
-            }
+            defaults(
+                &mut env,
+                [
+                    ("LD_LIBRARY_PATH", format!("{programs}/python-3.13/lib")),
+                    ("PYTHONPATH", format!("{programs}/kimi-cli")),
+                    (
+                        "KIMI_CONTEXT_SIZE",
+                        config.get("max_context_size").and_then(Value::as_u64).unwrap_or(131_072).to_string(),
+                    ),
+                ],
+            );
             Ok(Launch { argv, env, result: ResultFrom::File(Some(answer)) })
         }
         (Some("openhands"), None) => {
@@ -158,16 +156,15 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
             let python = format!("{programs}/python-3.13/bin/python3.13");
             let answer = format!("{WORK}/openhands.answer");
             let argv = vec![python, "-c".into(), OPENHANDS_DRIVER.into(), answer.clone()];
-            for (k, v) in [
-                ("LD_LIBRARY_PATH", format!("{programs}/python-3.13/lib")),
-                ("PYTHONPATH", format!("{programs}/openhands")),
-                ("LITELLM_LOCAL_MODEL_COST_MAP", "True".into()),
-                ("OPENHANDS_SUPPRESS_BANNER", "1".into()),
-            ] {
-                if !env.iter().any(|(key, _)| key == k) {
-                    env.push((k.into(), v));
-                }
-            }
+            defaults(
+                &mut env,
+                [
+                    ("LD_LIBRARY_PATH", format!("{programs}/python-3.13/lib")),
+                    ("PYTHONPATH", format!("{programs}/openhands")),
+                    ("LITELLM_LOCAL_MODEL_COST_MAP", "True".into()),
+                    ("OPENHANDS_SUPPRESS_BANNER", "1".into()),
+                ],
+            );
             Ok(Launch { argv, env, result: ResultFrom::File(Some(answer)) })
         }
         (Some(other), None) => {
@@ -187,6 +184,15 @@ pub fn launch(config: &Value, task: &str, model: &str) -> Result<Launch, String>
         (None, Some(_)) => Err("command: a shell script (string) or an argv (list of strings)".into()),
         (None, None) => {
             Err("give `preset` (mini-swe-agent, kimi-cli, openhands) or `command` (the program to run)".into())
+        }
+    }
+}
+
+/// Adds each of `pairs` to `env` unless the config already set that variable (the config wins).
+fn defaults<const N: usize>(env: &mut Vec<(String, String)>, pairs: [(&str, String); N]) {
+    for (k, v) in pairs {
+        if !env.iter().any(|(key, _)| key == k) {
+            env.push((k.into(), v));
         }
     }
 }
