@@ -586,8 +586,8 @@ async fn a_task_by_harness_matrix_exports_to_every_training_format() {
         "--logprobs",
         "--attempts",
         "2",
-        "--config",
-        r#"{"mode": "model"}"#,
+        "--harness-config",
+        r#"test-harness={"mode": "model"}"#,
     ]))
     .await;
     // The matrix: the user's own component is a column like the shipped ones.
@@ -822,4 +822,59 @@ async fn a_compaction_starts_a_new_segment_and_every_segment_is_what_the_endpoin
     let second = [render_prompt(&requests[2]), sampled(assistant("done"))].concat();
     assert_eq!(whole(&segments[1]), second, "the new segment is the compacted prompt and its sample");
     assert!(requests[2]["messages"].as_array().unwrap().len() < requests[1]["messages"].as_array().unwrap().len() + 2);
+}
+
+/// A harness refuses a configuration key it does not know (a typo never runs on the defaults);
+/// in a matrix, keys only one harness reads go in its own `--harness-config`.
+#[tokio::test(flavor = "multi_thread")]
+async fn harnesses_refuse_unknown_config_keys_and_take_their_own() {
+    let (url, seen) = mock_model(vec![]).await;
+    let list = |config: &[&str]| {
+        let mut list = vec![task("hello-file")];
+        list.extend(args(&["--harness", "mini-swe", "--harness", "react", "--tools", "shell", "--grader", "script"]));
+        list.extend(args(&["--model", &url]));
+        list.extend(args(config));
+        list
+    };
+    let (_, out, _) = eval_async(list(&["--config", r#"{"step_limt": 1}"#])).await;
+    assert!(seen.lock().unwrap().is_empty(), "no model call on a refused configuration");
+    for name in ["hello-file__mini-swe__1.json", "hello-file__react__1.json"] {
+        let rollout = read_json(&out.path().join("rollouts").join(name));
+        let text = rollout.to_string();
+        assert!(text.contains("config: unknown key `step_limt` (known: "), "{rollout:#}");
+    }
+
+    // Each harness's own keys over the shared ones: one model call each, then its limit.
+    let act = || completion(calls("Look.", vec![call("a1", "bash", json!({"command": "ls"}))]), "tool_calls", (10, 5));
+    let (url2, seen) = mock_model(vec![act(), act(), act(), act()]).await;
+    let mut both = list(&[
+        "--config",
+        r#"{"temperature": 0.5}"#,
+        "--harness-config",
+        r#"mini-swe={"step_limit": 1}"#,
+        "--harness-config",
+        r#"react={"max_steps": 1}"#,
+    ]);
+    both.iter_mut().filter(|a| **a == url).for_each(|a| *a = url2.clone());
+    let both = both.into_iter().chain(args(&["--concurrency", "1"])).collect();
+    let (_, out, _) = eval_async(both).await;
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2, "one call under each harness's own limit");
+    assert!(requests.iter().all(|r| r["temperature"] == 0.5), "{requests:#?}");
+    for name in ["hello-file__mini-swe__1.json", "hello-file__react__1.json"] {
+        let rollout = read_json(&out.path().join("rollouts").join(name));
+        assert_eq!(rollout["outcome"]["status"], "limit_reached", "{rollout:#}");
+    }
+
+    // A harness the run does not have is refused before anything runs.
+    let out = tempfile::tempdir().unwrap();
+    let mut bad = list(&["--harness-config", r#"openhands={"max_iterations": 1}"#]);
+    bad.extend(["--out".into(), out.path().display().to_string()]);
+    let bad: Vec<&str> = std::iter::once("eval").chain(bad.iter().map(String::as_str)).collect();
+    let (code, _, stderr) = orchard_tests::orchard(&bad);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("harness_config.openhands: not a harness of this job (its harnesses: mini-swe, react)"),
+        "{stderr}"
+    );
 }

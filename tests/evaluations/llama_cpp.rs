@@ -91,7 +91,7 @@ async fn check(server: &LlamaServer, harness: &str, min_calls: usize) {
     let config = if harness == "program" {
         json!({"command": ["python3", "-c", TWO_TURNS]}).to_string()
     } else {
-        r#"{"max_steps": 3, "step_limit": 3, "max_tokens": 40, "temperature": 0}"#.to_string()
+        r#"{"max_steps": 3, "max_tokens": 40, "temperature": 0}"#.to_string()
     };
     let tasks = std::path::Path::new(&orchard_tests::evals::examples()).join("hello-file").display().to_string();
     let model = format!("{}/v1", server.url);

@@ -87,9 +87,13 @@ pub struct EvalArgs {
     /// Grant a capability beyond the defaults (e.g. `solution` for the oracle harness).
     #[arg(long = "grant")]
     pub(crate) grants: Vec<String>,
-    /// Harness configuration, as JSON.
+    /// Configuration of every harness of the run, as a JSON object.
     #[arg(long, default_value = "{}")]
     pub(crate) config: String,
+    /// One harness's own configuration, `NAME=JSON`: its keys over `--config`'s for that
+    /// harness only (harnesses refuse keys they do not know); repeatable.
+    #[arg(long = "harness-config", value_name = "NAME=JSON")]
+    pub(crate) harness_config: Vec<String>,
     /// A tool adapter's or browser driver's configuration, `NAME=JSON` (e.g.
     /// `browser={"mode":"marks"}`); repeatable.
     #[arg(long = "tool-config", value_name = "NAME=JSON")]
@@ -127,16 +131,17 @@ pub struct EvalArgs {
     insecure_registry: Vec<String>,
 }
 
-/// `--tool-config NAME=JSON`, each a JSON object.
-fn parse_tool_config(args: &[String]) -> anyhow::Result<std::collections::BTreeMap<String, serde_json::Value>> {
+/// `--tool-config` or `--harness-config` (`flag`) `NAME=JSON`, each a JSON object.
+fn parse_named_config(
+    flag: &str,
+    args: &[String],
+) -> anyhow::Result<std::collections::BTreeMap<String, serde_json::Value>> {
     let mut out = std::collections::BTreeMap::new();
     for arg in args {
-        let (name, json) =
-            arg.split_once('=').ok_or_else(|| anyhow::anyhow!("--tool-config {arg:?}: expected NAME=JSON"))?;
-        let value: serde_json::Value =
-            serde_json::from_str(json).map_err(|e| anyhow::anyhow!("--tool-config {name}: {e}"))?;
+        let (name, json) = arg.split_once('=').ok_or_else(|| anyhow::anyhow!("{flag} {arg:?}: expected NAME=JSON"))?;
+        let value: serde_json::Value = serde_json::from_str(json).map_err(|e| anyhow::anyhow!("{flag} {name}: {e}"))?;
         if !value.is_object() {
-            anyhow::bail!("--tool-config {name}: expected a JSON object, got {value}");
+            anyhow::bail!("{flag} {name}: expected a JSON object, got {value}");
         }
         out.insert(name.trim().to_string(), value);
     }
@@ -206,7 +211,8 @@ impl EvalArgs {
             grants: self.grants.clone(),
             image: self.image.clone(),
             config: serde_json::from_str(&self.config).map_err(|e| anyhow::anyhow!("--config: {e}"))?,
-            tool_config: parse_tool_config(&self.tool_config)?,
+            harness_config: parse_named_config("--harness-config", &self.harness_config)?,
+            tool_config: parse_named_config("--tool-config", &self.tool_config)?,
             plugin_cpu: self.plugin_cpu,
             plugin_memory: self.plugin_memory.clone(),
             pins: Default::default(),

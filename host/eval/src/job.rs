@@ -44,8 +44,10 @@ pub struct Job {
     pub attempts: u32,
     /// Rollouts at once.
     pub concurrency: usize,
-    /// Handed to the harnesses.
+    /// Handed to every harness.
     pub harness_config: serde_json::Value,
+    /// Each harness's own keys over `harness_config`, by plugin name.
+    pub harness_configs: std::collections::BTreeMap<String, serde_json::Value>,
     /// Tool adapters' and browser drivers' configuration by plugin name; a task's
     /// `[metadata.tool_config.NAME]` keys win over these.
     pub tool_config: std::collections::BTreeMap<String, serde_json::Value>,
@@ -83,6 +85,17 @@ impl Default for BrowserPlacement {
 }
 
 impl Job {
+    /// What `harness` is handed: the run's configuration with its own keys over it.
+    pub fn config_for(&self, harness: &Plugin) -> serde_json::Value {
+        let mut config = self.harness_config.clone();
+        if let (Some(base), Some(serde_json::Value::Object(own))) =
+            (config.as_object_mut(), self.harness_configs.get(&harness.manifest.name))
+        {
+            base.extend(own.clone());
+        }
+        config
+    }
+
     /// The tool adapters `task` runs with: those it names in `[agent] tools` (resolved when the
     /// job was prepared), else the run's.
     pub fn tools_for(&self, task: &Task) -> Vec<Arc<Plugin>> {
@@ -282,7 +295,7 @@ async fn run_in_sandbox(
     let limits = Limits { wall: Duration::from_secs_f64(task.agent_timeout_sec), ..job.limits };
     let agent_started = Instant::now();
     let harness_run = runtime
-        .run_harness(&ctx, harness, &job.tools_for(task), &input, &job.harness_config, &limits, &job.grants)
+        .run_harness(&ctx, harness, &job.tools_for(task), &input, &job.config_for(harness), &limits, &job.grants)
         .await;
     result.agent_seconds = agent_started.elapsed().as_secs_f64();
     // The agent is done with the browser (graders look at the sandbox and the trajectory).

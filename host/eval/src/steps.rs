@@ -174,7 +174,7 @@ pub(crate) async fn run_steps(run: &StepRun<'_>, input: &TaskInput, result: &mut
                 run.harness,
                 &run.job.tools_for(task),
                 &step_input,
-                &run.job.harness_config,
+                &run.job.config_for(run.harness),
                 &limits,
                 &run.job.grants,
             )

@@ -199,6 +199,7 @@ impl GroupRequest {
             grants: self.grants.clone(),
             image: self.image.clone(),
             config: self.config.clone(),
+            harness_config: BTreeMap::new(),
             tool_config: self.tool_config.clone(),
             plugin_cpu: 120.0,
             plugin_memory: "512Mi".into(),

@@ -171,8 +171,15 @@ impl Prepared {
             task_graders,
         };
         // Every plugin is checked now, so that a bad name fails the job at once.
+        let mut harness_names = Vec::new();
         for h in &prepared.spec.harnesses {
-            prepared.plugin(h, PluginKind::Harness)?;
+            harness_names.push(prepared.plugin(h, PluginKind::Harness)?.manifest.name.clone());
+        }
+        if let Some(name) = prepared.spec.harness_config.keys().find(|n| !harness_names.contains(n)) {
+            return Err(err(format!(
+                "harness_config.{name}: not a harness of this job (its harnesses: {})",
+                harness_names.join(", ")
+            )));
         }
         for t in &prepared.spec.tools {
             prepared.plugin(t, PluginKind::ToolAdapter)?;
@@ -240,6 +247,7 @@ impl Prepared {
             attempts: self.spec.attempts,
             concurrency: self.spec.concurrency,
             harness_config: self.spec.config.clone(),
+            harness_configs: self.spec.harness_config.clone(),
             tool_config: self.spec.tool_config.clone(),
             limits: self.limits,
             grants: self.grants.clone(),

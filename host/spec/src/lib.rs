@@ -127,9 +127,14 @@ pub struct EvalSpec {
     /// For tasks that name no prebuilt image.
     #[serde(default = "host")]
     pub image: String,
-    /// Handed to every harness.
+    /// Handed to every harness. Harnesses refuse keys they do not know, so keys only one
+    /// harness of a matrix reads belong in `harness_config`.
     #[serde(default = "empty_object")]
     pub config: serde_json::Value,
+    /// Each harness's own configuration, by plugin name: its keys over `config`'s for that
+    /// harness only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub harness_config: BTreeMap<String, serde_json::Value>,
     /// Each tool adapter's or browser driver's own configuration, by plugin name (what its
     /// `config.get` answers, under the task's `[metadata.tool_config.NAME]`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -216,6 +221,12 @@ impl EvalSpec {
         }
         if let Some((name, _)) = self.tool_config.iter().find(|(_, v)| !v.is_object()) {
             return Err(format!("tool_config.{name}: expected a JSON object"));
+        }
+        if !self.config.is_object() {
+            return Err("config: expected a JSON object".into());
+        }
+        if let Some((name, _)) = self.harness_config.iter().find(|(_, v)| !v.is_object()) {
+            return Err(format!("harness_config.{name}: expected a JSON object"));
         }
         if self.grader.trim().is_empty() {
             return Err("grader: missing".into());

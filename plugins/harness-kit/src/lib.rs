@@ -11,6 +11,7 @@ wit_bindgen::generate!({
 });
 
 pub mod clock;
+pub mod config;
 pub mod context;
 pub mod nested;
 pub mod python_json;

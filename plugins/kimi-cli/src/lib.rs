@@ -25,6 +25,7 @@ mod tools;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
+use orchard_harness_kit::config;
 use orchard_harness_kit::context::estimate_tokens;
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
 use orchard_harness_kit::nested::{self, Subagent};
@@ -390,9 +391,26 @@ fn variables(config: &Config) -> BTreeMap<&'static str, String> {
     .into()
 }
 
+/// The configuration keys this harness reads; any other is refused.
+const CONFIG_KEYS: &[&str] = &[
+    "system_prompt_template",
+    "skills_root",
+    "max_steps_per_turn",
+    "max_retries_per_step",
+    "context_tokens",
+    "compaction_trigger_ratio",
+    "reserved_context_size",
+    "workdir",
+    "now",
+    "agents_md",
+    "list_workdir",
+    "subagents",
+    "subagent_tool",
+];
+
 impl Guest for KimiCli {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
-        let raw: Value = serde_json::from_str(&config).unwrap_or(Value::Null);
+        let raw = orchard_harness_kit::config::parse("kimi-cli", &config, &[CONFIG_KEYS, config::SAMPLING])?;
         let config = Config::from(&raw, &task);
         let run = run_tools::list();
         let (listing, agents_md) = environment(&config, &run);

@@ -29,6 +29,7 @@
 mod actions;
 mod render;
 
+use orchard_harness_kit::config;
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
 use orchard_harness_kit::orchard::plugin::{log, model, tools};
 use orchard_harness_kit::{
@@ -240,9 +241,27 @@ fn outcome(status: RunStatus, steps: u64, answer: Option<String>, message: Optio
     Ok(Outcome { status, answer, steps: steps as u32, message })
 }
 
+/// The configuration keys this harness reads; any other is refused.
+const CONFIG_KEYS: &[&str] = &[
+    "action_format",
+    "env",
+    "system_template",
+    "instance_template",
+    "observation_template",
+    "format_error_template",
+    "action_regex",
+    "step_limit",
+    "cost_limit",
+    "prices",
+    "wall_time_limit_seconds",
+    "max_consecutive_format_errors",
+    "timeout",
+    "cwd",
+];
+
 impl Guest for MiniSwe {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
-        let config: Value = serde_json::from_str(&config).unwrap_or(Value::Null);
+        let config = orchard_harness_kit::config::parse("mini-swe", &config, &[CONFIG_KEYS, config::SAMPLING])?;
         let s = Settings::read(&config).map_err(|e| Error::InvalidInput(format!("mini-swe: {e}")))?;
         if !tools::list().iter().any(|t| t.name == "bash") {
             return Err(Error::Unavailable("mini-swe needs a `bash` tool: run it with the shell adapter".into()));

@@ -20,6 +20,7 @@
 //! `max_iterations` (500), `soft_timeout`, `system_prompt`, sampling keys and the context
 //! policy's. Checked against the real SDK by `tests/evaluations/openhands_faithful.rs`.
 
+use orchard_harness_kit::config;
 use orchard_harness_kit::context::Policy;
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
 use orchard_harness_kit::orchard::plugin::{log, model, tools};
@@ -158,9 +159,16 @@ fn without_bookkeeping(args: &Value) -> Value {
     args
 }
 
+/// The configuration keys this harness reads; any other is refused.
+const CONFIG_KEYS: &[&str] = &["max_iterations", "soft_timeout", "system_prompt"];
+
 impl Guest for OpenHands {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
-        let config: Value = serde_json::from_str(&config).unwrap_or(Value::Null);
+        let config = orchard_harness_kit::config::parse(
+            "openhands",
+            &config,
+            &[CONFIG_KEYS, config::SAMPLING, config::CONTEXT],
+        )?;
         let max_iterations = config.get("max_iterations").and_then(Value::as_u64).unwrap_or(500) as u32;
         let soft_timeout = config.get("soft_timeout").and_then(Value::as_f64).unwrap_or(30.0);
         let sampling = orchard_harness_kit::sampling(&config);

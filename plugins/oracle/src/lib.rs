@@ -78,9 +78,12 @@ fn replay(calls: &[Value], specs: &[ToolSpec]) -> Result<Outcome, Error> {
     Ok(Outcome { status: RunStatus::Completed, answer, steps: calls.len() as u32, message: None })
 }
 
+/// The configuration keys this harness reads; any other is refused.
+const CONFIG_KEYS: &[&str] = &["solution", "timeout"];
+
 impl Guest for Oracle {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
-        let config: Value = serde_json::from_str(&config).unwrap_or(Value::Null);
+        let config = orchard_harness_config::parse("oracle", &config, &[CONFIG_KEYS]).map_err(Error::InvalidInput)?;
         let metadata: Value = serde_json::from_str(&task.metadata).unwrap_or(Value::Null);
         let specs = tools::list();
         if let Some(calls) = metadata["solution_calls"].as_array()

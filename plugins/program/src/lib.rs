@@ -40,9 +40,28 @@ struct Program;
 /// How long one ask of the relay waits for the program's next call.
 const POLL_MS: u64 = 20_000;
 
+/// The configuration keys this harness reads; any other is refused.
+const CONFIG_KEYS: &[&str] = &[
+    "preset",
+    "command",
+    "args",
+    "config",
+    "env",
+    "cwd",
+    "venv",
+    "programs_dir",
+    "model_class",
+    "model_name",
+    "max_context_size",
+    "answer_file",
+    "timeout",
+    "max_model_calls",
+];
+
 impl Guest for Program {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
-        let config: Value = serde_json::from_str(&config).unwrap_or(json!({}));
+        let config =
+            orchard_harness_config::parse("program harness", &config, &[CONFIG_KEYS]).map_err(Error::InvalidInput)?;
         let bad = |e: String| Error::InvalidInput(format!("program harness: {e}"));
         let model_name = config.get("model_name").and_then(Value::as_str).unwrap_or("orchard").to_string();
         let launch = presets::launch(&config, &task.instruction, &model_name).map_err(bad)?;

@@ -13,6 +13,7 @@
 //! continuations from a mid-trajectory state: `orchard export --credit mc`). Replayed turns count
 //! toward `max_steps`.
 
+use orchard_harness_kit::config;
 use orchard_harness_kit::context::Policy;
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
 use orchard_harness_kit::orchard::plugin::{log, model, tools};
@@ -25,9 +26,13 @@ const DEFAULT_SYSTEM: &str = "You are an autonomous agent working in a Linux san
 complete the task. When you are done, reply with a final message and no tool calls; that message is \
 your answer.";
 
+/// The configuration keys this harness reads; any other is refused.
+const CONFIG_KEYS: &[&str] = &["max_steps", "system_prompt", "resume"];
+
 impl Guest for React {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
-        let config: Value = serde_json::from_str(&config).unwrap_or(Value::Null);
+        let config =
+            orchard_harness_kit::config::parse("react", &config, &[CONFIG_KEYS, config::SAMPLING, config::CONTEXT])?;
         let max_steps = config.get("max_steps").and_then(Value::as_u64).unwrap_or(30) as u32;
         let system = config.get("system_prompt").and_then(Value::as_str).unwrap_or(DEFAULT_SYSTEM).to_string();
         let sampling = orchard_harness_kit::sampling(&config);

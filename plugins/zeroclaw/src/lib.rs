@@ -30,6 +30,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use loop_guard::{LoopGuard, Verdict};
+use orchard_harness_kit::config;
 use orchard_harness_kit::context::estimate_tokens;
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
 use orchard_harness_kit::nested::{self, Subagent};
@@ -442,9 +443,26 @@ impl Agent<'_> {
     }
 }
 
+/// The configuration keys this harness reads; any other is refused.
+const CONFIG_KEYS: &[&str] = &[
+    "max_tool_iterations",
+    "context_tokens",
+    "max_delegation_depth",
+    "agents",
+    "workspace",
+    "project_context",
+    "date",
+    "timestamp_messages",
+    "now",
+    "model_name",
+    "loop_window",
+    "loop_max_repeats",
+    "system_prompt",
+];
+
 impl Guest for ZeroClaw {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
-        let raw: Value = serde_json::from_str(&config).unwrap_or(Value::Null);
+        let raw = orchard_harness_kit::config::parse("zeroclaw", &config, &[CONFIG_KEYS, config::SAMPLING])?;
         let config = Config::from(&raw, &task);
         let shared = RefCell::new(Shared::default());
         let main = Agent {
