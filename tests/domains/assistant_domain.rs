@@ -285,7 +285,7 @@ fn reply_for_any_harness(request: &Value) -> (u16, Value) {
         }
         return say("Done.");
     }
-    let shell = ["bash", "Shell", "terminal"].into_iter().find(|s| tools.contains(&s.to_string()));
+    let shell = ["bash", "Shell", "terminal", "shell"].into_iter().find(|s| tools.contains(&s.to_string()));
     match (shell, acted) {
         (Some(shell), false) => call(shell, json!({"command": MEAN_FIX})),
         (_, true) if tools.contains(&"finish".to_string()) => call("finish", json!({"message": "Fixed mean."})),

@@ -28,3 +28,4 @@ mod templates;
 mod training_groups;
 mod verifier_forgeries;
 mod web_ui;
+mod zeroclaw_faithful;

@@ -1,7 +1,17 @@
-//! The `zeroclaw` harness: ZeroClaw v0.8's agent loop, for training and evaluating on the
-//! harness the assistant-domain recipes use.
+//! The `zeroclaw` harness: ZeroClaw 0.8.2's agent loop, as an evaluation runs it (native tool
+//! calls, the `full` autonomy level, every command allowed: the sandbox is the wall). Diffed
+//! request for request against recordings of the real program
+//! (`tests/fixtures/zeroclaw-0.8.2`, `tests/evaluations/zeroclaw_faithful.rs`).
 //!
-//! - The system prompt in ZeroClaw's sections (see `prompt`); the task is the user message.
+//! - The release's system prompt (`prompt`), with the workspace's `AGENTS.md`, `SOUL.md`,
+//!   `TOOLS.md`, `IDENTITY.md`, `USER.md`, `BOOTSTRAP.md` and `MEMORY.md` injected as it injects
+//!   them; the task as the user message, stamped with the time.
+//! - The release's own tools, its specs unchanged (`release/tools.json`): `shell`, `file_read`,
+//!   `file_write`, `file_edit`, `glob_search`, `content_search` act on the sandbox through the
+//!   shell adapter (`workspace`), `memory_store` / `memory_recall` / `memory_forget` live in the
+//!   harness; then the run's other tools; then `spawn_subagent`, and `delegate` when agents are
+//!   configured. `allowed_tools` keeps only those named, as ZeroClaw's risk profile does.
+//! - Results as the release words them: the output (or `(no output)`), `Error: …` for a failure.
 //! - At most `max_tool_iterations` model turns that call tools (default 10), then the run stops.
 //! - Identical calls within one response run once (the others are answered "skipped duplicate").
 //! - Loop detection (`loop_guard`) after each call: a warning or a block notice appended to the
@@ -15,16 +25,18 @@
 //! - Compaction when the conversation passes half of `context_tokens` (default 32768), and when the
 //!   endpoint says the context overflowed: the first 3 and the last 4 messages stay, the middle is
 //!   summarised by the model (logged as `compaction`).
-//! - Memory (`memory_store`, `memory_recall`, `memory_forget`) and a todo list (`todo`) live in
-//!   the harness, shared by the agent and its subagents, never in the sandbox.
 //!
-//! Other config keys: `workspace` (the task's workdir, else `/workspace`), `project_context`,
-//! `date` (default today), `now` (the task message's stamp, `YYYY-MM-DD HH:MM:SS`; default the
-//! time; `timestamp_messages: false` sends the task bare), `model_name` (for the Runtime section), `loop_window` (20),
-//! `loop_max_repeats` (3), sampling (`temperature`, `top_p`, `max_tokens`, `seed`, `extra_body`).
+//! Other config keys: `workspace` (the task's workdir, else `/workspace`), `date` (default today),
+//! `now` (the task message's stamp, `YYYY-MM-DD HH:MM:SS`; default the time;
+//! `timestamp_messages: false` sends the task bare), `model_name` (for the Runtime section),
+//! `system_prompt` (put before the sections), `loop_window` (20), `loop_max_repeats` (3),
+//! sampling (`temperature`, `top_p`, `max_tokens`, `seed`, `extra_body`).
 
+mod exec;
 mod loop_guard;
 mod prompt;
+mod release;
+mod workspace;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -48,7 +60,6 @@ struct Config {
     max_depth: u32,
     agents: BTreeMap<String, Value>,
     workspace: String,
-    project_context: String,
     date: String,
     /// The stamp on the task's user message (`[YYYY-MM-DD HH:MM:SS +00:00] …`), as ZeroClaw
     /// sends it; `None` with `timestamp_messages: false`.
@@ -56,6 +67,8 @@ struct Config {
     model_name: String,
     loop_window: usize,
     loop_repeats: usize,
+    /// ZeroClaw's `allowed_tools`: only these are offered (`None`: all).
+    allowed_tools: Option<Vec<String>>,
     sampling: model::Sampling,
 }
 
@@ -76,13 +89,16 @@ impl Config {
             workspace: s("workspace")
                 .or_else(|| meta.get("workdir").and_then(Value::as_str).map(str::to_string))
                 .unwrap_or_else(|| "/workspace".into()),
-            project_context: s("project_context").unwrap_or_else(|| "No project files were provided.".into()),
             date: s("date").unwrap_or_else(prompt::today),
             stamp: (config.get("timestamp_messages").and_then(Value::as_bool) != Some(false))
                 .then(|| s("now").unwrap_or_else(prompt::now)),
             model_name: s("model_name").unwrap_or_else(|| "default".into()),
             loop_window: n("loop_window", 20) as usize,
             loop_repeats: n("loop_max_repeats", 3) as usize,
+            allowed_tools: config
+                .get("allowed_tools")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()),
             sampling: orchard_harness_kit::sampling(config),
         }
     }
@@ -98,11 +114,14 @@ impl Config {
     }
 }
 
-/// What the agent and its subagents share: memory and the todo list.
+/// What the agent and its subagents share: memory, and what the run started with.
 #[derive(Default)]
 struct Shared {
-    memory: BTreeMap<String, String>,
-    todos: Value,
+    /// Key → (category, content), in the order stored.
+    memory: Vec<(String, String, String)>,
+    /// The workspace files injected into every prompt, and the sandbox's host name.
+    bootstrap: Vec<(String, Option<String>)>,
+    host: String,
 }
 
 /// One agent (the main one or a subagent): who it is and what it may call.
@@ -110,16 +129,35 @@ struct Agent<'a> {
     config: &'a Config,
     shared: &'a RefCell<Shared>,
     me: Subagent,
-    /// The run's tools this agent sees.
-    run_tools: Vec<ToolSpec>,
+    /// Only these tools are offered (`None`: all of them).
+    allowed: Option<Vec<String>>,
     /// Whether this agent may `spawn_subagent` (only the main agent).
     may_spawn: bool,
     max_iterations: u32,
     identity: Option<String>,
 }
 
-fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
-    ToolSpec { name: name.into(), description: description.into(), parameters: parameters.to_string() }
+/// The shell adapter's own tools: the implementation of ZeroClaw's workspace tools, not offered
+/// beside them.
+const SHELL_ADAPTER: [&str; 7] =
+    ["bash", "bash_session", "background_start", "background_log", "background_signal", "read_file", "write_file"];
+
+/// ZeroClaw's memory tools, served by the harness.
+const MEMORY: [&str; 3] = ["memory_store", "memory_recall", "memory_forget"];
+
+/// A tool's result as ZeroClaw puts it in the conversation (`tool_execution.rs`).
+fn result_text(name: &str, result: Result<workspace::Outcome, workspace::Failed>) -> String {
+    match result {
+        Ok(r) if r.success => {
+            if r.output.is_empty() {
+                "(no output)".into()
+            } else {
+                r.output
+            }
+        }
+        Ok(r) => format!("Error: {}", r.error.unwrap_or(r.output)),
+        Err(e) => format!("Error executing {name}: {e}"),
+    }
 }
 
 impl Agent<'_> {
@@ -127,60 +165,37 @@ impl Agent<'_> {
         !self.config.agents.is_empty() && self.me.depth < self.config.max_depth
     }
 
+    /// What this agent is offered, in ZeroClaw's order: its workspace tools (where the run has
+    /// the shell adapter to act with), its memory tools, the run's other tools, then the
+    /// subagent tools.
     fn tools(&self) -> Vec<ToolSpec> {
-        let mut all = self.run_tools.clone();
-        all.push(spec(
-            "memory_store",
-            "Store a fact in long-term memory under a key (replaces what the key held).",
-            json!({"type": "object", "properties": {"key": {"type": "string"}, "content": {"type": "string"}}, "required": ["key", "content"]}),
-        ));
-        all.push(spec(
-            "memory_recall",
-            "Recall memories whose key or content contains the query (all of them for an empty query).",
-            json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": []}),
-        ));
-        all.push(spec(
-            "memory_forget",
-            "Forget the memory stored under a key.",
-            json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
-        ));
-        all.push(spec(
-            "todo",
-            "Replace your todo list: every item with its status (pending, in_progress, done). Returns the list.",
-            json!({"type": "object", "properties": {"todos": {"type": "array", "items": {"type": "object",
-                "properties": {"content": {"type": "string"}, "status": {"type": "string", "enum": ["pending", "in_progress", "done"]}},
-                "required": ["content", "status"]}}}, "required": ["todos"]}),
-        ));
+        let run = tools::list();
+        let own = exec::available();
+        let mut all: Vec<ToolSpec> = Vec::new();
+        if own {
+            all.extend(workspace::TOOLS.iter().map(|n| release::spec(n)));
+        }
+        all.extend(MEMORY.iter().map(|n| release::spec(n)));
+        all.extend(run.into_iter().filter(|t| !(own && SHELL_ADAPTER.contains(&t.name.as_str()))));
+        // Offered to subagents too, as ZeroClaw does; a nested call is refused (depth-1 cap).
+        all.push(release::spec("spawn_subagent"));
         if self.may_delegate() {
             let names: Vec<&str> = self.config.agents.keys().map(String::as_str).collect();
-            all.push(spec(
-                "delegate",
-                "Delegate a subtask to a specialised agent. It works in its own conversation with its own tools and \
-                 returns only its final answer.",
-                json!({"type": "object", "additionalProperties": false, "properties": {
-                    "agent": {"type": "string", "minLength": 1, "description": format!("Name of the agent to delegate to. Available: {}", names.join(", "))},
-                    "prompt": {"type": "string", "minLength": 1, "description": "The task for the agent"},
-                    "context": {"type": "string", "description": "Optional context to put before the prompt (findings so far, relevant data)"}},
-                    "required": ["agent", "prompt"]}),
-            ));
+            all.push(release::delegate(&names));
         }
-        // Offered to subagents too, as ZeroClaw does; a nested call is refused (depth-1 cap).
-        {
-            all.push(spec(
-                "spawn_subagent",
-                "Spawn an ephemeral subagent with your tools and permissions to carry out a focused subtask in its own \
-                 conversation; it returns its final answer. It does not see this conversation: make the prompt self-contained.",
-                json!({"type": "object", "properties": {"prompt": {"type": "string", "description": "The self-contained task for the subagent"}}, "required": ["prompt"]}),
-            ));
+        if let Some(allowed) = &self.allowed {
+            all.retain(|t| allowed.contains(&t.name));
         }
         all
     }
 
     fn system_prompt(&self, tools: &[ToolSpec]) -> String {
+        let shared = self.shared.borrow();
         prompt::system_prompt(&prompt::PromptInputs {
             workspace: &self.config.workspace,
-            project_context: &self.config.project_context,
+            files: &shared.bootstrap,
             date: &self.config.date,
+            host: &shared.host,
             model: &self.config.model_name,
             identity: self.identity.as_deref(),
             has_tools: !tools.is_empty(),
@@ -224,7 +239,7 @@ impl Agent<'_> {
                     continue;
                 }
                 seen.push(key);
-                let output = self.run_tool(call);
+                let output = self.run_tool(call, specs);
                 let verdict = guard.record(&call.name, &call.arguments, &output);
                 messages.push(tool_message(&call.id, output));
                 // As ZeroClaw does: the detector's word goes into the system prompt.
@@ -262,48 +277,31 @@ impl Agent<'_> {
         }
     }
 
-    /// A tool's answer as the model sees it: the harness's own tools here, the rest through the
-    /// run's adapters (failures as text the model can read).
-    fn run_tool(&self, call: &ToolCall) -> String {
+    /// A tool's answer as the model sees it: the memory and subagent tools here, ZeroClaw's
+    /// workspace tools on the sandbox, the rest through the run's adapters.
+    fn run_tool(&self, call: &ToolCall, offered: &[ToolSpec]) -> String {
+        let name = call.name.as_str();
+        if !offered.iter().any(|t| t.name == name) {
+            return format!("Unknown tool: {name}");
+        }
         let args: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
-        let str_arg = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        match call.name.as_str() {
-            "memory_store" => {
-                let key = str_arg("key");
-                if key.is_empty() {
-                    return "Error: key is required".into();
-                }
-                self.shared.borrow_mut().memory.insert(key.clone(), str_arg("content"));
-                format!("Stored memory '{key}'")
-            }
-            "memory_recall" => {
-                let q = str_arg("query").to_lowercase();
-                let shared = self.shared.borrow();
-                let hits: Vec<String> = shared
-                    .memory
-                    .iter()
-                    .filter(|(k, v)| q.is_empty() || k.to_lowercase().contains(&q) || v.to_lowercase().contains(&q))
-                    .map(|(k, v)| format!("- {k}: {v}"))
-                    .collect();
-                if hits.is_empty() { "No memories found.".into() } else { hits.join("\n") }
-            }
-            "memory_forget" => match self.shared.borrow_mut().memory.remove(&str_arg("key")) {
-                Some(_) => format!("Forgot '{}'", str_arg("key")),
-                None => format!("No memory under '{}'", str_arg("key")),
-            },
-            "todo" => {
-                let todos = args.get("todos").cloned().unwrap_or(json!([]));
-                self.shared.borrow_mut().todos = todos.clone();
-                format!("Todo list updated:\n{}", serde_json::to_string_pretty(&todos).unwrap_or_default())
-            }
-            "delegate" if self.may_delegate() => self.delegate(call, &args),
+        match name {
+            "memory_store" | "memory_recall" | "memory_forget" => result_text(name, self.memory(name, &args)),
+            "delegate" => self.delegate(call, &args),
             "spawn_subagent" => {
                 if !self.may_spawn {
                     return "Error: spawn_subagent: a subagent may not spawn its own subagents (depth-1 cap)".into();
                 }
                 let child =
-                    self.child(call, "subagent", self.run_tools.clone(), self.max_iterations, self.identity.clone());
-                child.run_nested(&str_arg("prompt"))
+                    self.child(call, "subagent", self.allowed.clone(), self.max_iterations, self.identity.clone());
+                let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or("");
+                match child.run_nested(prompt) {
+                    answer if answer.trim().is_empty() => "subagent completed without output".into(),
+                    answer => answer,
+                }
+            }
+            _ if workspace::TOOLS.contains(&name) => {
+                result_text(name, workspace::run(name, &args, &self.config.workspace))
             }
             _ => match tools::call(call) {
                 Ok(out) => {
@@ -315,12 +313,63 @@ impl Agent<'_> {
         }
     }
 
+    /// ZeroClaw's memory tools over the memory the run's agents share (category `core` unless
+    /// given; recall by keyword, `*` or no query for the most recent).
+    fn memory(&self, name: &str, args: &Value) -> Result<workspace::Outcome, workspace::Failed> {
+        let text = |k: &str| args.get(k).and_then(Value::as_str);
+        let need = |k: &str| text(k).ok_or_else(|| format!("Missing '{k}' parameter"));
+        let done = |output: String| workspace::Outcome { success: true, output, error: None };
+        let mut shared = self.shared.borrow_mut();
+        match name {
+            "memory_store" => {
+                let (key, content) = (need("key")?, need("content")?);
+                let category = text("category").unwrap_or("core").to_string();
+                shared.memory.retain(|(k, _, _)| k != key);
+                shared.memory.push((key.to_string(), category, content.to_string()));
+                Ok(done(format!("Stored memory: {key}")))
+            }
+            "memory_forget" => {
+                let key = need("key")?;
+                let before = shared.memory.len();
+                shared.memory.retain(|(k, _, _)| k != key);
+                Ok(done(if shared.memory.len() < before {
+                    format!("Forgot memory: {key}")
+                } else {
+                    format!("No memory found with key: {key}")
+                }))
+            }
+            _ => {
+                let query = text("query").unwrap_or("").trim().to_lowercase();
+                let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(5) as usize;
+                let words: Vec<&str> = query.split_whitespace().filter(|w| *w != "*").collect();
+                let hits: Vec<&(String, String, String)> = shared
+                    .memory
+                    .iter()
+                    .rev()
+                    .filter(|(k, _, v)| {
+                        let hay = format!("{k} {v}").to_lowercase();
+                        words.is_empty() || words.iter().any(|w| hay.contains(w))
+                    })
+                    .take(limit)
+                    .collect();
+                if hits.is_empty() {
+                    return Ok(done("No memories found.".into()));
+                }
+                let mut out = format!("Found {} memories:\n", hits.len());
+                for (key, category, content) in hits {
+                    out += &format!("- [{category}] {key}: {content}\n");
+                }
+                Ok(done(out))
+            }
+        }
+    }
+
     /// A subagent one level below this agent, started by `call`; subagents never spawn.
     fn child(
         &self,
         call: &ToolCall,
         name: &str,
-        run_tools: Vec<ToolSpec>,
+        allowed: Option<Vec<String>>,
         max_iterations: u32,
         identity: Option<String>,
     ) -> Agent<'_> {
@@ -333,7 +382,7 @@ impl Agent<'_> {
                 name: name.into(),
                 depth: self.me.depth + 1,
             },
-            run_tools,
+            allowed,
             may_spawn: false,
             max_iterations,
             identity,
@@ -344,21 +393,26 @@ impl Agent<'_> {
         let name = args.get("agent").and_then(Value::as_str).unwrap_or("");
         let Some(agent) = self.config.agents.get(name) else {
             let known: Vec<&str> = self.config.agents.keys().map(String::as_str).collect();
-            return format!("Error: unknown agent '{name}'. Available: {}", known.join(", "));
+            return format!("Error: Unknown agent '{name}'. Available agents: {}", known.join(", "));
         };
-        // The agent's tool subset: the run's tools it names (all of them when it names none).
-        let allowed: Option<Vec<&str>> =
-            agent.get("tools").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect());
-        let run_tools = self
-            .run_tools
-            .iter()
-            .filter(|t| allowed.as_ref().is_none_or(|a| a.contains(&t.name.as_str())))
-            .cloned()
-            .collect();
+        if let Some(action) = args.get("action").and_then(Value::as_str).filter(|a| *a != "delegate") {
+            return format!(
+                "Error: delegate action '{action}' needs background delegation, which this port does not run"
+            );
+        }
+        if args.get("background").and_then(Value::as_bool) == Some(true) || args.get("parallel").is_some() {
+            return "Error: background and parallel delegation are not run by this port".into();
+        }
+        // The agent's tool subset: the tools it names (all of this agent's when it names none).
+        let allowed: Option<Vec<String>> = agent
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .or_else(|| self.allowed.clone());
         let child = self.child(
             call,
             name,
-            run_tools,
+            allowed,
             agent.get("max_tool_iterations").and_then(Value::as_u64).map_or(self.max_iterations, |n| n.max(1) as u32),
             agent.get("system_prompt").and_then(Value::as_str).map(str::to_string),
         );
@@ -443,6 +497,42 @@ impl Agent<'_> {
     }
 }
 
+/// The workspace files ZeroClaw injects (each with its text, or `None` where there is none;
+/// `BOOTSTRAP.md` only when present) and the sandbox's host name: read once, through the shell
+/// adapter, which also makes the workspace as ZeroClaw makes its own. Without the adapter, the
+/// files are missing and the host is `orchard-sandbox`.
+fn bootstrap(workspace: &str) -> (Vec<(String, Option<String>)>, String) {
+    let mut names: Vec<&str> = prompt::BOOTSTRAP_FILES.to_vec();
+    names.insert(5, "BOOTSTRAP.md");
+    let missing = || names.iter().filter(|n| **n != "BOOTSTRAP.md").map(|n| (n.to_string(), None)).collect();
+    if !exec::available() {
+        return (missing(), "orchard-sandbox".into());
+    }
+    let script = format!(
+        "mkdir -p {ws} && cd {ws} || exit 3\nuname -n\nfor f in {files}; do if [ -f \"$f\" ]; then printf 'Y'; \
+         head -c 1048576 -- \"$f\" | base64 -w0; else printf 'N'; fi; echo; done",
+        ws = exec::quote(workspace),
+        files = names.join(" "),
+    );
+    let Ok(ran) = exec::sh(&script, 30).map(|r| String::from_utf8_lossy(&r.stdout).into_owned()) else {
+        return (missing(), "orchard-sandbox".into());
+    };
+    let mut lines = ran.lines();
+    let host = lines.next().unwrap_or("orchard-sandbox").trim().to_string();
+    let mut files = Vec::new();
+    for (name, line) in names.iter().zip(lines) {
+        let text = line.strip_prefix('Y').map(|b64| {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD.decode(b64.trim()).unwrap_or_default();
+            String::from_utf8_lossy(&bytes).into_owned()
+        });
+        if *name != "BOOTSTRAP.md" || text.is_some() {
+            files.push((name.to_string(), text));
+        }
+    }
+    (files, host)
+}
+
 /// The configuration keys this harness reads; any other is refused.
 const CONFIG_KEYS: &[&str] = &[
     "max_tool_iterations",
@@ -450,7 +540,7 @@ const CONFIG_KEYS: &[&str] = &[
     "max_delegation_depth",
     "agents",
     "workspace",
-    "project_context",
+    "allowed_tools",
     "date",
     "timestamp_messages",
     "now",
@@ -464,12 +554,13 @@ impl Guest for ZeroClaw {
     fn run(task: Task, config: String) -> Result<Outcome, Error> {
         let raw = orchard_harness_kit::config::parse("zeroclaw", &config, &[CONFIG_KEYS, config::SAMPLING])?;
         let config = Config::from(&raw, &task);
-        let shared = RefCell::new(Shared::default());
+        let (bootstrap, host) = bootstrap(&config.workspace);
+        let shared = RefCell::new(Shared { bootstrap, host, ..Shared::default() });
         let main = Agent {
             config: &config,
             shared: &shared,
             me: Subagent { id: "main".into(), parent: None, name: "main".into(), depth: 0 },
-            run_tools: tools::list(),
+            allowed: config.allowed_tools.clone(),
             may_spawn: true,
             max_iterations: config.max_iterations,
             identity: raw.get("system_prompt").and_then(Value::as_str).map(str::to_string),
