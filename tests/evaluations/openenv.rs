@@ -110,3 +110,93 @@ async fn openenvs_clients_run_episodes_of_orchard_tasks() {
     let list: Value = server.request(reqwest::Method::GET, "/v1/sandboxes").send().await.unwrap().json().await.unwrap();
     assert_eq!(list["sandboxes"].as_array().unwrap().len(), 0, "{list}");
 }
+
+/// A multi-step task played step by step (each submission grades its step by its own tests and
+/// opens the next; a `min_reward` gate ends the task; the task's reward at the end), and a task
+/// graded in a separate verifier (the answer carried, a reward the agent forged not), through
+/// OpenEnv's own client; the job's rollouts say how each was graded.
+#[tokio::test(flavor = "multi_thread")]
+async fn openenv_plays_multi_step_tasks_step_by_step_and_grades_apart_where_tasks_say() {
+    let Some(python) = orchard_tests::py312_tool("python") else { return };
+    let data = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(fixtures.join("multi-step/counter"))
+        .arg(data.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let apart = data.path().join("apart");
+    std::fs::create_dir_all(apart.join("tests")).unwrap();
+    std::fs::write(apart.join("instruction.md"), "Write the answer to /workspace/answer.txt.").unwrap();
+    std::fs::write(
+        apart.join("task.toml"),
+        "[environment]\nworkdir = \"/workspace\"\n[verifier]\ntimeout_sec = 30\nenvironment_mode = \"separate\"\n\
+         artifacts = [\"/workspace/answer.txt\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        apart.join("tests/test.sh"),
+        "#!/bin/bash\nmkdir -p /logs/verifier\n[ \"$(cat /workspace/answer.txt 2>/dev/null)\" = 42 ] && r=1 || r=0\n\
+         [ -e /logs/verifier/reward.txt ] || echo $r > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    let server = Server::start_with(ServerOptions {
+        api_keys: Some(format!("trainer:{KEY}")),
+        extra_args: vec!["--dataset".into(), format!("steps={}", data.path().display())],
+        ..Default::default()
+    })
+    .await
+    .with_key(KEY);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/openenv/steps.py");
+    let out = tokio::process::Command::new(python).arg(&script).arg(&server.url).arg(KEY).output().await.unwrap();
+    let said = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    let got: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(
+        got["first"],
+        serde_json::json!({"instruction": "Write 1 to /workspace/count.\n", "step": "one", "steps": ["one", "two"]}),
+        "{got:#}"
+    );
+    let between = &got["between"];
+    assert_eq!(
+        (between["done"].as_bool(), between["reward"].as_f64(), between["graded_step"].as_str()),
+        (Some(false), None, Some("one")),
+        "the task's reward comes once, at the end: {got:#}"
+    );
+    assert_eq!((between["step_reward"].as_f64(), between["step"].as_str()), (Some(1.0), Some("two")), "{got:#}");
+    assert!(between["instruction"].as_str().unwrap().starts_with("Append 2"), "{got:#}");
+    assert_eq!(got["counter"], serde_json::json!([1.0, true]), "{got:#}");
+    assert_eq!(got["gated"], serde_json::json!([0.0, true]), "{got:#}");
+    assert_eq!(got["apart"], serde_json::json!([1.0, true]), "{got:#}");
+    assert_eq!(got["forged"], serde_json::json!([0.0, true]), "{got:#}");
+
+    // The rollouts: the counter's steps on record, the gate's reason, the separate verifier.
+    let eval_id = got["eval_id"].as_str().unwrap();
+    let rollouts: Value = server.call(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/rollouts"), None).await.1;
+    let list = rollouts["rollouts"].as_array().unwrap_or_else(|| panic!("{rollouts:#}"));
+    assert_eq!(list.len(), 4, "{rollouts:#}");
+    let full = |i: usize| {
+        let id = list[i]["rollout_id"].as_str().unwrap().to_string();
+        let server = &server;
+        async move { server.call(reqwest::Method::GET, &format!("/v1/evals/{eval_id}/rollouts/{id}"), None).await.1 }
+    };
+    let counter = full(0).await;
+    let steps: Vec<(String, f64)> = counter["result"]["steps"]
+        .as_array()
+        .or(counter["steps"].as_array())
+        .unwrap_or_else(|| panic!("{counter:#}"))
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap().to_string(), s["reward"].as_f64().unwrap_or(-1.0)))
+        .collect();
+    assert_eq!(steps, [("one".to_string(), 1.0), ("two".to_string(), 1.0)], "{counter:#}");
+    let gated = full(1).await.to_string();
+    assert!(gated.contains("is below its min_reward"), "{gated}");
+    let apart = full(2).await.to_string();
+    assert!(apart.contains("\"environment\":\"separate\""), "{apart}");
+    // Every sandbox is gone, the verifiers' too.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let list: Value = server.request(reqwest::Method::GET, "/v1/sandboxes").send().await.unwrap().json().await.unwrap();
+    assert_eq!(list["sandboxes"].as_array().unwrap().len(), 0, "{list}");
+}

@@ -1,19 +1,25 @@
 //! [`Episode`]: a rollout whose agent is a client outside the plugins (an OpenEnv client, a
 //! trainer's policy): the task's sandbox and environment made as for any rollout, its tools open
-//! for the client's calls (recorded as a harness's are), graded in the sandbox when the client
-//! submits or runs out of steps. The sandbox is gone once the episode is finished or abandoned.
+//! for the client's calls (recorded as a harness's are), graded when the client submits or runs
+//! out of steps — in the sandbox, or in a separate verifier's carrying the agent's change, as the
+//! task says. A multi-step task is played step by step: each submission grades the step by its
+//! own tests and, unless the task stops there, readies the next ([`Episode::next_step`]). The
+//! sandboxes are gone once the episode is finished or abandoned.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use orchard_agent_client::SharedAgent;
-use orchard_runtime::{RolloutContext, RunOutcome, Runtime, Status, TaskInput, ToolAnswer, ToolSession, ToolSpec};
-use orchard_sandbox::Backend;
+use orchard_runtime::{
+    PluginFailure, RolloutContext, RunOutcome, Runtime, Status, TaskInput, ToolAnswer, ToolSession, ToolSpec, Verdict,
+};
+use orchard_sandbox::{Backend, SandboxSpec};
 use orchard_verifier::Mode;
 
 use crate::environment::prepare_environment;
-use crate::job::{Job, Placement, grade, sandbox_spec, tool_config_for};
+use crate::job::{Job, Placement, VerifierSetup, sandbox_spec, tool_config_for, verify};
 use crate::result::{RolloutResult, VerifierRecord};
+use crate::steps::{StepPlace, grade_step, prepare_step, record_steps_verdict};
 use crate::task::Task;
 
 /// What an episode's result names as its harness.
@@ -32,11 +38,38 @@ pub struct Episode {
     result: RolloutResult,
     started: Instant,
     calls: u32,
+    /// The spec its sandbox was made from (a separate verifier's is derived from it).
+    spec: SandboxSpec,
+    /// A multi-step task's progress.
+    steps: StepProgress,
+}
+
+/// Where a multi-step episode is: the step the client is in, what the graded ones gave, and why
+/// the task stopped early, if it did.
+#[derive(Default)]
+struct StepProgress {
+    current: usize,
+    step_started: Option<Instant>,
+    graded: Vec<Verdict>,
+    failed: Option<PluginFailure>,
+    /// The current step is graded and the task ends with it.
+    over: bool,
+}
+
+/// The next step of a multi-step episode, after the client submitted the one before.
+#[derive(Debug, Clone)]
+pub struct NextStep {
+    /// The step just graded, and its reward (`None`: no grade).
+    pub graded: String,
+    pub reward: Option<f64>,
+    /// The step now running, and what it asks.
+    pub name: String,
+    pub instruction: String,
 }
 
 impl Episode {
-    /// Makes the task's sandbox and environment and opens its tools. A task graded in a
-    /// separate verifier or in steps is refused: an episode is graded in its own sandbox.
+    /// Makes the task's sandbox and environment (and its first step's, for a multi-step task)
+    /// and opens its tools.
     pub async fn open(
         job: Arc<Job>,
         task: &Task,
@@ -44,19 +77,21 @@ impl Episode {
         runtime: Arc<Runtime>,
         placement: &Placement,
     ) -> Result<Episode, String> {
-        if !task.steps.is_empty() {
-            return Err(format!("task {}: multi-step tasks are not offered as episodes", task.id));
-        }
-        if crate::separate::mode_for(task, &job.grader_for(task)) == Mode::Separate {
-            return Err(format!("task {}: graded in a separate verifier, which episodes do not make", task.id));
-        }
         let started = Instant::now();
-        let info = backend.create(sandbox_spec(&job, task, placement)).await.map_err(|e| format!("sandbox: {e}"))?;
+        let spec = sandbox_spec(&job, task, placement);
+        let info = backend.create(spec.clone()).await.map_err(|e| format!("sandbox: {e}"))?;
         let opened = async {
             let agent = backend.agent(&info.id).await.map_err(|e| format!("sandbox: {e}"))?;
             prepare_environment(&*agent, task).await?;
             let ctx = RolloutContext::new(&task.id, Some(agent.clone()), None);
             ctx.set_tool_config(tool_config_for(&job.tool_config, &task.metadata));
+            if !task.steps.is_empty() {
+                let place =
+                    StepPlace { job: &job, task, agent: &*agent, runtime: &runtime, ctx: &ctx, show_solution: false };
+                if let Some(note) = prepare_step(&place, 0).await? {
+                    return Err(format!("step {}: {note}", task.steps[0].name));
+                }
+            }
             let tools = runtime
                 .open_tools(&ctx, &job.tools_for(task), &job.limits, &job.grants, EPISODE_AGENT)
                 .await
@@ -90,14 +125,126 @@ impl Episode {
             task: task.clone(),
             backend,
             runtime,
-            sandbox_id: info.id,
+            sandbox_id: info.id.clone(),
             agent,
             ctx,
             tools,
             result,
             started,
             calls: 0,
+            spec: SandboxSpec { id: spec.id.clone().or(Some(info.id.clone())), ..spec },
+            steps: StepProgress { step_started: Some(started), ..StepProgress::default() },
         })
+    }
+
+    /// What the client is asked now: the current step's instruction for a multi-step task.
+    pub fn instruction(&self) -> &str {
+        match self.task.steps.get(self.steps.current) {
+            Some(step) => &step.instruction,
+            None => &self.task.instruction,
+        }
+    }
+
+    /// The current step's name (`None`: a task without steps).
+    pub fn step_name(&self) -> Option<&str> {
+        self.task.steps.get(self.steps.current).map(|s| s.name.as_str())
+    }
+
+    /// Ends the current step of a multi-step task with the client's `answer`: grades it by its
+    /// own tests and, unless it was the last or the task stops after it (a `min_reward` gate, the
+    /// grader failing, the next step's setup failing), readies the next step and answers it.
+    /// `None`: the episode is over, and [`Episode::finish`] records its grade.
+    pub async fn next_step(&mut self, answer: Option<String>) -> Option<NextStep> {
+        if self.task.steps.is_empty() || self.steps.over {
+            return None;
+        }
+        let graded = self.grade_current_step(Status::Completed, answer).await;
+        let index = self.steps.current;
+        if self.steps.over || index + 1 >= self.task.steps.len() {
+            self.steps.over = true;
+            return None;
+        }
+        let place = StepPlace {
+            job: &self.job,
+            task: &self.task,
+            agent: &*self.agent,
+            runtime: &self.runtime,
+            ctx: &self.ctx,
+            show_solution: false,
+        };
+        let next = &self.task.steps[index + 1];
+        match prepare_step(&place, index + 1).await {
+            Ok(None) => {}
+            Ok(Some(note)) => {
+                self.result.stopped = Some(format!("step {}: {note}", next.name));
+                self.steps.over = true;
+                return None;
+            }
+            Err(e) => {
+                self.result.stopped = Some(e);
+                self.steps.over = true;
+                return None;
+            }
+        }
+        self.steps.current = index + 1;
+        self.steps.step_started = Some(Instant::now());
+        Some(NextStep {
+            graded: self.task.steps[index].name.clone(),
+            reward: graded,
+            name: next.name.clone(),
+            instruction: next.instruction.clone(),
+        })
+    }
+
+    /// Grades the current step; its reward. Marks the task over when it stops here.
+    async fn grade_current_step(&mut self, status: Status, answer: Option<String>) -> Option<f64> {
+        let index = self.steps.current;
+        let step = &self.task.steps[index];
+        let outcome = RunOutcome { status, answer, steps: self.calls, message: None };
+        let input = TaskInput {
+            id: self.task.id.clone(),
+            instruction: step.instruction.clone(),
+            metadata: self.task.metadata.clone(),
+        };
+        let agent_seconds = self.steps.step_started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        self.result.verifier =
+            Some(VerifierRecord { environment: Mode::InPlace, sandbox_id: None, carry: None, setup_seconds: 0.0 });
+        let place = StepPlace {
+            job: &self.job,
+            task: &self.task,
+            agent: &*self.agent,
+            runtime: &self.runtime,
+            ctx: &self.ctx,
+            show_solution: false,
+        };
+        let grade = grade_step(&place, index, &input, &outcome, agent_seconds, &mut self.result).await;
+        self.result.outcome = Some(outcome);
+        match grade {
+            Err(e) => {
+                self.result.error = Some(e);
+                self.result.failed_in = Some(crate::result::FailureClass::Environment);
+                self.steps.over = true;
+                None
+            }
+            Ok(grade) => {
+                let reward = match &grade.verdict {
+                    Ok(Verdict::Graded { reward, .. }) => Some(*reward),
+                    _ => None,
+                };
+                match grade.verdict {
+                    Ok(v) => self.steps.graded.push(v),
+                    Err(failure) => {
+                        self.steps.failed = Some(failure);
+                        self.steps.over = true;
+                    }
+                }
+                if let Some(reason) = grade.stop {
+                    self.result.stopped = Some(reason);
+                    self.steps.over = true;
+                }
+                reward
+            }
+        }
     }
 
     /// The sandbox it runs in.
@@ -126,28 +273,52 @@ impl Episode {
         self.tools.call(name, arguments).await.map_err(|f| f.to_string())
     }
 
-    /// Ends the episode (`Completed` with the client's answer, or `LimitReached`), grades it in
-    /// its sandbox, and deletes the sandbox.
+    /// Ends the episode (`Completed` with the client's answer, or `LimitReached`), grades it —
+    /// in its sandbox or a separate verifier's; a multi-step task's current step by its tests,
+    /// the task by its graded steps — and deletes the sandboxes.
     pub async fn finish(mut self, status: Status, answer: Option<String>) -> RolloutResult {
-        let outcome = RunOutcome { status, answer, steps: self.calls, message: None };
         self.result.agent_seconds = self.started.elapsed().as_secs_f64();
+        if !self.task.steps.is_empty() {
+            if !self.steps.over {
+                self.grade_current_step(status, answer).await;
+            }
+            let failed = self.steps.failed.take();
+            if self.result.error.is_none() {
+                record_steps_verdict(&self.task, &self.steps.graded, failed, &mut self.result);
+            }
+            return self.close().await;
+        }
+        let outcome = RunOutcome { status, answer, steps: self.calls, message: None };
         self.result.outcome = Some(outcome.clone());
-        self.result.verifier =
-            Some(VerifierRecord { environment: Mode::InPlace, sandbox_id: None, carry: None, setup_seconds: 0.0 });
         let input = TaskInput {
             id: self.task.id.clone(),
             instruction: self.task.instruction.clone(),
             metadata: self.task.metadata.clone(),
         };
-        let graded = grade(
+        let grader = self.job.grader_for(&self.task);
+        let carry = match crate::separate::mode_for(&self.task, &grader) {
+            Mode::Separate => match crate::separate::carry_spec(&self.task, &grader) {
+                Ok(carry) => Some(carry),
+                Err(e) => {
+                    self.result.error = Some(e);
+                    self.result.failed_in = Some(crate::result::FailureClass::Environment);
+                    return self.close().await;
+                }
+            },
+            Mode::InPlace => None,
+        };
+        let verifier = VerifierSetup { backend: &*self.backend, spec: self.spec.clone() };
+        let graded = verify(
             &self.job,
             &self.task,
             &self.ctx,
-            &*self.agent,
+            &self.agent,
             &self.runtime,
             &input,
             &outcome,
             false,
+            carry.as_ref(),
+            &verifier,
             &mut self.result,
         )
         .await;
@@ -155,6 +326,11 @@ impl Episode {
             self.result.error = Some(e);
             self.result.failed_in = Some(crate::result::FailureClass::Environment);
         }
+        self.close().await
+    }
+
+    /// The result with its trajectory, once the sandbox is deleted.
+    async fn close(mut self) -> RolloutResult {
         self.result.trajectory = self.ctx.trajectory();
         let _ = self.backend.delete(&self.sandbox_id).await;
         self.result.total_seconds = self.started.elapsed().as_secs_f64();

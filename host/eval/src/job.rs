@@ -213,9 +213,9 @@ pub(crate) fn sandbox_spec(job: &Job, task: &Task, placement: &Placement) -> San
 
 /// How a rollout makes its separate verifier's sandbox: the agent's spec, with the id the
 /// verifier's is derived from.
-struct VerifierSetup<'a> {
-    backend: &'a dyn Backend,
-    spec: SandboxSpec,
+pub(crate) struct VerifierSetup<'a> {
+    pub backend: &'a dyn Backend,
+    pub spec: SandboxSpec,
 }
 
 async fn run_in_sandbox(
@@ -281,7 +281,8 @@ async fn run_in_sandbox(
         // Graded step by step in the agent's sandbox (task.toml refuses a separate verifier).
         result.verifier =
             Some(VerifierRecord { environment: Mode::InPlace, sandbox_id: None, carry: None, setup_seconds: 0.0 });
-        let run = crate::steps::StepRun { job, harness, task, agent: &**agent, runtime, ctx: &ctx, show_solution };
+        let place = crate::steps::StepPlace { job, task, agent: &**agent, runtime, ctx: &ctx, show_solution };
+        let run = crate::steps::StepRun { place, harness };
         let ran = crate::steps::run_steps(&run, &input, result).await;
         ctx.close_browser();
         return ran;
@@ -308,9 +309,27 @@ async fn run_in_sandbox(
         }
     };
     result.outcome = Some(outcome.clone());
-    // The verifier's turn: in a clean sandbox carrying the agent's change, or in the agent's.
+    verify(job, task, &ctx, agent, runtime, &input, &outcome, show_solution, carry.as_ref(), verifier, result).await
+}
+
+/// The verifier's turn after the agent's: grades in a clean sandbox carrying the agent's change
+/// (`carry`, for a task graded in a separate verifier), or in the agent's own.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn verify(
+    job: &Job,
+    task: &Task,
+    ctx: &Arc<RolloutContext>,
+    agent: &SharedAgent,
+    runtime: &Runtime,
+    input: &TaskInput,
+    outcome: &RunOutcome,
+    show_solution: bool,
+    carry: Option<&orchard_verifier::CarrySpec>,
+    verifier: &VerifierSetup<'_>,
+    result: &mut RolloutResult,
+) -> Result<(), String> {
     let setup_started = (Instant::now(), ctx.at_ms());
-    let (grading_sandbox, verifier_sandbox) = match &carry {
+    let (grading_sandbox, verifier_sandbox) = match carry {
         Some(carry) => {
             let (sandbox, report) =
                 separate::prepare(verifier.backend, verifier.spec.clone(), &**agent, task, carry).await?;
@@ -336,7 +355,7 @@ async fn run_in_sandbox(
             (agent.clone(), None)
         }
     };
-    let graded = grade(job, task, &ctx, &*grading_sandbox, runtime, &input, &outcome, show_solution, result).await;
+    let graded = grade(job, task, ctx, &*grading_sandbox, runtime, input, outcome, show_solution, result).await;
     if let Some(id) = verifier_sandbox
         && let Err(e) = verifier.backend.delete(&id).await
     {

@@ -108,10 +108,10 @@ fn gate(step: &TaskStep, rewards: Option<&BTreeMap<String, f64>>) -> Option<Stri
     })
 }
 
-/// Everything a step needs from the rollout around it.
-pub(crate) struct StepRun<'a> {
+/// Where a task's steps run: the rollout around them, whoever the agent is (a harness, or an
+/// episode's client).
+pub(crate) struct StepPlace<'a> {
     pub job: &'a Job,
-    pub harness: &'a Arc<Plugin>,
     pub task: &'a Task,
     pub agent: &'a dyn SandboxAgent,
     pub runtime: &'a Runtime,
@@ -119,132 +119,196 @@ pub(crate) struct StepRun<'a> {
     pub show_solution: bool,
 }
 
+/// Everything a step needs from the rollout around it, with the harness that acts in it.
+pub(crate) struct StepRun<'a> {
+    pub place: StepPlace<'a>,
+    pub harness: &'a Arc<Plugin>,
+}
+
+/// Readies step `index` before its agent: its `workdir/` copied and its `setup.sh` run, its
+/// healthcheck waited for, its solution for a harness granted it. `Ok(Some(note))`: `setup.sh`
+/// failed, and the task ends here; `Err`: the sandbox failed.
+pub(crate) async fn prepare_step(place: &StepPlace<'_>, index: usize) -> Result<Option<String>, String> {
+    let (task, step) = (place.task, &place.task.steps[index]);
+    let workdir = task.workdir.clone().unwrap_or_else(|| "/".into());
+    let dir = PathBuf::from("steps").join(&step.name);
+    if task.files.is_dir(&dir.join("workdir")) {
+        upload_dir(place.agent, &task.files, &dir.join("workdir"), &workdir).await?;
+        if task.files.exists(&dir.join("workdir/setup.sh")) {
+            let setup = orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(vec![
+                "bash".into(),
+                format!("{}/setup.sh", workdir.trim_end_matches('/')),
+            ]))
+            .cwd(workdir.clone());
+            let ran = place.agent.exec(&setup).await.map_err(|e| format!("step {}: setup.sh: {e}", step.name))?;
+            if ran.exit_code != 0 {
+                return Ok(Some(format!("setup.sh exited {}: {}", ran.exit_code, ran.stderr.text.trim())));
+            }
+        }
+    }
+    if let Some(check) = &step.healthcheck {
+        crate::environment::wait_healthy(place.agent, task, check)
+            .await
+            .map_err(|e| format!("step {}: {e}", step.name))?;
+    }
+    if place.show_solution && task.files.is_dir(&dir.join("solution")) {
+        place
+            .agent
+            .remove("/solution", true)
+            .await
+            .or_else(crate::environment::ignore_missing)
+            .map_err(|e| e.to_string())?;
+        upload_dir(place.agent, &task.files, &dir.join("solution"), "/solution").await?;
+    }
+    Ok(None)
+}
+
+/// What grading one step decided.
+pub(crate) struct StepGrade {
+    /// The grader's verdict, or how it failed.
+    pub verdict: Result<Verdict, orchard_runtime::PluginFailure>,
+    /// Why the task stops after this step, if it does (a gate not met, the grader failing).
+    pub stop: Option<String>,
+}
+
+/// Grades step `index` by its own tests after its agent gave `outcome`; its record is added to
+/// `result.steps`.
+pub(crate) async fn grade_step(
+    place: &StepPlace<'_>,
+    index: usize,
+    input: &TaskInput,
+    outcome: &RunOutcome,
+    agent_seconds: f64,
+    result: &mut RolloutResult,
+) -> Result<StepGrade, String> {
+    let (task, step) = (place.task, &place.task.steps[index]);
+    let tests = PathBuf::from("steps").join(&step.name).join("tests");
+    let how = Grading {
+        tests: task.files.is_dir(&tests).then_some(tests.as_path()),
+        timeout_sec: step.verifier_timeout_sec,
+        clear_tests: index > 0,
+    };
+    let verdict = grade_once(
+        place.job,
+        task,
+        place.ctx,
+        place.agent,
+        place.runtime,
+        input,
+        outcome,
+        place.show_solution,
+        &how,
+        result,
+    )
+    .await?;
+    let mut record = StepRecord {
+        name: step.name.clone(),
+        status: RolloutStatus::Error,
+        reward: None,
+        note: String::new(),
+        agent_seconds,
+    };
+    let stop = match &verdict {
+        Ok(v) => {
+            match v {
+                Verdict::Graded { reward, explanation, .. } => {
+                    (record.status, record.reward, record.note) =
+                        (RolloutStatus::Graded, Some(*reward), explanation.clone());
+                }
+                Verdict::Unknown { reason } => (record.status, record.note) = (RolloutStatus::Unknown, reason.clone()),
+            }
+            gate(step, rewards_of(v).as_ref())
+        }
+        Err(failure) => {
+            record.note = failure.to_string();
+            Some(format!("step {}: the grader failed", step.name))
+        }
+    };
+    result.steps.push(record);
+    Ok(StepGrade { verdict, stop })
+}
+
+/// Records a task's end after its steps: the grader's failure, or the verdict its graded steps
+/// make together.
+pub(crate) fn record_steps_verdict(
+    task: &Task,
+    graded: &[Verdict],
+    failed: Option<orchard_runtime::PluginFailure>,
+    result: &mut RolloutResult,
+) {
+    match failed {
+        Some(failure) => record_verdict(result, Err(failure)),
+        None => record_verdict(result, Ok(combine(task, graded))),
+    }
+}
+
 /// Runs a multi-step task's steps in order and records the task's grade in `result`.
 pub(crate) async fn run_steps(run: &StepRun<'_>, input: &TaskInput, result: &mut RolloutResult) -> Result<(), String> {
-    let task = run.task;
-    let workdir = task.workdir.clone().unwrap_or_else(|| "/".into());
+    let place = &run.place;
+    let task = place.task;
     let mut graded: Vec<Verdict> = Vec::new();
     let mut last_outcome: Option<RunOutcome> = None;
     for (index, step) in task.steps.iter().enumerate() {
-        let dir = PathBuf::from("steps").join(&step.name);
-        let mut record = StepRecord {
-            name: step.name.clone(),
-            status: RolloutStatus::Error,
-            reward: None,
-            note: String::new(),
-            agent_seconds: 0.0,
-        };
-        // The step's files and setup, its healthcheck, its solution for a harness granted it.
-        if task.files.is_dir(&dir.join("workdir")) {
-            upload_dir(run.agent, &task.files, &dir.join("workdir"), &workdir).await?;
-            if task.files.exists(&dir.join("workdir/setup.sh")) {
-                let setup = orchard_protocol::ExecRequest::new(orchard_protocol::Command::Argv(vec![
-                    "bash".into(),
-                    format!("{}/setup.sh", workdir.trim_end_matches('/')),
-                ]))
-                .cwd(workdir.clone());
-                let ran = run.agent.exec(&setup).await.map_err(|e| format!("step {}: setup.sh: {e}", step.name))?;
-                if ran.exit_code != 0 {
-                    record.note = format!("setup.sh exited {}: {}", ran.exit_code, ran.stderr.text.trim());
-                    result.steps.push(record);
-                    break;
-                }
-            }
-        }
-        if let Some(check) = &step.healthcheck {
-            crate::environment::wait_healthy(run.agent, task, check)
-                .await
-                .map_err(|e| format!("step {}: {e}", step.name))?;
-        }
-        if run.show_solution && task.files.is_dir(&dir.join("solution")) {
-            run.agent
-                .remove("/solution", true)
-                .await
-                .or_else(crate::environment::ignore_missing)
-                .map_err(|e| e.to_string())?;
-            upload_dir(run.agent, &task.files, &dir.join("solution"), "/solution").await?;
+        if let Some(note) = prepare_step(place, index).await? {
+            result.steps.push(StepRecord {
+                name: step.name.clone(),
+                status: RolloutStatus::Error,
+                reward: None,
+                note,
+                agent_seconds: 0.0,
+            });
+            break;
         }
         let step_input = TaskInput { instruction: step.instruction.clone(), ..input.clone() };
-        let limits = Limits { wall: Duration::from_secs_f64(step.agent_timeout_sec), ..run.job.limits };
+        let limits = Limits { wall: Duration::from_secs_f64(step.agent_timeout_sec), ..place.job.limits };
         let started = Instant::now();
-        let ran = run
+        let ran = place
             .runtime
             .run_harness(
-                run.ctx,
+                place.ctx,
                 run.harness,
-                &run.job.tools_for(task),
+                &place.job.tools_for(task),
                 &step_input,
-                &run.job.config_for(run.harness),
+                &place.job.config_for(run.harness),
                 &limits,
-                &run.job.grants,
+                &place.job.grants,
             )
             .await;
-        record.agent_seconds = started.elapsed().as_secs_f64();
-        result.agent_seconds += record.agent_seconds;
+        let agent_seconds = started.elapsed().as_secs_f64();
+        result.agent_seconds += agent_seconds;
         let outcome = match ran {
             Ok(outcome) => outcome,
             Err(failure) => {
                 // The agent failed this step: the task ends here, and is this failure.
-                record.note = failure.to_string();
-                result.steps.push(record);
-                record_agent_failure(result, run.ctx, failure);
+                result.steps.push(StepRecord {
+                    name: step.name.clone(),
+                    status: RolloutStatus::Error,
+                    reward: None,
+                    note: failure.to_string(),
+                    agent_seconds,
+                });
+                record_agent_failure(result, place.ctx, failure);
                 result.error = result.error.take().map(|e| format!("step {}: {e}", step.name));
                 return Ok(());
             }
         };
-        let tests = dir.join("tests");
-        let how = Grading {
-            tests: task.files.is_dir(&tests).then_some(tests.as_path()),
-            timeout_sec: step.verifier_timeout_sec,
-            clear_tests: index > 0,
-        };
-        let verdict = grade_once(
-            run.job,
-            task,
-            run.ctx,
-            run.agent,
-            run.runtime,
-            &step_input,
-            &outcome,
-            run.show_solution,
-            &how,
-            result,
-        )
-        .await?;
+        let grade = grade_step(place, index, &step_input, &outcome, agent_seconds, result).await?;
         last_outcome = Some(outcome);
-        let stop = match &verdict {
-            Ok(v) => {
-                let rewards = rewards_of(v);
-                match v {
-                    Verdict::Graded { reward, explanation, .. } => {
-                        (record.status, record.reward, record.note) =
-                            (RolloutStatus::Graded, Some(*reward), explanation.clone());
-                    }
-                    Verdict::Unknown { reason } => {
-                        (record.status, record.note) = (RolloutStatus::Unknown, reason.clone())
-                    }
-                }
-                graded.push(v.clone());
-                gate(step, rewards.as_ref())
-            }
+        match grade.verdict {
+            Ok(v) => graded.push(v),
             Err(failure) => {
-                record.note = failure.to_string();
-                Some(format!("step {}: the grader failed", step.name))
+                record_steps_verdict(task, &graded, Some(failure), result);
+                result.outcome = last_outcome;
+                return Ok(());
             }
-        };
-        result.steps.push(record);
-        if let Err(failure) = verdict {
-            record_verdict(result, Err(failure));
-            result.outcome = last_outcome;
-            return Ok(());
         }
-        if let Some(reason) = stop {
+        if let Some(reason) = grade.stop {
             result.stopped = Some(reason);
             break;
         }
     }
     result.outcome = last_outcome;
-    record_verdict(result, Ok(combine(task, &graded)));
+    record_steps_verdict(task, &graded, None, result);
     Ok(())
 }
 

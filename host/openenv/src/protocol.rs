@@ -119,12 +119,14 @@ async fn reset(session: &Session, engine: &Engine, current: &mut Current, data: 
                 r.commit(episode.sandbox_id());
             }
             let tools: Vec<Value> = episode.tools().iter().map(|t| json!(t.name)).collect();
-            let answer = observation(
-                // `tool_names`, not `tools`: OpenEnv's MCP client reads a `tools` key as a tool listing.
-                json!({"task_id": task.id, "instruction": task.instruction, "tool_names": tools, "metadata": {}}),
-                None,
-                false,
-            );
+            // `tool_names`, not `tools`: OpenEnv's MCP client reads a `tools` key as a tool listing.
+            let mut seen = json!({"task_id": task.id, "instruction": episode.instruction(), "tool_names": tools,
+                "metadata": {}});
+            if let Some(step) = episode.step_name() {
+                seen["step"] = json!(step);
+                seen["steps"] = json!(task.steps.iter().map(|s| s.name.clone()).collect::<Vec<_>>());
+            }
+            let answer = observation(seen, None, false);
             *current = Current::Running(Box::new(episode), format!("ep-{}", uuid::Uuid::new_v4().simple()));
             answer
         }
@@ -222,6 +224,17 @@ async fn step(session: &Session, engine: &Engine, current: &mut Current, action:
         }
         "submit" => {
             let answer = action["answer"].as_str().map(str::to_string);
+            // A multi-step task goes on to its next step unless the task ends here.
+            if let Some(next) = episode.next_step(answer.clone()).await {
+                return observation(
+                    json!({"task_id": episode.task().id, "graded_step": next.graded, "step_reward": next.reward,
+                        "step": next.name, "instruction": next.instruction, "metadata": {}}),
+                    // The task's reward comes once, when it is done (`mean` or `final` over its
+                    // steps); a step's own is `step_reward`, so no trainer counts it twice.
+                    None,
+                    false,
+                );
+            }
             finish(session, engine, current, Status::Completed, answer).await
         }
         other => {
