@@ -225,3 +225,58 @@ async fn harbors_multi_step_runner_agrees_with_orchard_eval() {
     }
     assert_eq!(sandboxes_left(&server).await, 0);
 }
+
+/// The same `harbor run` on the Kubernetes backend (the API server double with a kubelet that
+/// runs the real agent per pod) with a warm pool sized for Harbor's trials (its image, the
+/// network, the default resources): the trial's sandbox is claimed from the pool, takes the
+/// task's working directory and environment when claimed, and Harbor's oracle and verifier
+/// score it.
+#[tokio::test(flavor = "multi_thread")]
+async fn harbor_runs_on_kubernetes_from_a_warm_pool() {
+    use k8s_openapi::api::core::v1::Pod;
+    use orchard_tests::kube::{ApiServer, FakeKubelet};
+    let Some(harbor) = harbor() else { return };
+    let api = ApiServer::start().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _kubelet = FakeKubelet::start(api.client(), port);
+    let keys = tempfile::tempdir().unwrap();
+    std::fs::write(keys.path().join("key"), "an installation key").unwrap();
+    let image = "registry.test/python:3.12";
+    let mut args = api.backend_args(&keys.path().join("key"), "host-a", port);
+    args.extend(
+        ["--allowed-registry", "registry.test", "--warm-pool", &format!("{image}=2,network")].map(String::from),
+    );
+    let server = Server::start_with(ServerOptions {
+        api_keys: Some(format!("harbor:{KEY}")),
+        extra_args: args,
+        env: vec![("KUBECONFIG".into(), api.kubeconfig.display().to_string())],
+        ..Default::default()
+    })
+    .await
+    .with_key(KEY);
+    let pooled = || async {
+        let pods = api.pods().list(&Default::default()).await.unwrap().items;
+        pods.iter()
+            .filter(|p: &&Pod| {
+                p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("orchard.dev/pool"))
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pooled().await < 2 {
+        assert!(std::time::Instant::now() < deadline, "the pool did not fill:\n{}", server.log());
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let task = harbor_task(&harbor, &work.path().join("k8s"), "shared", false);
+    // Written where the command runs: right only when the claim gave the sandbox the task's
+    // working directory (the pooled pod started in /).
+    std::fs::write(task.join("solution/solve.sh"), "#!/bin/bash\necho \"$WORD\" > answer.txt\n").unwrap();
+    let ek = format!("image={image}");
+    let trial = harbor_run(&harbor, &server, &task, &["-a", "oracle", "--ek", &ek], &work.path().join("jobs")).await;
+    assert_eq!(reward(&trial), 1.0, "{trial:#}");
+    let log = server.log();
+    assert!(log.contains("claimed from the warm pool"), "the trial's sandbox was not the pool's:\n{log}");
+    assert_eq!(sandboxes_left(&server).await, 0);
+}

@@ -239,9 +239,16 @@ async fn a_warm_pool_serves_plain_creates_and_refills() {
     // A create of another shape is made fresh.
     let other = server.create(json!({"image": "host", "memory": "512Mi"})).await;
     assert!(!pooled.contains(&other));
+    // A create with its own working directory and environment is served too: the claim sets
+    // them as the sandbox's defaults.
+    let refilled = sandbox_dirs(&server);
+    let own = server.create(json!({"image": "host", "workdir": "/srv/app", "env": {"GREETING": "hi"}})).await;
+    assert!(refilled.contains(&own), "{own} was not taken from the pool {refilled:?}");
+    let r = server.sh(&own, "pwd; echo $GREETING").await;
+    assert_eq!(r.stdout.text, "/srv/app\nhi\n");
     // Claimed sandboxes are like any other: listed, deleted, reaped when idle.
     let (_, listed) = server.call(reqwest::Method::GET, "/sandboxes", None).await;
-    assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 3, "{listed}");
     let short = server.create(json!({"image": "host", "timeout": 1})).await;
     assert!(pooled.contains(&short) || !sandbox_dirs(&server).is_empty());
     tokio::time::sleep(std::time::Duration::from_secs(4)).await;

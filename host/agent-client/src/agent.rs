@@ -39,6 +39,10 @@ pub trait SandboxAgent: Send + Sync + 'static {
     /// The agent's `/health`.
     async fn health(&self) -> Result<Health>;
 
+    /// Sets the working directory (made if missing) and environment of commands that name
+    /// none: a sandbox claimed from a warm pool takes its creator's this way.
+    async fn set_defaults(&self, cwd: Option<&str>, env: &std::collections::BTreeMap<String, String>) -> Result<()>;
+
     /// Runs a command to its end.
     async fn exec(&self, req: &ExecRequest) -> Result<ExecResult>;
 

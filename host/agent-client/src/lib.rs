@@ -237,6 +237,14 @@ impl SandboxAgent for AgentClient {
         self.call(Method::GET, &format!("/files/stat?path={}", encode(path)), full(Bytes::new())).await
     }
 
+    async fn set_defaults(&self, cwd: Option<&str>, env: &std::collections::BTreeMap<String, String>) -> Result<()> {
+        let body = serde_json::json!({"cwd": cwd, "env": env});
+        let bytes = serde_json::to_vec(&body).map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        let response = self.send_raw(Method::PUT, "/defaults", full(bytes)).await?;
+        let _ = response.into_body().collect().await;
+        Ok(())
+    }
+
     async fn remove(&self, path: &str, recursive: bool) -> Result<()> {
         self.call_empty(Method::DELETE, &format!("/files?path={}&recursive={recursive}", encode(path))).await
     }

@@ -28,7 +28,8 @@ pub async fn run(
     if req.idle_timeout_ms.is_some() {
         return Err(AgentError::invalid("idle_timeout_ms applies to session commands only (POST /sessions/{id}/exec)"));
     }
-    let mut command = spawn::build(&state.config.shell, &req.command, req.cwd.as_deref(), &req.env, req.login_shell)?;
+    let (cwd, env) = state.defaults.apply(req.cwd.as_deref(), &req.env);
+    let mut command = spawn::build(&state.config.shell, &req.command, cwd.as_deref(), &env, req.login_shell)?;
     command.process_group(0);
     command.stdin(if req.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     command.stdout(Stdio::piped()).stderr(Stdio::piped());

@@ -71,6 +71,7 @@ async fn serve_inherited(fd: i32, app: Router) -> std::io::Result<()> {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/defaults", axum::routing::put(defaults_put))
         .route("/exec", post(exec_handler))
         .route("/processes", post(process_start).get(process_list))
         .route("/processes/{id}", get(process_get))
@@ -133,6 +134,15 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
             .map(|q| Q(q.0))
             .map_err(|e| AgentError::invalid(format!("query: {}", e.body_text())))
     }
+}
+
+/// Sets the working directory and environment of commands that name none.
+async fn defaults_put(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<crate::defaults::Defaults>,
+) -> Result<StatusCode, AgentError> {
+    state.defaults.set(body)?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn health() -> Json<Health> {

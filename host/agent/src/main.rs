@@ -7,6 +7,7 @@
 
 mod browser;
 mod config;
+mod defaults;
 mod error;
 mod exec;
 mod files;

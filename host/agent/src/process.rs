@@ -69,7 +69,8 @@ impl BackgroundProcess {
 }
 
 pub fn start(state: &AgentState, id: String, req: ProcessStart) -> AgentResult<Arc<BackgroundProcess>> {
-    let mut command = spawn::build(&state.config.shell, &req.command, req.cwd.as_deref(), &req.env, false)?;
+    let (cwd, env) = state.defaults.apply(req.cwd.as_deref(), &req.env);
+    let mut command = spawn::build(&state.config.shell, &req.command, cwd.as_deref(), &env, false)?;
     command.process_group(0);
     let log_path = state.scratch("processes", &format!("{id}.log"));
     if let Some(dir) = log_path.parent() {

@@ -119,7 +119,7 @@ pub async fn run(state: Arc<AgentState>, mut socket: WebSocket) {
     };
     let cmd = cmd.unwrap_or_else(|| orchard_protocol::Command::Argv(vec![state.config.shell.display().to_string()]));
     let cmd = if login_shell { login_wrapped(cmd) } else { cmd };
-    let mut env = env;
+    let (cwd, mut env) = state.defaults.apply(cwd.as_deref(), &env);
     env.entry("TERM".into()).or_insert_with(|| "xterm-256color".into());
     let child = match spawn::build(&state.config.shell, &cmd, cwd.as_deref(), &env, false)
         .and_then(|command| pty::spawn(&state.reaper, command, rows, cols, true))

@@ -121,7 +121,8 @@ impl Session {
         } else {
             command.arg("-i");
         }
-        if let Some(cwd) = &req.cwd {
+        let (cwd, env) = state.defaults.apply(req.cwd.as_deref(), &req.env);
+        if let Some(cwd) = &cwd {
             spawn::check_cwd(cwd)?;
             command.current_dir(cwd);
         }
@@ -132,7 +133,7 @@ impl Session {
             .env("PROMPT_COMMAND", "")
             .env("TERM", "dumb")
             .env("HISTFILE", "/dev/null")
-            .envs(&req.env);
+            .envs(&env);
         let child = pty::spawn(&state.reaper, command, 24, 200, false)?;
         let alive = Arc::new(AtomicBool::new(true));
         let alive_flag = alive.clone();

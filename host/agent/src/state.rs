@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Mutex;
 
 use crate::config::Config;
+use crate::defaults;
 use crate::files::Confinement;
 use crate::process::BackgroundProcess;
 use crate::reaper::Reaper;
@@ -19,6 +20,8 @@ pub struct AgentState {
     pub confinement: Confinement,
     pub processes: Mutex<HashMap<String, Arc<BackgroundProcess>>>,
     pub sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// The working directory and environment of commands that name none (`PUT /defaults`).
+    pub defaults: defaults::Held,
     next_id: AtomicU64,
 }
 
@@ -32,6 +35,7 @@ impl AgentState {
             confinement,
             processes: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            defaults: defaults::Held::default(),
             next_id: AtomicU64::new(1),
         })
     }

@@ -59,10 +59,12 @@ pub struct ServeArgs {
     plugin_dir: Option<PathBuf>,
     #[command(flatten)]
     admission: crate::admission_args::AdmissionArgs,
-    /// Keep N ready sandboxes of IMAGE with the default resources (IMAGE=N, repeatable): a create
-    /// that asks for that image and nothing else is served from it.
-    #[arg(long = "warm-pool", value_parser = image_count)]
-    warm_pools: Vec<(String, usize)>,
+    /// Keep N ready sandboxes of IMAGE (IMAGE=N[,cpu=C][,memory=M][,disk=D][,network],
+    /// repeatable): a create of that image with those resources (the defaults where none is
+    /// given), and the network only with `network`, is served from it; its working directory and
+    /// environment are set when it is claimed.
+    #[arg(long = "warm-pool", value_parser = warm_pool)]
+    warm_pools: Vec<WarmPool>,
     /// Where evaluations are kept: `sqlite:PATH` [default: sqlite:<state>/orchard.db] or
     /// `postgres://user:password@host:port/db` (several replicas share one).
     #[arg(long, env = "ORCHARD_DATABASE_URL")]
@@ -146,10 +148,45 @@ fn optional_bytes(text: &str) -> Result<Quota, String> {
     if text.eq_ignore_ascii_case("none") { Ok(Quota(None)) } else { bytes(text).map(|b| Quota(Some(b))) }
 }
 
-fn image_count(text: &str) -> Result<(String, usize), String> {
-    let (image, n) = text.rsplit_once('=').ok_or_else(|| format!("{text:?}: expected IMAGE=N"))?;
-    let n = n.parse().map_err(|_| format!("{text:?}: {n:?} is not a count"))?;
-    Ok((image.to_string(), n))
+/// A `--warm-pool`: the image, how many, and the shape where it is not the default's.
+#[derive(Debug, Clone)]
+struct WarmPool {
+    image: String,
+    size: usize,
+    cpu: Option<f64>,
+    memory_bytes: Option<u64>,
+    disk_bytes: Option<u64>,
+    network: bool,
+}
+
+fn warm_pool(text: &str) -> Result<WarmPool, String> {
+    let mut parts = text.split(',');
+    let first = parts.next().unwrap_or_default();
+    let (image, n) = first
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{text:?}: expected IMAGE=N[,cpu=C][,memory=M][,disk=D][,network]"))?;
+    let size = n.parse().map_err(|_| format!("{text:?}: {n:?} is not a count"))?;
+    let mut pool =
+        WarmPool { image: image.to_string(), size, cpu: None, memory_bytes: None, disk_bytes: None, network: false };
+    for part in parts {
+        match part.split_once('=') {
+            Some(("cpu", v)) => {
+                pool.cpu = Some(
+                    v.parse()
+                        .ok()
+                        .filter(|c: &f64| *c > 0.0)
+                        .ok_or_else(|| format!("{text:?}: cpu={v}: not a number of cores"))?,
+                )
+            }
+            Some(("memory", v)) => {
+                pool.memory_bytes = Some(bytes(v).map_err(|e| format!("{text:?}: memory={v}: {e}"))?)
+            }
+            Some(("disk", v)) => pool.disk_bytes = Some(bytes(v).map_err(|e| format!("{text:?}: disk={v}: {e}"))?),
+            None if part == "network" => pool.network = true,
+            _ => return Err(format!("{text:?}: {part:?} is not one of cpu=, memory=, disk= or network")),
+        }
+    }
+    Ok(pool)
 }
 
 pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>) -> anyhow::Result<()> {
@@ -171,17 +208,19 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
     let admission = Arc::new(admission);
     // The shape a create gets when it asks for the image and nothing else.
     let mut pools = Vec::new();
-    for (image, size) in &args.warm_pools {
-        let image = admission.images.admit(image).map_err(|e| anyhow::anyhow!("--warm-pool {image}: {e}"))?;
+    for pool in &args.warm_pools {
+        let image =
+            admission.images.admit(&pool.image).map_err(|e| anyhow::anyhow!("--warm-pool {}: {e}", pool.image))?;
         let r = &admission.resources;
         let shape = orchard_sandbox::PoolShape {
             image,
-            memory_bytes: r.default_memory_bytes,
-            cpu: r.default_cpu,
+            memory_bytes: pool.memory_bytes.or(r.default_memory_bytes),
+            cpu: pool.cpu.or(r.default_cpu),
             pids: r.default_pids,
-            disk_bytes: r.default_disk_bytes,
+            disk_bytes: pool.disk_bytes.or(r.default_disk_bytes),
+            block_network: !pool.network,
         };
-        pools.push((shape, *size));
+        pools.push((shape, pool.size));
     }
     let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
     let backend: Arc<dyn Backend> = match args.backend {

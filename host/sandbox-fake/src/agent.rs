@@ -74,9 +74,17 @@ impl FakeAgent {
     fn run(&self, req: &ExecRequest, cwd: Option<String>) -> Result<ExecResult> {
         let sandbox = self.live()?;
         sandbox.commands.lock().unwrap_or_else(|p| p.into_inner()).push(req.clone());
+        let (default_cwd, default_env) = sandbox.defaults.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut env = sandbox.spec.env.clone();
+        env.extend(default_env);
         env.extend(req.env.clone());
-        let cwd = req.cwd.clone().or(cwd).or_else(|| sandbox.spec.workdir.clone()).unwrap_or_else(|| "/".into());
+        let cwd = req
+            .cwd
+            .clone()
+            .or(cwd)
+            .or(default_cwd)
+            .or_else(|| sandbox.spec.workdir.clone())
+            .unwrap_or_else(|| "/".into());
         let mut fs = sandbox.fs.lock().unwrap_or_else(|p| p.into_inner());
         let mut call = ExecCall { sandbox: &sandbox.id, request: req, env, cwd: normalise(&cwd, "/"), fs: &mut fs };
         Ok((sandbox.handler)(&mut call))
@@ -162,6 +170,15 @@ impl SandboxAgent for FakeAgent {
         self.run(req, None)
     }
 
+    async fn set_defaults(&self, cwd: Option<&str>, env: &BTreeMap<String, String>) -> Result<()> {
+        let sandbox = self.live()?;
+        if let Some(dir) = cwd {
+            sandbox.fs.lock().unwrap_or_else(|p| p.into_inner()).mkdir_all(dir)?;
+        }
+        *sandbox.defaults.lock().unwrap_or_else(|p| p.into_inner()) = (cwd.map(str::to_string), env.clone());
+        Ok(())
+    }
+
     async fn exec_stream(&self, req: &ExecRequest) -> Result<FrameStream> {
         let result = self.run(req, None)?;
         let mut frames = Vec::new();
@@ -227,7 +244,9 @@ impl SandboxAgent for FakeAgent {
         let sandbox = self.live()?;
         let mut sessions = sandbox.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let id = format!("s{}", sessions.len() + 1);
-        let cwd = req.cwd.clone().or_else(|| sandbox.spec.workdir.clone()).unwrap_or_else(|| "/".into());
+        let default_cwd = sandbox.defaults.lock().unwrap_or_else(|p| p.into_inner()).0.clone();
+        let cwd =
+            req.cwd.clone().or(default_cwd).or_else(|| sandbox.spec.workdir.clone()).unwrap_or_else(|| "/".into());
         sessions.insert(id.clone(), cwd);
         Ok(SessionInfo { id, pid: 200 + sessions.len() as i32, shell: "fake".into(), alive: true })
     }

@@ -172,6 +172,7 @@ impl FakeBackend {
             processes: Mutex::default(),
             sessions: Mutex::default(),
             deleted: AtomicBool::new(false),
+            defaults: Mutex::default(),
         };
         sandboxes.insert(id, Arc::new(sandbox));
         self.created.fetch_add(1, Ordering::SeqCst);

@@ -24,6 +24,9 @@ pub(crate) struct Sandbox {
     pub(crate) sessions: Mutex<BTreeMap<String, String>>,
     /// Set on delete: the agent answers as an unreachable one from then on.
     pub(crate) deleted: AtomicBool,
+    /// The working directory and environment set after creation (`set_defaults`), over the
+    /// spec's.
+    pub(crate) defaults: Mutex<(Option<String>, BTreeMap<String, String>)>,
 }
 
 impl Sandbox {

@@ -21,7 +21,10 @@ impl Backend for LocalBackend {
         self.validate(&spec)?;
         let forked =
             spec.id.as_ref().is_some_and(|id| self.seeds.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id));
-        if !forked && let Some(info) = self.claim_pooled(&spec) {
+        if !forked
+            && let Some(claimed) = self.claim_pooled(&spec)
+            && let Some(info) = orchard_sandbox::finish_claim(self, claimed, &spec).await
+        {
             return Ok(info);
         }
         let id = self.reserve(&spec)?;

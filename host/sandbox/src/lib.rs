@@ -13,7 +13,7 @@ use std::time::Duration;
 use orchard_agent_client::SharedAgent;
 
 pub use error::SandboxError;
-pub use pool::{POOL_TENANT, PoolShape};
+pub use pool::{POOL_TENANT, PoolShape, finish_claim};
 pub use quantity::{parse_bytes, parse_cpu, parse_memory};
 pub use spec::{SandboxInfo, SandboxSpec, SandboxStatus, valid_sandbox_id};
 

@@ -484,7 +484,9 @@ impl Backend for Kubernetes {
         if b.cache.len() >= b.config.max_sandboxes {
             return Err(SandboxError::Capacity(format!("{} sandboxes exist", b.config.max_sandboxes)));
         }
-        if let Some(info) = b.claim_pooled(&spec).await {
+        if let Some(claimed) = b.claim_pooled(&spec).await
+            && let Some(info) = orchard_sandbox::finish_claim(self, claimed, &spec).await
+        {
             return Ok(info);
         }
         let command = b.image_command(&spec).await?;
