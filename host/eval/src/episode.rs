@@ -56,6 +56,17 @@ struct StepProgress {
     over: bool,
 }
 
+/// Where an episode's steps run: the client acts in them, never shown the solution.
+fn client_place<'a>(
+    job: &'a Job,
+    task: &'a Task,
+    agent: &'a SharedAgent,
+    runtime: &'a Runtime,
+    ctx: &'a Arc<RolloutContext>,
+) -> StepPlace<'a> {
+    StepPlace { job, task, agent: &**agent, runtime, ctx, show_solution: false }
+}
+
 /// The next step of a multi-step episode, after the client submitted the one before.
 #[derive(Debug, Clone)]
 pub struct NextStep {
@@ -86,8 +97,7 @@ impl Episode {
             let ctx = RolloutContext::new(&task.id, Some(agent.clone()), None);
             ctx.set_tool_config(tool_config_for(&job.tool_config, &task.metadata));
             if !task.steps.is_empty() {
-                let place =
-                    StepPlace { job: &job, task, agent: &*agent, runtime: &runtime, ctx: &ctx, show_solution: false };
+                let place = client_place(&job, task, &agent, &runtime, &ctx);
                 if let Some(note) = prepare_step(&place, 0).await? {
                     return Err(format!("step {}: {note}", task.steps[0].name));
                 }
@@ -164,14 +174,7 @@ impl Episode {
             self.steps.over = true;
             return None;
         }
-        let place = StepPlace {
-            job: &self.job,
-            task: &self.task,
-            agent: &*self.agent,
-            runtime: &self.runtime,
-            ctx: &self.ctx,
-            show_solution: false,
-        };
+        let place = client_place(&self.job, &self.task, &self.agent, &self.runtime, &self.ctx);
         let next = &self.task.steps[index + 1];
         match prepare_step(&place, index + 1).await {
             Ok(None) => {}
@@ -209,14 +212,7 @@ impl Episode {
         let agent_seconds = self.steps.step_started.map_or(0.0, |t| t.elapsed().as_secs_f64());
         self.result.verifier =
             Some(VerifierRecord { environment: Mode::InPlace, sandbox_id: None, carry: None, setup_seconds: 0.0 });
-        let place = StepPlace {
-            job: &self.job,
-            task: &self.task,
-            agent: &*self.agent,
-            runtime: &self.runtime,
-            ctx: &self.ctx,
-            show_solution: false,
-        };
+        let place = client_place(&self.job, &self.task, &self.agent, &self.runtime, &self.ctx);
         let grade = grade_step(&place, index, &input, &outcome, agent_seconds, &mut self.result).await;
         self.result.outcome = Some(outcome);
         match grade {
