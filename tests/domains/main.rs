@@ -6,5 +6,6 @@ mod assistant_domain;
 mod assistant_harnesses;
 mod browser_rollouts;
 mod convert_claw_eval;
+mod desktop;
 mod gui_domain;
 mod mock_services;

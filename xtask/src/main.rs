@@ -46,6 +46,11 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("kubectl", "kubernetes-client"),
     // The web UI's tests drive a real headless browser.
     ("chromium", "chromium"),
+    // Desktops: the X server, input, a window manager, and small X apps the tests open.
+    ("Xvfb", "xvfb"),
+    ("xdotool", "xdotool"),
+    ("openbox", "openbox"),
+    ("xmessage", "x11-utils"),
     // The evaluation service's tests start a real PostgreSQL (initdb into a temporary directory).
     ("pg_ctlcluster", "postgresql"),
 ];

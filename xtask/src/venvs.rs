@@ -19,8 +19,9 @@ use crate::{run, workspace_root};
 const PY312_PACKAGES: &[&str] = &["harbor==0.26.0", "inspect-ai==0.3.285"];
 
 /// Installed without their dependencies: OpenEnv's client needs only what the packages above
-/// bring (its own list drags in Gradio, hundreds of megabytes, for its server's web UI).
-const PY312_NO_DEPS: &[&str] = &["openenv-core==0.3.0"];
+/// bring (its own list drags in Gradio, hundreds of megabytes, for its server's web UI); so does
+/// OSWorld's controller (`desktop-env`'s list brings its whole benchmark stack).
+const PY312_NO_DEPS: &[&str] = &["openenv-core==0.3.0", "desktop-env==1.0.2"];
 
 /// Least free space (bytes) to start the Python 3.12 venv: it takes ~0.5 GB, and the build after
 /// setup needs the rest.

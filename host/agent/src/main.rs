@@ -8,6 +8,7 @@
 mod browser;
 mod config;
 mod defaults;
+mod desktop;
 mod error;
 mod exec;
 mod files;
@@ -35,6 +36,11 @@ fn main() -> anyhow::Result<()> {
     // `orchard-agent model-relay …`: not the agent, a program's model-call relay (see `relay`).
     if std::env::args().nth(1).as_deref() == Some("model-relay") {
         let code = relay::main(std::env::args().skip(1).collect())?;
+        std::process::exit(code);
+    }
+    // `orchard-agent desktop …`: an X desktop and OSWorld's controller protocol (see `desktop`).
+    if std::env::args().nth(1).as_deref() == Some("desktop") {
+        let code = desktop::main(std::env::args().skip(1).collect())?;
         std::process::exit(code);
     }
     let args = config::Args::parse();

@@ -1,0 +1,128 @@
+//! The X server and the window manager, as children of the desktop service.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+
+/// How long the X server has to open its socket.
+const START_WAIT: Duration = Duration::from_secs(15);
+
+/// `WIDTHxHEIGHT[xDEPTH]`, each within what Xvfb can make.
+pub fn parse_size(text: &str) -> Result<(u32, u32, u32), String> {
+    let parts: Vec<&str> = text.split('x').collect();
+    let number = |s: &str| s.parse::<u32>().map_err(|_| format!("{text:?}: {s:?} is not a number"));
+    let (w, h, d) = match parts.as_slice() {
+        [w, h] => (number(w)?, number(h)?, 24),
+        [w, h, d] => (number(w)?, number(h)?, number(d)?),
+        _ => return Err(format!("{text:?}: expected WIDTHxHEIGHT[xDEPTH]")),
+    };
+    if !(64..=8192).contains(&w) || !(64..=8192).contains(&h) {
+        return Err(format!("{text:?}: width and height are 64 to 8192"));
+    }
+    if ![16, 24].contains(&d) {
+        return Err(format!("{text:?}: depth is 16 or 24"));
+    }
+    Ok((w, h, d))
+}
+
+/// Whether process `pid` runs (a zombie, killed and not yet reaped, does not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string)))
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
+/// `command` made to die with this process (a SIGKILL to the service must not leave an X server).
+fn dies_with_us(command: &mut Command) -> &mut Command {
+    // SAFETY: prctl with integer arguments is async-signal-safe, as `pre_exec` requires.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            Ok(())
+        })
+    }
+}
+
+/// A running desktop: its X server and window manager, killed when dropped.
+pub struct Desktop {
+    display: u32,
+    x_server: Child,
+    _window_manager: Option<Child>,
+}
+
+impl Desktop {
+    pub async fn start(display: u32, width: u32, height: u32, depth: u32, wm: &str) -> anyhow::Result<Desktop> {
+        let socket = format!("/tmp/.X11-unix/X{display}");
+        let lock = format!("/tmp/.X{display}-lock");
+        // A display whose X server lives is taken; one left by a killed server is cleared.
+        let owner = std::fs::read_to_string(&lock).ok().and_then(|t| t.trim().parse::<i32>().ok());
+        if let Some(pid) = owner
+            && alive(pid)
+        {
+            anyhow::bail!("display :{display} is taken (its X server, pid {pid}, runs)");
+        }
+        let _ = std::fs::remove_file(&socket);
+        let _ = std::fs::remove_file(&lock);
+        let mut x_server = dies_with_us(&mut Command::new("Xvfb"))
+            .arg(format!(":{display}"))
+            .args(["-screen", "0", &format!("{width}x{height}x{depth}"), "-nolisten", "tcp", "-noreset"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting Xvfb (is the xvfb package in the image?)")?;
+        let deadline = tokio::time::Instant::now() + START_WAIT;
+        while !std::path::Path::new(&socket).exists() {
+            if let Some(status) = x_server.try_wait()? {
+                anyhow::bail!("Xvfb :{display} exited at start: {status}");
+            }
+            if tokio::time::Instant::now() > deadline {
+                anyhow::bail!("Xvfb :{display} did not open {socket} within {START_WAIT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let window_manager = match wm {
+            "none" => None,
+            wm => dies_with_us(&mut Command::new(wm))
+                .env("DISPLAY", format!(":{display}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .ok(),
+        };
+        Ok(Desktop { display, x_server, _window_manager: window_manager })
+    }
+
+    /// `:N`.
+    pub fn name(&self) -> String {
+        format!(":{}", self.display)
+    }
+
+    /// Waits for the X server to exit; how it did.
+    pub async fn x_server_exit(&mut self) -> String {
+        match self.x_server.wait().await {
+            Ok(status) => status.to_string(),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_read_and_bounded() {
+        assert_eq!(parse_size("800x600"), Ok((800, 600, 24)));
+        assert_eq!(parse_size("1920x1080x16"), Ok((1920, 1080, 16)));
+        assert!(parse_size("800").is_err());
+        assert!(parse_size("10x10").is_err());
+        assert!(parse_size("800x600x8").is_err());
+    }
+}

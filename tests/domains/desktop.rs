@@ -1,0 +1,134 @@
+//! The desktop service (`orchard-agent desktop`): a real Xvfb and window manager, driven by
+//! OSWorld's own client (`desktop_env` 1.0.2's `PythonController`, unchanged, from the Python
+//! 3.12 venv): screenshots that show what is on the screen, scripts and commands run on the
+//! display, files, directory trees; the X server dies with the service.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::Value;
+
+/// Width and height from a PNG's IHDR.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    (be(&png[16..20]), be(&png[20..24]))
+}
+
+fn decoded_pixels(png: &[u8]) -> Vec<u8> {
+    let decoder = png::Decoder::new(std::io::Cursor::new(png));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    buf.truncate(info.buffer_size());
+    buf
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn osworlds_client_drives_an_orchard_desktop() {
+    let Some(python) = orchard_tests::py312_tool("python") else { return };
+    if !Path::new("/usr/bin/Xvfb").exists() {
+        panic!("Xvfb is missing: `cargo xtask setup` installs it (the xvfb package)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port_file = dir.path().join("port");
+    // A display number of this process's own: tests run side by side.
+    let display = 100 + std::process::id() % 800;
+    let mut service = tokio::process::Command::new(orchard_tests::agent_bin())
+        .args(["desktop", "--listen", "127.0.0.1:0", "--size", "800x600x24", "--display", &display.to_string()])
+        .arg("--port-file")
+        .arg(&port_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let port = loop {
+        if let Ok(text) = std::fs::read_to_string(&port_file) {
+            break text;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the desktop did not start");
+        assert!(service.try_wait().unwrap().is_none(), "the desktop service exited at start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/desktop/osworld_client.py");
+    let out = tokio::process::Command::new(python).arg(&script).arg(&port).arg(&scratch).output().await.unwrap();
+    let said = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    let got: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+
+    assert_eq!(got["size"], serde_json::json!({"width": 800, "height": 600}), "{said}");
+    assert_eq!(got["bash"]["returncode"], 0, "{got:#}");
+    assert_eq!(got["bash"]["output"], format!("display=:{display}\n"), "{got:#}");
+    assert_eq!(
+        (got["bash_fail"]["returncode"].as_i64(), got["bash_fail"]["status"].as_str()),
+        (Some(3), Some("error"))
+    );
+    assert_eq!(got["bash_fail"]["output"], "nope\n");
+    assert!(got["bash_timeout"]["error"].as_str().unwrap().contains("timed out after 1 seconds"), "{got:#}");
+    // The screenshots: PNGs of the screen's size; the window opened in between shows.
+    let screens: Vec<Vec<u8>> = got["screens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| base64::engine::general_purpose::STANDARD.decode(s.as_str().unwrap()).unwrap())
+        .collect();
+    for s in &screens {
+        assert_eq!(png_size(s), (800, 600));
+    }
+    let (before, after) = (decoded_pixels(&screens[0]), decoded_pixels(&screens[1]));
+    let changed = before.chunks(3).zip(after.chunks(3)).filter(|(a, b)| a != b).count();
+    assert!(changed > 300 * 100 / 2, "the window did not show: {changed} pixels changed");
+    assert_eq!(got["python"]["output"], "42\n", "{got:#}");
+    assert_eq!(got["python"]["return_code"], 0);
+    assert_eq!(got["execute"]["output"], format!(":{display}\n"), "{got:#}");
+    assert_eq!(got["file"], "orchard\n");
+    assert!(got["missing_file"].is_null());
+    let tree = &got["tree"];
+    assert_eq!((tree["name"].as_str(), tree["type"].as_str()), (Some("scratch"), Some("directory")), "{tree}");
+    let names: Vec<&str> = tree["children"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["note.txt", "sub"]);
+    assert!(got["desktop_path"].as_str().unwrap().ends_with("/Desktop"));
+    // Not served yet: the client gets no tree rather than a wrong one.
+    assert!(got["accessibility"].is_null());
+
+    // The X server dies with the service, even killed outright.
+    let socket = format!("/tmp/.X11-unix/X{display}");
+    assert!(Path::new(&socket).exists());
+    let pid = service.id().unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = service.wait().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let xvfb_alive = || {
+        std::process::Command::new("pgrep")
+            .args(["-f", &format!("Xvfb :{display} ")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    while xvfb_alive() {
+        assert!(Instant::now() < deadline, "Xvfb :{display} outlived the desktop service");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // What the killed server left does not keep the display: a new desktop starts on it.
+    let mut again = tokio::process::Command::new(orchard_tests::agent_bin())
+        .args(["desktop", "--listen", "127.0.0.1:0", "--size", "640x480", "--display", &display.to_string()])
+        .arg("--port-file")
+        .arg(dir.path().join("port2"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dir.path().join("port2").exists() {
+        assert!(Instant::now() < deadline, "a second desktop did not start on :{display}");
+        assert!(again.try_wait().unwrap().is_none(), "a second desktop exited at start on :{display}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = again.kill().await;
+}
