@@ -120,14 +120,15 @@ async fn osworlds_client_drives_an_orchard_desktop() {
         .arg("--port-file")
         .arg(dir.path().join("port2"))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("again.log")).unwrap())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !dir.path().join("port2").exists() {
-        assert!(Instant::now() < deadline, "a second desktop did not start on :{display}");
-        assert!(again.try_wait().unwrap().is_none(), "a second desktop exited at start on :{display}");
+        let said = || std::fs::read_to_string(dir.path().join("again.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "a second desktop did not start on :{display}: {}", said());
+        assert!(again.try_wait().unwrap().is_none(), "a second desktop exited at start on :{display}: {}", said());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let _ = again.kill().await;

@@ -59,10 +59,15 @@ impl Desktop {
         let lock = format!("/tmp/.X{display}-lock");
         // A display whose X server lives is taken; one left by a killed server is cleared.
         let owner = std::fs::read_to_string(&lock).ok().and_then(|t| t.trim().parse::<i32>().ok());
-        if let Some(pid) = owner
-            && alive(pid)
-        {
-            anyhow::bail!("display :{display} is taken (its X server, pid {pid}, runs)");
+        if let Some(pid) = owner {
+            // A server killed with its desktop takes a moment to finish exiting.
+            let until = tokio::time::Instant::now() + Duration::from_secs(5);
+            while alive(pid) {
+                if tokio::time::Instant::now() > until {
+                    anyhow::bail!("display :{display} is taken (its X server, pid {pid}, runs)");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
         let _ = std::fs::remove_file(&socket);
         let _ = std::fs::remove_file(&lock);
