@@ -110,8 +110,8 @@ impl AgentClient {
         self.call(method, path, full(bytes)).await
     }
 
-    async fn call_empty(&self, method: Method, path: &str) -> Result<()> {
-        let response = self.send_raw(method, path, full(Bytes::new())).await?;
+    async fn call_empty(&self, method: Method, path: &str, body: Body) -> Result<()> {
+        let response = self.send_raw(method, path, body).await?;
         let _ = response.into_body().collect().await;
         Ok(())
     }
@@ -211,7 +211,7 @@ impl SandboxAgent for AgentClient {
     }
 
     async fn close_session(&self, id: &str) -> Result<()> {
-        self.call_empty(Method::DELETE, &format!("/sessions/{}", encode(id))).await
+        self.call_empty(Method::DELETE, &format!("/sessions/{}", encode(id)), full(Bytes::new())).await
     }
 
     async fn read_file(&self, path: &str) -> Result<Bytes> {
@@ -240,13 +240,16 @@ impl SandboxAgent for AgentClient {
     async fn set_defaults(&self, cwd: Option<&str>, env: &std::collections::BTreeMap<String, String>) -> Result<()> {
         let body = serde_json::json!({"cwd": cwd, "env": env});
         let bytes = serde_json::to_vec(&body).map_err(|e| AgentClientError::Protocol(e.to_string()))?;
-        let response = self.send_raw(Method::PUT, "/defaults", full(bytes)).await?;
-        let _ = response.into_body().collect().await;
-        Ok(())
+        self.call_empty(Method::PUT, "/defaults", full(bytes)).await
     }
 
     async fn remove(&self, path: &str, recursive: bool) -> Result<()> {
-        self.call_empty(Method::DELETE, &format!("/files?path={}&recursive={recursive}", encode(path))).await
+        self.call_empty(
+            Method::DELETE,
+            &format!("/files?path={}&recursive={recursive}", encode(path)),
+            full(Bytes::new()),
+        )
+        .await
     }
 
     /// Downloads a directory as a tar stream.

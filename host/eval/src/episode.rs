@@ -46,10 +46,9 @@ pub struct Episode {
 
 /// Where a multi-step episode is: the step the client is in, what the graded ones gave, and why
 /// the task stopped early, if it did.
-#[derive(Default)]
 struct StepProgress {
     current: usize,
-    step_started: Option<Instant>,
+    step_started: Instant,
     graded: Vec<Verdict>,
     failed: Option<PluginFailure>,
     /// The current step is graded and the task ends with it.
@@ -143,7 +142,7 @@ impl Episode {
             started,
             calls: 0,
             spec: SandboxSpec { id: spec.id.clone().or(Some(info.id.clone())), ..spec },
-            steps: StepProgress { step_started: Some(started), ..StepProgress::default() },
+            steps: StepProgress { current: 0, step_started: started, graded: Vec::new(), failed: None, over: false },
         })
     }
 
@@ -190,7 +189,7 @@ impl Episode {
             }
         }
         self.steps.current = index + 1;
-        self.steps.step_started = Some(Instant::now());
+        self.steps.step_started = Instant::now();
         Some(NextStep {
             graded: self.task.steps[index].name.clone(),
             reward: graded,
@@ -209,7 +208,7 @@ impl Episode {
             instruction: step.instruction.clone(),
             metadata: self.task.metadata.clone(),
         };
-        let agent_seconds = self.steps.step_started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let agent_seconds = self.steps.step_started.elapsed().as_secs_f64();
         self.result.verifier =
             Some(VerifierRecord { environment: Mode::InPlace, sandbox_id: None, carry: None, setup_seconds: 0.0 });
         let place = client_place(&self.job, &self.task, &self.agent, &self.runtime, &self.ctx);
@@ -291,17 +290,13 @@ impl Episode {
             instruction: self.task.instruction.clone(),
             metadata: self.task.metadata.clone(),
         };
-        let grader = self.job.grader_for(&self.task);
-        let carry = match crate::separate::mode_for(&self.task, &grader) {
-            Mode::Separate => match crate::separate::carry_spec(&self.task, &grader) {
-                Ok(carry) => Some(carry),
-                Err(e) => {
-                    self.result.error = Some(e);
-                    self.result.failed_in = Some(crate::result::FailureClass::Environment);
-                    return self.close().await;
-                }
-            },
-            Mode::InPlace => None,
+        let carry = match crate::separate::carry_for(&self.task, &self.job.grader_for(&self.task)) {
+            Ok(carry) => carry,
+            Err(e) => {
+                self.result.error = Some(e);
+                self.result.failed_in = Some(crate::result::FailureClass::Environment);
+                return self.close().await;
+            }
         };
         let verifier = VerifierSetup { backend: &*self.backend, spec: self.spec.clone() };
         let graded = verify(

@@ -287,12 +287,7 @@ async fn run_in_sandbox(
         ctx.close_browser();
         return ran;
     }
-    let grader = job.grader_for(task);
-    let mode = separate::mode_for(task, &grader);
-    let carry = match mode {
-        Mode::Separate => Some(separate::carry_spec(task, &grader)?),
-        Mode::InPlace => None,
-    };
+    let carry = separate::carry_for(task, &job.grader_for(task))?;
     let limits = Limits { wall: Duration::from_secs_f64(task.agent_timeout_sec), ..job.limits };
     let agent_started = Instant::now();
     let harness_run = runtime

@@ -19,6 +19,15 @@ pub fn mode_for(task: &Task, grader: &Plugin) -> Mode {
     })
 }
 
+/// What `task`'s verifier carries into a sandbox of its own (`None`: it grades in the agent's),
+/// as `grader` and the task say; an error when it would have to and could carry nothing.
+pub fn carry_for(task: &Task, grader: &Plugin) -> Result<Option<CarrySpec>, String> {
+    match mode_for(task, grader) {
+        Mode::Separate => carry_spec(task, grader).map(Some),
+        Mode::InPlace => Ok(None),
+    }
+}
+
 /// What a separate verifier carries for `task`; an error when it would carry nothing.
 pub fn carry_spec(task: &Task, grader: &Plugin) -> Result<CarrySpec, String> {
     let drop_test_changes = grader.manifest.verifier.as_ref().is_some_and(|v| v.drop_test_changes);

@@ -1,5 +1,10 @@
 //! Text helpers.
 
+/// `text` single-quoted as one word for a POSIX shell.
+pub fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
 /// The first `head` and last `tail` characters of `text`, with a marker saying how much is gone;
 /// `text` itself when it fits.
 pub fn head_tail(text: &str, head: usize, tail: usize) -> String {

@@ -134,7 +134,7 @@ fn environment(config: &Config, run: &[ToolSpec]) -> (String, String) {
     let marker = "----- AGENTS.md -----";
     let command = format!(
         "cd {dir} 2>/dev/null && find . -mindepth 1 -maxdepth 2 -not -path './.git/*' -printf '%y %P\\n' | head -400; echo '{marker}'; cat AGENTS.md 2>/dev/null",
-        dir = format_args!("'{}'", config.workdir.replace('\'', r"'\''"))
+        dir = orchard_harness_kit::text::shell_quote(&config.workdir)
     );
     let call = ToolCall {
         id: "kimi-init".into(),

@@ -129,9 +129,7 @@ fn unsupported_argument(name: &str, args: &Value) -> Option<&'static str> {
     keys.iter().copied().find(|k| set(k))
 }
 
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
+use orchard_harness_kit::text::shell_quote as quote;
 
 /// What a Kimi tool returns: a note for the model (shown in `<system>` tags, `ERROR:` first when
 /// it failed) and the output.

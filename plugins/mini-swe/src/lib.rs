@@ -32,6 +32,7 @@ mod render;
 use orchard_harness_kit::config;
 use orchard_harness_kit::exports::orchard::plugin::agent::Guest;
 use orchard_harness_kit::orchard::plugin::{log, model, tools};
+use orchard_harness_kit::text::shell_quote;
 use orchard_harness_kit::{
     Error, Message, Outcome, Role, RunStatus, Task, ToolCall, ToolSpec, message, text_of, tool_message,
 };
@@ -167,10 +168,10 @@ struct Output {
 /// Runs one action through the shell adapter's `bash` tool as `LocalEnvironment.execute` runs
 /// it: `/bin/sh -c`, stderr into stdout, the config's environment, killed at the timeout.
 fn execute(action: &Action, s: &Settings, step: u64) -> Result<Output, Error> {
-    let quoted = format!("'{}'", action.command.replace('\'', r"'\''"));
+    let quoted = shell_quote(&action.command);
     let env: Vec<String> =
-        s.env.iter().map(|(k, v)| format!("{k}='{}'", v.as_str().unwrap_or_default().replace('\'', r"'\''"))).collect();
-    let cd = if s.cwd.is_empty() { String::new() } else { format!("cd '{}' && ", s.cwd.replace('\'', r"'\''")) };
+        s.env.iter().map(|(k, v)| format!("{k}={}", shell_quote(v.as_str().unwrap_or_default()))).collect();
+    let cd = if s.cwd.is_empty() { String::new() } else { format!("cd {} && ", shell_quote(&s.cwd)) };
     let script = format!("{cd}exec 2>&1; exec env {} /bin/sh -c {quoted}", env.join(" "));
     let call = ToolCall {
         id: action.tool_call_id.clone().unwrap_or_else(|| format!("mini-{step}")),

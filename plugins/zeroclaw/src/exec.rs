@@ -15,10 +15,7 @@ pub struct Ran {
     pub stderr: Vec<u8>,
 }
 
-/// `text` quoted for `sh` as one word.
-pub fn quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
+pub use orchard_harness_kit::text::shell_quote as quote;
 
 /// `text` as base64, to be decoded in the sandbox (`printf %s … | base64 -d`).
 pub fn encode(bytes: &[u8]) -> String {
