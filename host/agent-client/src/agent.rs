@@ -52,6 +52,9 @@ pub trait SandboxAgent: Send + Sync + 'static {
     /// Starts a background process.
     async fn start_process(&self, req: &ProcessStart) -> Result<ProcessInfo>;
 
+    /// Starts the desktop service (the agent's own `desktop` mode) as a background process.
+    async fn start_desktop(&self, req: &orchard_protocol::DesktopStart) -> Result<ProcessInfo>;
+
     /// Every background process, running or ended.
     async fn list_processes(&self) -> Result<Vec<ProcessInfo>>;
 

@@ -172,6 +172,10 @@ impl SandboxAgent for AgentClient {
         self.call_json(Method::POST, "/processes", req).await
     }
 
+    async fn start_desktop(&self, req: &orchard_protocol::DesktopStart) -> Result<ProcessInfo> {
+        self.call_json(Method::POST, "/desktop", req).await
+    }
+
     async fn list_processes(&self) -> Result<Vec<ProcessInfo>> {
         self.call(Method::GET, "/processes", full(Bytes::new())).await
     }

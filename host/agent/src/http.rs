@@ -87,6 +87,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tar", get(tar_download).put(tar_upload))
         .route("/pty", get(pty_handler))
         .route("/browser", get(browser_handler))
+        .route("/desktop", post(desktop_start))
         .route("/http", post(http_forward))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
@@ -191,6 +192,29 @@ async fn process_start(
     let info = proc_.info();
     state.processes.lock().await.insert(id, proc_);
     Ok(Json(info))
+}
+
+/// Starts the desktop service (this binary's `desktop` mode) as a background process.
+async fn desktop_start(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<orchard_protocol::DesktopStart>,
+) -> AgentResult<Json<ProcessInfo>> {
+    let me = std::env::current_exe().map_err(|e| AgentError::other(format!("desktop: where is the agent: {e}")))?;
+    let mut argv = vec![
+        me.to_string_lossy().into_owned(),
+        "desktop".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{}", req.port),
+        "--display".into(),
+        req.display.to_string(),
+        "--size".into(),
+        format!("{}x{}x{}", req.width, req.height, req.depth),
+    ];
+    if let Some(wm) = &req.window_manager {
+        argv.extend(["--window-manager".into(), wm.clone()]);
+    }
+    let start = ProcessStart { command: orchard_protocol::Command::Argv(argv), cwd: None, env: Default::default() };
+    process_start(State(state), JsonBody(start)).await
 }
 
 async fn process_list(State(state): State<AppState>) -> Json<Vec<ProcessInfo>> {

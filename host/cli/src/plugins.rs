@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Subcommand;
-use orchard_runtime::{PluginInfo, PluginKind, Registry, Runtime, RuntimeConfig};
+use orchard_runtime::{PluginInfo, Registry, Runtime, RuntimeConfig};
 
 #[derive(Subcommand, Debug)]
 pub enum PluginCommand {
@@ -126,18 +126,13 @@ pub fn run(command: PluginCommand) -> anyhow::Result<i32> {
                 .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
-                .filter(|p| {
-                    orchard_runtime::Manifest::beside(p)
-                        .ok()
-                        .flatten()
-                        .is_none_or(|m| matches!(m.kind, PluginKind::ToolAdapter | PluginKind::BrowserDriver))
-                })
+                .filter(|p| orchard_runtime::Manifest::beside(p).ok().flatten().is_none_or(|m| m.kind.serves_tools()))
                 .collect();
             components.sort();
             let mut plugins = Vec::new();
             for path in components {
                 let plugin = rt.load_file(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                if matches!(plugin.info.kind, PluginKind::ToolAdapter | PluginKind::BrowserDriver) {
+                if plugin.info.kind.serves_tools() {
                     plugins.push(plugin);
                 }
             }

@@ -1,6 +1,6 @@
 //! A task's environment in its sandbox, as its Dockerfile describes it: files copied and
 //! archives unpacked from the build context (read beneath it), the image's service started and
-//! waited for, and folders uploaded as tar streams.
+//! waited for, the task's X desktop started, and folders uploaded as tar streams.
 
 use std::path::Path;
 
@@ -19,6 +19,10 @@ pub(crate) async fn prepare_environment(agent: &dyn SandboxAgent, task: &Task) -
         for (archive, dest) in &task.archives {
             unpack_in(agent, context, archive, dest).await?;
         }
+    }
+    // The desktop first: the task's own service may be an app on it.
+    if let Some(desktop) = &task.desktop {
+        orchard_desktop_client::Desktop::start(agent, desktop).await.map_err(|e| format!("desktop: {e}"))?;
     }
     start_service(agent, task).await
 }

@@ -95,6 +95,9 @@ impl Episode {
             prepare_environment(&*agent, task).await?;
             let ctx = RolloutContext::new(&task.id, Some(agent.clone()), None);
             ctx.set_tool_config(tool_config_for(&job.tool_config, &task.metadata));
+            if let Some(desktop) = &task.desktop {
+                ctx.set_desktop(desktop.port);
+            }
             if !task.steps.is_empty() {
                 let place = client_place(&job, task, &agent, &runtime, &ctx);
                 if let Some(note) = prepare_step(&place, 0).await? {

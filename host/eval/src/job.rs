@@ -261,6 +261,9 @@ async fn run_in_sandbox(
         ctx.set_browser(options);
     }
     prepare_environment(&**agent, task).await?;
+    if let Some(desktop) = &task.desktop {
+        ctx.set_desktop(desktop.port);
+    }
     // The reference solution reaches the sandbox only for a harness granted it (the oracle).
     let show_solution =
         job.grants.allows(Capability::Solution) && harness.manifest.capabilities.contains(&Capability::Solution);

@@ -83,6 +83,8 @@ pub struct Task {
     /// `[environment.healthcheck]`, else the Dockerfile's HEALTHCHECK CMD: the rollout waits
     /// until it succeeds.
     pub healthcheck: Option<Healthcheck>,
+    /// `[environment.desktop]`: an X desktop started in the sandbox before the agent.
+    pub desktop: Option<orchard_desktop_client::DesktopSpec>,
     /// Local tar archives (`.tar`, `.tar.gz`, `.tgz`) the Dockerfile ADDs: unpacked at the
     /// destination, as Docker does (how a task ships a repository with its git history).
     pub archives: Vec<(PathBuf, String)>,
@@ -249,6 +251,11 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         context = Some(build);
     }
     env.extend(environment.env.clone());
+    if environment.desktop.is_some() {
+        // Every command the agent runs finds the desktop, as a terminal on it would.
+        env.entry("DISPLAY".into()).or_insert_with(|| ":99".into());
+        env.entry("DBUS_SESSION_BUS_ADDRESS".into()).or_insert_with(|| orchard_protocol::desktop_bus_address(99));
+    }
     if let Some(w) = &environment.workdir {
         workdir = Some(w.clone());
     }
@@ -256,6 +263,19 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
     let healthcheck = match &environment.healthcheck {
         Some(h) => Some(Healthcheck::from_config(h)),
         None => healthcheck.map(Healthcheck::from_dockerfile),
+    };
+    let desktop = match &environment.desktop {
+        Some(d) => {
+            d.check().map_err(|e| err(format!("task.toml: {e}")))?;
+            Some(orchard_desktop_client::DesktopSpec {
+                width: d.width,
+                height: d.height,
+                depth: d.depth,
+                port: d.port,
+                window_manager: d.window_manager.clone(),
+            })
+        }
+        None => None,
     };
     let image = config.image().map(str::to_string);
     let agent_timeout_sec = config.agent.timeout_sec.unwrap_or(600.0);
@@ -366,6 +386,7 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         context,
         start,
         healthcheck,
+        desktop,
         has_tests: files.is_dir(Path::new("tests")),
         has_solution,
         files: files.clone(),

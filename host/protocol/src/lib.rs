@@ -5,10 +5,12 @@
 
 #![warn(missing_docs)]
 
+mod desktop;
 mod exec;
 mod files;
 mod process;
 
+pub use desktop::*;
 pub use exec::*;
 pub use files::*;
 pub use process::*;

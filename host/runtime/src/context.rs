@@ -38,6 +38,8 @@ pub struct RolloutContext {
     pub(crate) browser: tokio::sync::OnceCell<Result<Arc<orchard_browser::Browser>, String>>,
     /// Each tool adapter's and browser driver's configuration, by plugin name (`config.get`).
     pub(crate) tool_config: std::sync::OnceLock<std::collections::BTreeMap<String, serde_json::Value>>,
+    /// The port of the desktop service running in the sandbox, when the task has a desktop.
+    pub(crate) desktop_port: std::sync::OnceLock<u16>,
 }
 
 impl RolloutContext {
@@ -57,6 +59,7 @@ impl RolloutContext {
             browser_options: std::sync::OnceLock::new(),
             browser: tokio::sync::OnceCell::new(),
             tool_config: std::sync::OnceLock::new(),
+            desktop_port: std::sync::OnceLock::new(),
         })
     }
 
@@ -64,6 +67,17 @@ impl RolloutContext {
     /// the first `session.open`.
     pub fn set_browser(&self, options: orchard_browser::BrowserOptions) {
         let _ = self.browser_options.set(options);
+    }
+
+    /// Lets the rollout's desktop drivers use the desktop serving on `port` in the sandbox.
+    pub fn set_desktop(&self, port: u16) {
+        let _ = self.desktop_port.set(port);
+    }
+
+    /// The rollout's desktop, when its task has one.
+    pub(crate) fn desktop(&self) -> Option<orchard_desktop_client::Desktop> {
+        let port = *self.desktop_port.get()?;
+        Some(orchard_desktop_client::Desktop::at(self.sandbox.clone()?, port))
     }
 
     /// The configuration each plugin gets from `config.get`, by plugin name.

@@ -6,7 +6,7 @@
 //! ```toml
 //! name = "shell"
 //! version = "0.1.0"
-//! kind = "tool-adapter"        # harness | tool-adapter | browser-driver | grader
+//! kind = "tool-adapter"        # harness | tool-adapter | browser-driver | desktop-driver | grader
 //! capabilities = ["sandbox", "log"]
 //! description = "..."
 //! ```
@@ -91,14 +91,27 @@ pub enum PluginKind {
     ToolAdapter,
     /// Drives a browser for tools.
     BrowserDriver,
+    /// Drives the rollout's X desktop for tools (contract 0.3.0 on).
+    DesktopDriver,
     /// Grades a rollout.
     Grader,
 }
 
 impl PluginKind {
     /// Every kind.
-    pub const ALL: [PluginKind; 4] =
-        [PluginKind::Harness, PluginKind::ToolAdapter, PluginKind::BrowserDriver, PluginKind::Grader];
+    pub const ALL: [PluginKind; 5] = [
+        PluginKind::Harness,
+        PluginKind::ToolAdapter,
+        PluginKind::BrowserDriver,
+        PluginKind::DesktopDriver,
+        PluginKind::Grader,
+    ];
+
+    /// Whether the world exports `tools` (a tool adapter, a browser driver or a desktop driver):
+    /// all three serve a run's tools.
+    pub fn serves_tools(self) -> bool {
+        matches!(self, PluginKind::ToolAdapter | PluginKind::BrowserDriver | PluginKind::DesktopDriver)
+    }
 
     /// The WIT world a plugin of this kind implements.
     pub fn world(self) -> &'static str {
@@ -106,6 +119,7 @@ impl PluginKind {
             PluginKind::Harness => "harness",
             PluginKind::ToolAdapter => "tool-adapter",
             PluginKind::BrowserDriver => "browser-driver",
+            PluginKind::DesktopDriver => "desktop-driver",
             PluginKind::Grader => "grader",
         }
     }
@@ -119,7 +133,7 @@ impl PluginKind {
     pub fn export(self, c: Contract) -> String {
         let iface = match self {
             PluginKind::Harness => "agent",
-            PluginKind::ToolAdapter | PluginKind::BrowserDriver => "tools",
+            PluginKind::ToolAdapter | PluginKind::BrowserDriver | PluginKind::DesktopDriver => "tools",
             PluginKind::Grader => "grading",
         };
         format!("orchard:plugin/{iface}@{c}")
@@ -134,6 +148,7 @@ impl PluginKind {
             }
             PluginKind::ToolAdapter => &[Capability::Sandbox, Capability::Log],
             PluginKind::BrowserDriver => &[Capability::Browser, Capability::Sandbox, Capability::Log],
+            PluginKind::DesktopDriver => &[Capability::Desktop, Capability::Sandbox, Capability::Log],
             PluginKind::Grader => &[Capability::Sandbox, Capability::Model, Capability::Log],
         }
     }
@@ -150,7 +165,7 @@ impl PluginKind {
         );
         // 0.2.0 on: tool adapters and browser drivers read their own configuration (no
         // capability: it is theirs).
-        if c >= Contract::V0_2 && matches!(self, PluginKind::ToolAdapter | PluginKind::BrowserDriver) {
+        if c >= Contract::V0_2 && self.serves_tools() {
             names.push("config");
         }
         names.into_iter().map(|n| format!("orchard:plugin/{n}@{c}")).collect()
@@ -175,6 +190,8 @@ pub enum Capability {
     Tools,
     /// A browser (`browser` import).
     Browser,
+    /// The rollout's X desktop (`desktop` import, 0.3.0 on).
+    Desktop,
     /// Structured events (`log` import).
     Log,
     /// The task's reference solution is placed at `/solution` before the harness runs
@@ -189,6 +206,7 @@ impl Capability {
             Capability::Model => Some("model"),
             Capability::Tools => Some("tools"),
             Capability::Browser => Some("browser"),
+            Capability::Desktop => Some("desktop"),
             Capability::Log => Some("log"),
             Capability::Solution => None,
         }
@@ -201,9 +219,12 @@ impl Capability {
             "model" => Ok(Capability::Model),
             "tools" => Ok(Capability::Tools),
             "browser" => Ok(Capability::Browser),
+            "desktop" => Ok(Capability::Desktop),
             "log" => Ok(Capability::Log),
             "solution" => Ok(Capability::Solution),
-            other => Err(format!("unknown capability {other:?} (sandbox, model, tools, browser, log, solution)")),
+            other => {
+                Err(format!("unknown capability {other:?} (sandbox, model, tools, browser, desktop, log, solution)"))
+            }
         }
     }
 }

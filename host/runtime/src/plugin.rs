@@ -103,8 +103,8 @@ fn detect_kind(exports: &[String], c: Contract) -> Option<PluginKind> {
     } else if has(PluginKind::Grader) {
         Some(PluginKind::Grader)
     } else if has(PluginKind::ToolAdapter) {
-        // tool-adapter and browser-driver export the same interface; importing the browser
-        // tells them apart.
+        // tool-adapter, browser-driver and desktop-driver export the same interface; importing
+        // the browser or the desktop tells them apart.
         None
     } else {
         None
@@ -130,12 +130,17 @@ impl Runtime {
         let (manifest, source) = match manifest {
             Some(m) => (m, source),
             None => {
-                let imports_browser = imports.iter().any(|i| i.starts_with("orchard:plugin/browser@"));
+                let imports = |iface: &str| imports.iter().any(|i| i.starts_with(&format!("orchard:plugin/{iface}@")));
+                let tools_kind = if imports("desktop") {
+                    PluginKind::DesktopDriver
+                } else if imports("browser") {
+                    PluginKind::BrowserDriver
+                } else {
+                    PluginKind::ToolAdapter
+                };
                 let kind = detect_kind(&exports, contract)
                     .or_else(|| {
-                        exports.iter().any(|e| *e == PluginKind::ToolAdapter.export(contract)).then_some(
-                            if imports_browser { PluginKind::BrowserDriver } else { PluginKind::ToolAdapter },
-                        )
+                        exports.iter().any(|e| *e == PluginKind::ToolAdapter.export(contract)).then_some(tools_kind)
                     })
                     .ok_or_else(|| {
                         world_err(format!(

@@ -40,7 +40,17 @@ pub struct Grants(pub BTreeSet<Capability>);
 
 impl Default for Grants {
     fn default() -> Self {
-        Grants([Capability::Sandbox, Capability::Model, Capability::Tools, Capability::Browser, Capability::Log].into())
+        Grants(
+            [
+                Capability::Sandbox,
+                Capability::Model,
+                Capability::Tools,
+                Capability::Browser,
+                Capability::Desktop,
+                Capability::Log,
+            ]
+            .into(),
+        )
     }
 }
 

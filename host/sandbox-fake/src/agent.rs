@@ -192,6 +192,10 @@ impl SandboxAgent for FakeAgent {
         Ok(Box::pin(futures::stream::iter(frames)))
     }
 
+    async fn start_desktop(&self, _req: &orchard_protocol::DesktopStart) -> Result<ProcessInfo> {
+        Err(unsupported("desktop"))
+    }
+
     async fn start_process(&self, req: &ProcessStart) -> Result<ProcessInfo> {
         // It runs to its end at once: the fake has no time of its own.
         let mut exec = ExecRequest::new(req.command.clone());

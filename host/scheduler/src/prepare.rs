@@ -216,8 +216,7 @@ impl Prepared {
             None if arg.ends_with(".wasm") && !self.names_only => self.registry.resolve(arg).map_err(err)?,
             None => self.registry.resolve_for(&self.tenant, name).map_err(err)?,
         };
-        let fits =
-            plugin.kind() == kind || (kind == PluginKind::ToolAdapter && plugin.kind() == PluginKind::BrowserDriver);
+        let fits = plugin.kind() == kind || (kind == PluginKind::ToolAdapter && plugin.kind().serves_tools());
         if !fits {
             return Err(err(format!("{arg}: {} is a {}, not a {kind}", plugin.id(), plugin.kind())));
         }

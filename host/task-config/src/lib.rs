@@ -256,6 +256,64 @@ pub struct EnvironmentConfig {
     pub workdir: Option<String>,
     /// Harbor's older switch for `network_mode = "public"`.
     pub allow_internet: Option<bool>,
+    /// Orchard: an X desktop started in the sandbox before the agent (`orchard-agent desktop`).
+    pub desktop: Option<DesktopConfig>,
+}
+
+/// `[environment.desktop]`: the X desktop the task's apps run on.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DesktopConfig {
+    /// Pixels, 64 to 8192 (1280 if not said).
+    #[serde(default = "DesktopConfig::default_width")]
+    pub width: u32,
+    /// Pixels, 64 to 8192 (800 if not said).
+    #[serde(default = "DesktopConfig::default_height")]
+    pub height: u32,
+    /// Bits per pixel, 16 or 24 (24 if not said).
+    #[serde(default = "DesktopConfig::default_depth")]
+    pub depth: u32,
+    /// The desktop service's port on the sandbox's loopback (5000, OSWorld's, if not said).
+    #[serde(default = "DesktopConfig::default_port")]
+    pub port: u16,
+    /// The window manager program, or `none` (`openbox` if not said).
+    pub window_manager: Option<String>,
+}
+
+impl DesktopConfig {
+    fn default_width() -> u32 {
+        1280
+    }
+    fn default_height() -> u32 {
+        800
+    }
+    fn default_depth() -> u32 {
+        24
+    }
+    fn default_port() -> u16 {
+        5000
+    }
+
+    /// Refuses sizes Xvfb cannot make, naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, v) in [("width", self.width), ("height", self.height)] {
+            if !(64..=8192).contains(&v) {
+                return Err(format!("[environment.desktop] {name} = {v}: expected 64 to 8192"));
+            }
+        }
+        if ![16, 24].contains(&self.depth) {
+            return Err(format!("[environment.desktop] depth = {}: expected 16 or 24", self.depth));
+        }
+        if self.port == 0 {
+            return Err("[environment.desktop] port = 0: expected a port number".into());
+        }
+        if let Some(wm) = &self.window_manager
+            && (wm.is_empty() || wm.contains('/') && !wm.starts_with('/'))
+        {
+            return Err(format!("[environment.desktop] window_manager = {wm:?}: a program name or absolute path"));
+        }
+        Ok(())
+    }
 }
 
 /// `[[environment.mcp_servers]]`.

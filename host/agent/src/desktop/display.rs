@@ -46,11 +46,41 @@ fn dies_with_us(command: &mut Command) -> &mut Command {
     }
 }
 
+/// Starts a session D-Bus for display `display` (apps reach the accessibility bus through it;
+/// D-Bus activation starts `at-spi-bus-launcher` when the first asks). `None` when the image has
+/// no `dbus-daemon` or it does not come up: the desktop then has no accessibility tree.
+async fn session_bus(display: u32) -> Option<(Child, String)> {
+    let dir = format!("/tmp/.orchard-desktop-{display}");
+    std::fs::create_dir_all(&dir).ok()?;
+    let socket = format!("{dir}/bus");
+    let _ = std::fs::remove_file(&socket);
+    let address = orchard_protocol::desktop_bus_address(display);
+    let mut child = dies_with_us(&mut Command::new("dbus-daemon"))
+        .args(["--session", "--nofork", "--nopidfile", &format!("--address={address}")])
+        .env("DISPLAY", format!(":{display}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .ok()?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !std::path::Path::new(&socket).exists() {
+        if child.try_wait().ok().flatten().is_some() || tokio::time::Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Some((child, address))
+}
+
 /// A running desktop: its X server and window manager, killed when dropped.
 pub struct Desktop {
     display: u32,
     x_server: Child,
     _window_manager: Option<Child>,
+    /// The session bus (for AT-SPI), when the image has `dbus-daemon`.
+    bus: Option<(Child, String)>,
 }
 
 impl Desktop {
@@ -90,10 +120,12 @@ impl Desktop {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let bus = session_bus(display).await;
         let window_manager = match wm {
             "none" => None,
             wm => dies_with_us(&mut Command::new(wm))
                 .env("DISPLAY", format!(":{display}"))
+                .envs(bus.as_ref().map(|(_, address)| ("DBUS_SESSION_BUS_ADDRESS", address.clone())))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -101,7 +133,16 @@ impl Desktop {
                 .spawn()
                 .ok(),
         };
-        Ok(Desktop { display, x_server, _window_manager: window_manager })
+        Ok(Desktop { display, x_server, _window_manager: window_manager, bus })
+    }
+
+    /// What commands run on this desktop are given: `DISPLAY`, and the session bus's address.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![("DISPLAY".to_string(), self.name())];
+        if let Some((_, address)) = &self.bus {
+            env.push(("DBUS_SESSION_BUS_ADDRESS".into(), address.clone()));
+        }
+        env
     }
 
     /// `:N`.

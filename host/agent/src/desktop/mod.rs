@@ -11,8 +11,12 @@
 //! sandbox's loopback by default).
 
 mod display;
+mod input;
+mod keys;
 mod osworld;
+mod own;
 mod screen;
+mod windows;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -59,7 +63,13 @@ async fn run(args: DesktopArgs) -> anyhow::Result<i32> {
         std::fs::write(&tmp, port.to_string()).context("desktop: writing the port file")?;
         std::fs::rename(&tmp, file).context("desktop: writing the port file")?;
     }
-    let state = Arc::new(osworld::Service { display: desktop.name(), width, height });
+    let state = Arc::new(osworld::Service {
+        display: desktop.name(),
+        width,
+        height,
+        env: desktop.env(),
+        keyboard: Default::default(),
+    });
     let app = osworld::router(state);
     tokio::select! {
         served = axum::serve(listener, app) => {

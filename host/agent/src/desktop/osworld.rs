@@ -2,8 +2,9 @@
 //! and answers its client reads. Commands run on the desktop's display (`DISPLAY`), each bounded
 //! in time; files and trees are read with limits.
 //!
-//! Not yet served (answered 501, naming what is missing): `/accessibility` (AT-SPI),
-//! `/terminal`, recording and the `/setup/…` routes.
+//! `/accessibility` walks the AT-SPI tree with the image's `python3` and `pyatspi`
+//! (`accessibility.py`). Not yet served (answered 501, naming what is missing): `/terminal`,
+//! recording and the `/setup/…` routes but `/setup/execute`.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -37,6 +38,10 @@ pub struct Service {
     pub display: String,
     pub width: u32,
     pub height: u32,
+    /// What commands on the desktop are given (`DISPLAY`, the session bus).
+    pub env: Vec<(String, String)>,
+    /// The XTEST connection, opened at the first input and kept.
+    pub keyboard: std::sync::Mutex<Option<super::input::Keyboard>>,
 }
 
 type Shared = Arc<Service>;
@@ -54,13 +59,14 @@ pub fn router(service: Shared) -> Router {
         .route("/file", post(file))
         .route("/list_directory", post(list_directory))
         .route("/desktop_path", post(desktop_path))
-        .route("/accessibility", get(not_yet))
+        .route("/accessibility", get(accessibility))
         .route("/terminal", get(not_yet))
+        .merge(super::own::routes())
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(service)
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"status": "error", "message": message.into(), "error": ""}))).into_response()
 }
 
@@ -90,6 +96,35 @@ async fn cursor_position(State(s): State<Shared>) -> Response {
     }
 }
 
+/// The most nodes `/accessibility` writes unless asked for fewer.
+const MAX_TREE_NODES: u32 = 100_000;
+/// How long walking the tree may take.
+const TREE_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Deserialize)]
+struct TreeQuery {
+    max_nodes: Option<u32>,
+}
+
+/// `{"AT": xml}`: the accessibility tree as OSWorld's XML.
+async fn accessibility(State(s): State<Shared>, axum::extract::Query(q): axum::extract::Query<TreeQuery>) -> Response {
+    let max = q.max_nodes.unwrap_or(MAX_TREE_NODES).clamp(1, MAX_TREE_NODES);
+    let script = include_str!("accessibility.py");
+    // The distribution's Python, where pyatspi is packaged (python3-pyatspi), before any other
+    // on the PATH.
+    let python = if Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
+    let argv = vec![python.to_string(), "-c".into(), script.into(), max.to_string()];
+    match run(&s, &argv, None, TREE_TIMEOUT).await {
+        Ok(ran) if ran.timed_out => {
+            error(StatusCode::GATEWAY_TIMEOUT, format!("the tree was not read within {TREE_TIMEOUT:?}"))
+        }
+        Ok(ran) if ran.code == Some(0) => Json(json!({"AT": ran.stdout})).into_response(),
+        Ok(ran) if ran.code == Some(3) => error(StatusCode::NOT_IMPLEMENTED, ran.stderr.trim().to_string()),
+        Ok(ran) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the tree failed: {}", ran.stderr.trim())),
+        Err(e) => error(StatusCode::NOT_IMPLEMENTED, format!("reading the tree needs python3: {e}")),
+    }
+}
+
 async fn platform() -> &'static str {
     "Linux"
 }
@@ -108,7 +143,7 @@ async fn run(s: &Service, argv: &[String], cwd: Option<&str>, timeout: Duration)
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
-        .env("DISPLAY", &s.display)
+        .envs(s.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -4,8 +4,15 @@ use anyhow::Context;
 use x11rb::connection::Connection;
 use x11rb::protocol::xproto::{ConnectionExt, ImageFormat};
 
-/// The whole screen of `display` as a PNG.
-pub fn screenshot_png(display: &str) -> anyhow::Result<Vec<u8>> {
+/// The screen's pixels, RGB, row by row.
+pub struct Frame {
+    pub width: u32,
+    pub height: u32,
+    pub rgb: Vec<u8>,
+}
+
+/// Reads the whole screen of `display`.
+pub fn capture(display: &str) -> anyhow::Result<Frame> {
     let (conn, screen_num) = x11rb::connect(Some(display)).with_context(|| format!("connecting to {display}"))?;
     let screen = &conn.setup().roots[screen_num];
     let (width, height) = (screen.width_in_pixels, screen.height_in_pixels);
@@ -32,13 +39,59 @@ pub fn screenshot_png(display: &str) -> anyhow::Result<Vec<u8>> {
         }
         other => anyhow::bail!("a screen of depth {other} ({} bytes for {width}x{height})", pixels.len()),
     }
-    let mut out = Vec::new();
-    let mut encoder = png::Encoder::new(&mut out, width as u32, height as u32);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    encoder.set_compression(png::Compression::Fast);
-    encoder.write_header()?.write_image_data(&rgb)?;
-    Ok(out)
+    Ok(Frame { width: width as u32, height: height as u32, rgb })
+}
+
+impl Frame {
+    /// Scaled down to at most `max_width` (aspect kept; each pixel the mean of those it covers).
+    pub fn fit(self, max_width: Option<u32>) -> Frame {
+        let Some(max) = max_width.filter(|m| *m >= 1 && *m < self.width) else { return self };
+        let (w, h) = (max, ((self.height as u64 * max as u64) / self.width as u64).max(1) as u32);
+        let mut rgb = Vec::with_capacity(w as usize * h as usize * 3);
+        for y in 0..h {
+            let (y0, y1) = (y * self.height / h, ((y + 1) * self.height / h).max(y * self.height / h + 1));
+            for x in 0..w {
+                let (x0, x1) = (x * self.width / w, ((x + 1) * self.width / w).max(x * self.width / w + 1));
+                let mut sum = [0u32; 3];
+                for sy in y0..y1 {
+                    for sx in x0..x1 {
+                        let i = (sy * self.width + sx) as usize * 3;
+                        for c in 0..3 {
+                            sum[c] += self.rgb[i + c] as u32;
+                        }
+                    }
+                }
+                let n = (y1 - y0) * (x1 - x0);
+                rgb.extend(sum.iter().map(|s| (s / n) as u8));
+            }
+        }
+        Frame { width: w, height: h, rgb }
+    }
+
+    /// As a PNG.
+    pub fn png(&self) -> anyhow::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut encoder = png::Encoder::new(&mut out, self.width, self.height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.set_compression(png::Compression::Fast);
+        encoder.write_header()?.write_image_data(&self.rgb)?;
+        Ok(out)
+    }
+
+    /// As a JPEG of `quality` (1-100).
+    pub fn jpeg(&self, quality: u8) -> anyhow::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        let encoder = jpeg_encoder::Encoder::new(&mut out, quality.clamp(1, 100));
+        let (w, h) = (u16::try_from(self.width)?, u16::try_from(self.height)?);
+        encoder.encode(&self.rgb, w, h, jpeg_encoder::ColorType::Rgb)?;
+        Ok(out)
+    }
+}
+
+/// The whole screen of `display` as a PNG.
+pub fn screenshot_png(display: &str) -> anyhow::Result<Vec<u8>> {
+    capture(display)?.png()
 }
 
 /// Where the pointer is on `display`.

@@ -9,11 +9,14 @@
 //!   and one line in `versions!`, never an edit of an older one.
 //! - The host's tool router speaks 0.1.0's types; every version converts at its edge.
 
-/// The four worlds of the contract in `$path`; `$harness_with` maps what a version's harness
+/// The worlds of the contract in `$path`; `$harness_with` maps what a version's harness
 /// imports beyond 0.1.0's (0.3.0: the sandbox) onto the tool adapter's bindings, so one host
-/// implementation serves both.
+/// implementation serves both; `desktop: yes` for a version with the desktop-driver world
+/// (0.3.0 on).
 macro_rules! worlds {
-    ($path:literal $(, harness_with: { $($harness_with:tt)* })?) => {
+    ($path:literal $(, harness_with: { $($harness_with:tt)* })? $(, desktop: $desktop:ident)?) => {
+        desktop_world!($path $(, $desktop)?);
+
         pub mod tool_adapter {
             wasmtime::component::bindgen!({
                 path: $path,
@@ -65,6 +68,100 @@ macro_rules! worlds {
                     "orchard:plugin/browser.session": crate::host::browser::Session,
                 },
             });
+        }
+    };
+}
+
+/// A version's `desktop_driver` module: the desktop-driver world's bindings and the calls the
+/// dispatch makes (`yes`), or, for a version without that world, the same calls on a type no
+/// value has, so the dispatch is written once.
+macro_rules! desktop_world {
+    ($path:literal) => {
+        /// This version has no desktop-driver world: a component cannot be one.
+        pub mod desktop_driver {
+            use crate::host::HostState;
+
+            pub enum Pre {}
+            pub enum Bound {}
+
+            pub fn link(_: &mut wasmtime::component::Linker<HostState>) -> wasmtime::Result<()> {
+                Err(wasmtime::Error::msg("the desktop-driver world is new in orchard:plugin@0.3.0"))
+            }
+            pub fn pre(_: wasmtime::component::InstancePre<HostState>) -> wasmtime::Result<Pre> {
+                Err(wasmtime::Error::msg("the desktop-driver world is new in orchard:plugin@0.3.0"))
+            }
+            pub async fn instantiate(pre: &Pre, _: &mut wasmtime::Store<HostState>) -> wasmtime::Result<Bound> {
+                match *pre {}
+            }
+            pub async fn list(
+                bound: &Bound,
+                _: &mut wasmtime::Store<HostState>,
+            ) -> wasmtime::Result<Vec<super::tool_adapter::orchard::plugin::types::ToolSpec>> {
+                match *bound {}
+            }
+            pub async fn call(
+                bound: &Bound,
+                _: &mut wasmtime::Store<HostState>,
+                _: &super::tool_adapter::orchard::plugin::types::ToolCall,
+            ) -> wasmtime::Result<
+                Result<
+                    super::tool_adapter::orchard::plugin::types::ToolOutput,
+                    super::tool_adapter::orchard::plugin::types::Error,
+                >,
+            > {
+                match *bound {}
+            }
+        }
+    };
+    ($path:literal, yes) => {
+        pub mod desktop_driver {
+            use wasmtime::component::HasSelf;
+
+            use crate::host::HostState;
+
+            wasmtime::component::bindgen!({
+                path: $path,
+                world: "desktop-driver",
+                imports: { default: async },
+                exports: { default: async },
+                with: {
+                    "orchard:plugin/types": super::tool_adapter::orchard::plugin::types,
+                    "orchard:plugin/log": super::tool_adapter::orchard::plugin::log,
+                    "orchard:plugin/sandbox": super::tool_adapter::orchard::plugin::sandbox,
+                    "orchard:plugin/config": super::tool_adapter::orchard::plugin::config,
+                },
+            });
+
+            pub type Pre = DesktopDriverPre<HostState>;
+            pub type Bound = DesktopDriver;
+
+            pub fn link(linker: &mut wasmtime::component::Linker<HostState>) -> wasmtime::Result<()> {
+                DesktopDriver::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
+            }
+            pub fn pre(pre: wasmtime::component::InstancePre<HostState>) -> wasmtime::Result<Pre> {
+                DesktopDriverPre::new(pre)
+            }
+            pub async fn instantiate(pre: &Pre, store: &mut wasmtime::Store<HostState>) -> wasmtime::Result<Bound> {
+                pre.instantiate_async(store).await
+            }
+            pub async fn list(
+                bound: &Bound,
+                store: &mut wasmtime::Store<HostState>,
+            ) -> wasmtime::Result<Vec<super::tool_adapter::orchard::plugin::types::ToolSpec>> {
+                bound.orchard_plugin_tools().call_list(store).await
+            }
+            pub async fn call(
+                bound: &Bound,
+                store: &mut wasmtime::Store<HostState>,
+                call: &super::tool_adapter::orchard::plugin::types::ToolCall,
+            ) -> wasmtime::Result<
+                Result<
+                    super::tool_adapter::orchard::plugin::types::ToolOutput,
+                    super::tool_adapter::orchard::plugin::types::Error,
+                >,
+            > {
+                bound.orchard_plugin_tools().call_call(store, call).await
+            }
         }
     };
 }
@@ -538,6 +635,7 @@ macro_rules! common_calls {
             Harness(harness::HarnessPre<HostState>),
             ToolAdapter(tool_adapter::ToolAdapterPre<HostState>),
             BrowserDriver(browser_driver::BrowserDriverPre<HostState>),
+            DesktopDriver(desktop_driver::Pre),
             Grader(grader::GraderPre<HostState>),
         }
 
@@ -545,6 +643,7 @@ macro_rules! common_calls {
         pub(crate) enum BoundTools {
             Tools(tool_adapter::ToolAdapter),
             Browser(browser_driver::BrowserDriver),
+            Desktop(desktop_driver::Bound),
         }
 
         pub(crate) fn link(linker: &mut Linker<HostState>, kind: PluginKind) -> wasmtime::Result<()> {
@@ -554,6 +653,7 @@ macro_rules! common_calls {
                 PluginKind::BrowserDriver => {
                     browser_driver::BrowserDriver::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
                 }
+                PluginKind::DesktopDriver => desktop_driver::link(linker),
                 PluginKind::Grader => grader::Grader::add_to_linker::<_, HasSelf<_>>(linker, |s| s),
             }
         }
@@ -564,6 +664,7 @@ macro_rules! common_calls {
                     PluginKind::Harness => Pre::Harness(harness::HarnessPre::new(pre)?),
                     PluginKind::ToolAdapter => Pre::ToolAdapter(tool_adapter::ToolAdapterPre::new(pre)?),
                     PluginKind::BrowserDriver => Pre::BrowserDriver(browser_driver::BrowserDriverPre::new(pre)?),
+                    PluginKind::DesktopDriver => Pre::DesktopDriver(desktop_driver::pre(pre)?),
                     PluginKind::Grader => Pre::Grader(grader::GraderPre::new(pre)?),
                 })
             }
@@ -573,6 +674,7 @@ macro_rules! common_calls {
                     Pre::Harness(_) => PluginKind::Harness,
                     Pre::ToolAdapter(_) => PluginKind::ToolAdapter,
                     Pre::BrowserDriver(_) => PluginKind::BrowserDriver,
+                    Pre::DesktopDriver(_) => PluginKind::DesktopDriver,
                     Pre::Grader(_) => PluginKind::Grader,
                 }
             }
@@ -582,6 +684,7 @@ macro_rules! common_calls {
                     Pre::Harness(pre) => pre.instantiate_async(store).await.map(drop),
                     Pre::ToolAdapter(pre) => pre.instantiate_async(store).await.map(drop),
                     Pre::BrowserDriver(pre) => pre.instantiate_async(store).await.map(drop),
+                    Pre::DesktopDriver(pre) => desktop_driver::instantiate(pre, store).await.map(drop),
                     Pre::Grader(pre) => pre.instantiate_async(store).await.map(drop),
                 }
             }
@@ -598,11 +701,15 @@ macro_rules! common_calls {
                     Pre::BrowserDriver(pre) => {
                         BoundTools::Browser(pre.instantiate_async(&mut *store).await.map_err(|e| ("instantiate", e))?)
                     }
+                    Pre::DesktopDriver(pre) => BoundTools::Desktop(
+                        desktop_driver::instantiate(pre, &mut *store).await.map_err(|e| ("instantiate", e))?,
+                    ),
                     _ => return Ok(None),
                 };
                 let specs = match &bound {
                     BoundTools::Tools(b) => b.orchard_plugin_tools().call_list(&mut *store).await,
                     BoundTools::Browser(b) => b.orchard_plugin_tools().call_list(&mut *store).await,
+                    BoundTools::Desktop(b) => desktop_driver::list(b, &mut *store).await,
                 }
                 .map_err(|e| ("tools.list", e))?;
                 Ok(Some((bound, specs.into_iter().map(convert::tool_spec_to_v1).collect())))
@@ -672,6 +779,7 @@ macro_rules! common_calls {
                 match self {
                     BoundTools::Tools(b) => b.orchard_plugin_tools().call_list(store).await.map(drop),
                     BoundTools::Browser(b) => b.orchard_plugin_tools().call_list(store).await.map(drop),
+                    BoundTools::Desktop(b) => desktop_driver::list(b, store).await.map(drop),
                 }
             }
 
@@ -684,6 +792,7 @@ macro_rules! common_calls {
                 let result = match self {
                     BoundTools::Tools(b) => b.orchard_plugin_tools().call_call(store, &call).await?,
                     BoundTools::Browser(b) => b.orchard_plugin_tools().call_call(store, &call).await?,
+                    BoundTools::Desktop(b) => desktop_driver::call(b, store, &call).await?,
                 };
                 Ok(result.map(convert::tool_output_to_v1).map_err(convert::error_to_v1))
             }

@@ -4,6 +4,8 @@
 pub mod browser;
 mod config;
 #[macro_use]
+mod desktop;
+#[macro_use]
 mod log;
 #[macro_use]
 mod model;
