@@ -7,6 +7,7 @@
 //! its fields, `weight` (1), `category` = `completion` | `robustness` | `safety`, `negate`), and
 //! optionally `pass_threshold`, `completion_weight`, `robustness_weight`. Kinds: on the sandbox,
 //! `file_exists`, `file_contains`, `command`, `http`, `json` (a service's state by JSON pointer),
+//! `desktop` (the X desktop's windows, clipboard or accessibility tree),
 //! `audit` (a mock service's record of the agent's calls); on the run, `tool_called`,
 //! `tool_not_called` (with argument matching), `answer`; `robustness` (recovery from injected
 //! faults) and `judge` (an LLM's score in [0, 1]). A malformed rubric, or a judge that cannot
@@ -120,6 +121,12 @@ fn get_json(port: u16, path: &str) -> Result<Result<Value, String>, Error> {
     }
 }
 
+/// The start of what a check saw, for its note.
+fn short(text: &str) -> String {
+    let head: String = text.chars().take(200).collect();
+    if head.len() < text.len() { format!("{head}…") } else { head }
+}
+
 fn in_range(n: usize, min: usize, max: Option<usize>) -> bool {
     n >= min && max.is_none_or(|m| n <= m)
 }
@@ -181,6 +188,36 @@ fn probe(check: &Check, run: &Run) -> Result<Seen, Error> {
                 }
                 // Nothing listening, or no answer in time: the service is not there.
                 Err(Error::Unavailable(m)) | Err(Error::Timeout(m)) | Err(Error::NotFound(m)) => held(false, m),
+                Err(e) => return Err(e),
+            }
+        }
+        Probe::Desktop { read, pattern, port } => {
+            let request = HttpRequest {
+                method: "GET".into(),
+                port: *port,
+                path: read.path().into(),
+                headers: vec![],
+                body: vec![],
+                timeout_ms: Some(40_000),
+            };
+            match sandbox::http(&request) {
+                Ok(resp) if resp.status == 200 => {
+                    let body = String::from_utf8_lossy(&resp.body).into_owned();
+                    // The tree comes wrapped as OSWorld's `{"AT": xml}`.
+                    let text = match read {
+                        rubric::DesktopRead::Accessibility => serde_json::from_str::<Value>(&body)
+                            .ok()
+                            .and_then(|v| v["AT"].as_str().map(str::to_string))
+                            .unwrap_or(body),
+                        _ => body,
+                    };
+                    let hit = matches(&Some(pattern.clone()), &text);
+                    held(hit, if hit { "matches".to_string() } else { format!("no match in {}", short(&text)) })
+                }
+                Ok(resp) => held(false, format!("the desktop answered HTTP {}", resp.status)),
+                Err(Error::Unavailable(m)) | Err(Error::Timeout(m)) | Err(Error::NotFound(m)) => {
+                    held(false, format!("no desktop: {m}"))
+                }
                 Err(e) => return Err(e),
             }
         }

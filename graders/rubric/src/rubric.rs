@@ -40,6 +40,16 @@ pub enum Probe {
         #[serde(default)]
         pattern: Option<String>,
     },
+    /// The desktop's state (a task with `[environment.desktop]`): its `windows` (JSON: title,
+    /// class, focused), its `clipboard` text, or its `accessibility` tree (OSWorld's XML), read
+    /// from the desktop service on `port` (5000 unless the task says otherwise); `pattern`
+    /// must match it (searched).
+    Desktop {
+        read: DesktopRead,
+        pattern: String,
+        #[serde(default = "desktop_port")]
+        port: u16,
+    },
     /// A service's state: `GET path` on `port` as JSON, the value at `pointer` (the whole
     /// answer by default). With `equals`, that value must match it (see `select::matches`);
     /// with `where`, it must be an array and between `min_count` (1) and `max_count` of its
@@ -110,6 +120,30 @@ pub enum Probe {
         #[serde(default)]
         reference: Option<String>,
     },
+}
+
+/// What a `desktop` check reads.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DesktopRead {
+    Windows,
+    Clipboard,
+    Accessibility,
+}
+
+impl DesktopRead {
+    /// The desktop service's route for it.
+    pub fn path(self) -> &'static str {
+        match self {
+            DesktopRead::Windows => "/orchard/windows",
+            DesktopRead::Clipboard => "/orchard/clipboard",
+            DesktopRead::Accessibility => "/accessibility",
+        }
+    }
+}
+
+fn desktop_port() -> u16 {
+    5000
 }
 
 fn one_count() -> usize {
@@ -249,7 +283,7 @@ impl Check {
     /// Every regular expression the check holds, to compile before anything runs.
     pub fn patterns(&self) -> Vec<&str> {
         match &self.probe {
-            Probe::FileContains { pattern, .. } => vec![pattern],
+            Probe::FileContains { pattern, .. } | Probe::Desktop { pattern, .. } => vec![pattern],
             Probe::Command { pattern, .. } | Probe::Http { pattern, .. } | Probe::Answer { pattern, .. } => {
                 pattern.as_deref().into_iter().collect()
             }

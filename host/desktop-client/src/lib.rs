@@ -55,6 +55,8 @@ pub struct DesktopSpec {
     pub port: u16,
     /// The window manager (`none` for none; `openbox` by default).
     pub window_manager: Option<String>,
+    /// A window title (a part of it) to wait for before the agent starts.
+    pub wait_for_window: Option<String>,
 }
 
 /// A sandbox's running desktop.
@@ -118,6 +120,27 @@ impl Desktop {
         }
     }
 
+    /// Waits until a window whose title contains `title` is open (at most `timeout`); the error
+    /// names the windows there are.
+    pub async fn wait_for_window(agent: &dyn SandboxAgent, port: u16, title: &str, timeout: Duration) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            let bytes = request(agent, port, "GET", "/orchard/windows", Vec::new(), false).await?;
+            let windows: Vec<DesktopWindow> =
+                serde_json::from_slice(&bytes).map_err(|e| DesktopError::Other(format!("the window list: {e}")))?;
+            if windows.iter().any(|w| w.title.contains(title)) {
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                let open: Vec<&str> = windows.iter().map(|w| w.title.as_str()).collect();
+                return Err(DesktopError::Timeout(format!(
+                    "no window titled like {title:?} opened within {timeout:?} (open: {open:?})"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn request(&self, method: &str, path: &str, body: Vec<u8>, json: bool) -> Result<Vec<u8>> {
         request(&*self.agent, self.port, method, path, body, json).await
     }
@@ -166,9 +189,9 @@ impl Desktop {
         self.request("POST", "/orchard/input", body, true).await.map(drop)
     }
 
-    /// The accessibility tree (OSWorld's XML), at most `max_nodes` nodes.
+    /// The accessibility tree of what is on screen (OSWorld's XML), at most `max_nodes` nodes.
     pub async fn accessibility(&self, max_nodes: u32) -> Result<String> {
-        let v: serde_json::Value = self.get_json(&format!("/accessibility?max_nodes={max_nodes}")).await?;
+        let v: serde_json::Value = self.get_json(&format!("/accessibility?max_nodes={max_nodes}&showing=true")).await?;
         v["AT"].as_str().map(str::to_string).ok_or_else(|| DesktopError::Other("the desktop sent no tree".into()))
     }
 

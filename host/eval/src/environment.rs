@@ -24,7 +24,16 @@ pub(crate) async fn prepare_environment(agent: &dyn SandboxAgent, task: &Task) -
     if let Some(desktop) = &task.desktop {
         orchard_desktop_client::Desktop::start(agent, desktop).await.map_err(|e| format!("desktop: {e}"))?;
     }
-    start_service(agent, task).await
+    start_service(agent, task).await?;
+    if let Some(desktop) = &task.desktop
+        && let Some(title) = &desktop.wait_for_window
+    {
+        let wait = std::time::Duration::from_secs(60);
+        orchard_desktop_client::Desktop::wait_for_window(agent, desktop.port, title, wait)
+            .await
+            .map_err(|e| format!("desktop: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Starts the Dockerfile's ENTRYPOINT/CMD in the background (its output in

@@ -273,6 +273,7 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
                 depth: d.depth,
                 port: d.port,
                 window_manager: d.window_manager.clone(),
+                wait_for_window: d.wait_for_window.clone(),
             })
         }
         None => None,

@@ -278,6 +278,9 @@ pub struct DesktopConfig {
     pub port: u16,
     /// The window manager program, or `none` (`openbox` if not said).
     pub window_manager: Option<String>,
+    /// The agent starts once a window whose title contains this is open (the app the task's
+    /// command starts), waited for up to 60 s.
+    pub wait_for_window: Option<String>,
 }
 
 impl DesktopConfig {

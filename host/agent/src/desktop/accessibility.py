@@ -1,7 +1,8 @@
 # The desktop's accessibility tree through AT-SPI (pyatspi), as OSWorld's XML: one element per
 # node, named by its role; `name`, `st:*` states, `attr:*` attributes, `cp:screencoord` and
 # `cp:size`, the text of text nodes and `val:value`. Run by `orchard-agent desktop` with the
-# image's python3: argv[1] is the most nodes to write.
+# image's python3: argv[1] is the most nodes to write; argv[2] `showing` keeps only what is on
+# screen (nodes in AT-SPI's `showing` state, and the applications that hold them).
 import sys
 import xml.etree.ElementTree as ET
 
@@ -22,6 +23,7 @@ for prefix, uri in NS.items():
     ET.register_namespace(prefix, uri)
 
 MAX_NODES = int(sys.argv[1]) if len(sys.argv) > 1 else 10000
+SHOWING_ONLY = len(sys.argv) > 2 and sys.argv[2] == "showing"
 MAX_DEPTH = 50
 MAX_CHILDREN = 1024
 MAX_TEXT = 10000
@@ -33,8 +35,17 @@ def q(prefix, name):
     return "{%s}%s" % (NS[prefix], name)
 
 
+def showing(acc):
+    try:
+        return acc.getState().contains(pyatspi.STATE_SHOWING)
+    except Exception:
+        return False
+
+
 def node(acc, depth):
     global written, left_out
+    if SHOWING_ONLY and depth > 1 and not showing(acc):
+        return None
     if written >= MAX_NODES:
         left_out += 1
         return None

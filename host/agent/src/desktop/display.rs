@@ -74,6 +74,26 @@ async fn session_bus(display: u32) -> Option<(Child, String)> {
     Some((child, address))
 }
 
+/// Waits (at most 5 s) until a window manager has set `_NET_SUPPORTING_WM_CHECK` on the root.
+async fn wait_for_window_manager(display: u32) {
+    let check = move || -> anyhow::Result<bool> {
+        use x11rb::connection::Connection;
+        use x11rb::protocol::xproto::{AtomEnum, ConnectionExt};
+        let (conn, screen) = x11rb::connect(Some(&format!(":{display}")))?;
+        let root = conn.setup().roots[screen].root;
+        let atom = conn.intern_atom(false, b"_NET_SUPPORTING_WM_CHECK")?.reply()?.atom;
+        let reply = conn.get_property(false, root, atom, AtomEnum::WINDOW, 0, 1)?.reply()?;
+        Ok(reply.value32().and_then(|mut v| v.next()).is_some_and(|w| w != 0))
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < deadline {
+        if tokio::task::spawn_blocking(check).await.ok().and_then(Result::ok) == Some(true) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A running desktop: its X server and window manager, killed when dropped.
 pub struct Desktop {
     display: u32,
@@ -133,6 +153,11 @@ impl Desktop {
                 .spawn()
                 .ok(),
         };
+        if window_manager.is_some() {
+            // Apps mapped before the window manager manages the screen would go undecorated and
+            // unplaced: the desktop is ready once it says it runs (EWMH's supporting-WM check).
+            wait_for_window_manager(display).await;
+        }
         Ok(Desktop { display, x_server, _window_manager: window_manager, bus })
     }
 

@@ -104,6 +104,9 @@ const TREE_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Deserialize)]
 struct TreeQuery {
     max_nodes: Option<u32>,
+    /// Only what is on screen (Orchard's; OSWorld's client asks for the whole tree).
+    #[serde(default)]
+    showing: bool,
 }
 
 /// `{"AT": xml}`: the accessibility tree as OSWorld's XML.
@@ -113,7 +116,10 @@ async fn accessibility(State(s): State<Shared>, axum::extract::Query(q): axum::e
     // The distribution's Python, where pyatspi is packaged (python3-pyatspi), before any other
     // on the PATH.
     let python = if Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
-    let argv = vec![python.to_string(), "-c".into(), script.into(), max.to_string()];
+    let mut argv = vec![python.to_string(), "-c".into(), script.into(), max.to_string()];
+    if q.showing {
+        argv.push("showing".into());
+    }
     match run(&s, &argv, None, TREE_TIMEOUT).await {
         Ok(ran) if ran.timed_out => {
             error(StatusCode::GATEWAY_TIMEOUT, format!("the tree was not read within {TREE_TIMEOUT:?}"))
