@@ -94,8 +94,16 @@ async fn osworlds_client_drives_an_orchard_desktop() {
     let names: Vec<&str> = tree["children"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["note.txt", "sub"]);
     assert!(got["desktop_path"].as_str().unwrap().ends_with("/Desktop"));
-    // Not served yet: the client gets no tree rather than a wrong one.
-    assert!(got["accessibility"].is_null());
+    // The accessibility tree, as OSWorld's XML: the editor's frame named by its file, and the
+    // file's text in its text node.
+    let tree = got["accessibility"].as_str().unwrap_or_default();
+    assert!(tree.starts_with("<desktop-frame"), "{tree:.300}");
+    assert!(tree.contains("https://accessibility.ubuntu.example.org/ns/state"), "{tree:.300}");
+    assert!(
+        tree.contains("<application name=\"mousepad\"") || tree.contains("<application name=\"Mousepad\""),
+        "{tree:.500}"
+    );
+    assert!(tree.contains("note.txt - Mousepad") && tree.contains(">orchard\n"), "{tree:.500}");
 
     // The X server dies with the service, even killed outright.
     let socket = format!("/tmp/.X11-unix/X{display}");

@@ -51,6 +51,14 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("xdotool", "xdotool"),
     ("openbox", "openbox"),
     ("xmessage", "x11-utils"),
+    // The desktop example tasks' apps (examples/desktop), and the accessibility stack the
+    // desktop service reads (a session bus, AT-SPI, pyatspi for the distribution's python3).
+    ("mousepad", "mousepad"),
+    ("xterm", "xterm"),
+    ("dbus-daemon", "dbus"),
+    ("/usr/libexec/at-spi-bus-launcher", "at-spi2-core"),
+    ("/usr/lib/python3/dist-packages/pyatspi", "python3-pyatspi"),
+    ("/usr/lib/python3/dist-packages/Xlib", "python3-xlib"),
     // The evaluation service's tests start a real PostgreSQL (initdb into a temporary directory).
     ("pg_ctlcluster", "postgresql"),
 ];
@@ -309,6 +317,32 @@ fn rust_targets() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// pyautogui for the distribution's python3 (which the `host` image's sandboxes run): the
+/// desktop driver's `pyautogui` action space runs its code there. Debian does not package it.
+const PYAUTOGUI: &str = "pyautogui==0.9.54";
+
+fn desktop_python() -> anyhow::Result<()> {
+    let found = Command::new("/usr/bin/python3")
+        .args(["-c", "import importlib.util as u, sys; sys.exit(u.find_spec('pyautogui') is None)"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        return Ok(());
+    }
+    // pyautogui imports mouseinfo, which needs tkinter.
+    let tk = Command::new("/usr/bin/python3").args(["-c", "import tkinter"]).status().is_ok_and(|s| s.success());
+    if !tk {
+        install(&["python3-tk"])?;
+    }
+    if found {
+        return Ok(());
+    }
+    if !have("/usr/lib/python3/dist-packages/pip") {
+        install(&["python3-pip"])?;
+    }
+    run(Command::new("/usr/bin/python3").args(["-m", "pip", "install", "--break-system-packages", "-q", PYAUTOGUI]))
+}
+
 fn setup() -> anyhow::Result<()> {
     let missing: Vec<&str> = APT_PACKAGES.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
     if !missing.is_empty() {
@@ -318,6 +352,7 @@ fn setup() -> anyhow::Result<()> {
     if is_root() && !Command::new("id").arg(ROOTLESS_USER).output().is_ok_and(|o| o.status.success()) {
         run(Command::new("useradd").args(["--create-home", "--shell", "/bin/sh", ROOTLESS_USER]))?;
     }
+    desktop_python()?;
     swe_repos()?;
     venvs::py312()?;
     venvs::programs()?;

@@ -29,9 +29,11 @@ pub(crate) async fn prepare_environment(agent: &dyn SandboxAgent, task: &Task) -
         && let Some(title) = &desktop.wait_for_window
     {
         let wait = std::time::Duration::from_secs(60);
-        orchard_desktop_client::Desktop::wait_for_window(agent, desktop.port, title, wait)
-            .await
-            .map_err(|e| format!("desktop: {e}"))?;
+        if let Err(e) = orchard_desktop_client::Desktop::wait_for_window(agent, desktop.port, title, wait).await {
+            let log = agent.read_file("/tmp/orchard-entrypoint.log").await.unwrap_or_default();
+            let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(2000)..]).into_owned();
+            return Err(format!("desktop: {e}; the task's command's output ends with:\n{tail}"));
+        }
     }
     Ok(())
 }

@@ -255,6 +255,9 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
         // Every command the agent runs finds the desktop, as a terminal on it would.
         env.entry("DISPLAY".into()).or_insert_with(|| ":99".into());
         env.entry("DBUS_SESSION_BUS_ADDRESS".into()).or_insert_with(|| orchard_protocol::desktop_bus_address(99));
+        env.entry("XAUTHORITY".into()).or_insert_with(|| orchard_protocol::desktop_xauthority(99));
+        // GTK apps' settings in memory: no dconf service to start (and wait for) per sandbox.
+        env.entry("GSETTINGS_BACKEND".into()).or_insert_with(|| "memory".into());
     }
     if let Some(w) = &environment.workdir {
         workdir = Some(w.clone());

@@ -14,6 +14,12 @@ pub fn desktop_bus_address(display: u32) -> String {
     format!("unix:path=/tmp/.orchard-desktop-{display}/bus")
 }
 
+/// The (empty) X authority file of the desktop on display `display`: what `XAUTHORITY` says to
+/// the commands run on it.
+pub fn desktop_xauthority(display: u32) -> String {
+    format!("/tmp/.orchard-desktop-{display}/Xauthority")
+}
+
 /// Body of the agent's `POST /desktop`: start the desktop service in the sandbox (the agent's
 /// own binary in its `desktop` mode, as a background process; answered with its
 /// [`crate::ProcessInfo`]).

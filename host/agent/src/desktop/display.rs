@@ -6,6 +6,9 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::process::{Child, Command};
 
+/// AT-SPI's bus launcher, where Debian puts it (at-spi2-core).
+const AT_SPI_LAUNCHER: &str = "/usr/libexec/at-spi-bus-launcher";
+
 /// How long the X server has to open its socket.
 const START_WAIT: Duration = Duration::from_secs(15);
 
@@ -101,6 +104,8 @@ pub struct Desktop {
     _window_manager: Option<Child>,
     /// The session bus (for AT-SPI), when the image has `dbus-daemon`.
     bus: Option<(Child, String)>,
+    /// The accessibility bus, started with the session bus rather than by the first app.
+    _accessibility_bus: Option<Child>,
 }
 
 impl Desktop {
@@ -141,6 +146,23 @@ impl Desktop {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let bus = session_bus(display).await;
+        // Started before any app: an app that finds no accessibility bus asks D-Bus to start
+        // one and waits for it, which under load stalled apps for a minute.
+        let accessibility_bus = match &bus {
+            Some((_, address)) if std::path::Path::new(AT_SPI_LAUNCHER).exists() => {
+                dies_with_us(&mut Command::new(AT_SPI_LAUNCHER))
+                    .arg("--launch-immediately")
+                    .env("DISPLAY", format!(":{display}"))
+                    .env("DBUS_SESSION_BUS_ADDRESS", address)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .ok()
+            }
+            _ => None,
+        };
         let window_manager = match wm {
             "none" => None,
             wm => dies_with_us(&mut Command::new(wm))
@@ -158,12 +180,19 @@ impl Desktop {
             // unplaced: the desktop is ready once it says it runs (EWMH's supporting-WM check).
             wait_for_window_manager(display).await;
         }
-        Ok(Desktop { display, x_server, _window_manager: window_manager, bus })
+        Ok(Desktop { display, x_server, _window_manager: window_manager, bus, _accessibility_bus: accessibility_bus })
     }
 
-    /// What commands run on this desktop are given: `DISPLAY`, and the session bus's address.
+    /// What commands run on this desktop are given: `DISPLAY`, an (empty) `XAUTHORITY` — the
+    /// server takes local clients without a cookie, but python-xlib (pyautogui's) refuses to
+    /// connect when the file is missing — and the session bus's address.
     pub fn env(&self) -> Vec<(String, String)> {
-        let mut env = vec![("DISPLAY".to_string(), self.name())];
+        let xauthority = orchard_protocol::desktop_xauthority(self.display);
+        if let Some(dir) = std::path::Path::new(&xauthority).parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = std::fs::OpenOptions::new().create(true).append(true).open(&xauthority);
+        let mut env = vec![("DISPLAY".to_string(), self.name()), ("XAUTHORITY".to_string(), xauthority)];
         if let Some((_, address)) = &self.bus {
             env.push(("DBUS_SESSION_BUS_ADDRESS".into(), address.clone()));
         }

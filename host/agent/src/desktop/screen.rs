@@ -56,8 +56,8 @@ impl Frame {
                 for sy in y0..y1 {
                     for sx in x0..x1 {
                         let i = (sy * self.width + sx) as usize * 3;
-                        for c in 0..3 {
-                            sum[c] += self.rgb[i + c] as u32;
+                        for (total, channel) in sum.iter_mut().zip(&self.rgb[i..i + 3]) {
+                            *total += *channel as u32;
                         }
                     }
                 }
