@@ -23,12 +23,18 @@ fn plugin_check_says_which_version_a_component_speaks() {
     let (_, listing, _) = orchard(&["plugin", "list", &plugin_dir().display().to_string()]);
     let header = listing.lines().next().unwrap();
     assert!(header.contains("CONTRACT"), "{listing}");
-    // Every shipped plugin speaks 0.2.0 but the program harness, the one 0.3.0 needs (a
-    // harness that imports the sandbox).
+    // Every shipped plugin speaks 0.2.0 but the two 0.3.0 needs: the program harness (a harness
+    // that imports the sandbox) and the desktop driver (a world new in 0.3.0).
     for line in listing.lines().skip(1) {
-        let version = if line.starts_with("program ") { " 0.3.0 " } else { " 0.2.0 " };
+        let version =
+            if line.starts_with("program ") || line.starts_with("desktop ") { " 0.3.0 " } else { " 0.2.0 " };
         assert!(line.contains(version), "{version}: {line}");
     }
+    let desktop = plugin_dir().join("desktop.wasm").display().to_string();
+    let (code, stdout, stderr) = orchard(&["plugin", "check", &desktop]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("world:        orchard:plugin/desktop-driver@0.3.0"), "{stdout}");
+    assert!(stdout.contains("orchard:plugin/desktop@0.3.0"), "it imports the desktop: {stdout}");
     let program = plugin_dir().join("program.wasm").display().to_string();
     let (code, stdout, stderr) = orchard(&["plugin", "check", &program]);
     assert_eq!(code, 0, "{stderr}");
