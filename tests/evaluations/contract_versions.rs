@@ -26,8 +26,7 @@ fn plugin_check_says_which_version_a_component_speaks() {
     // Every shipped plugin speaks 0.2.0 but the two 0.3.0 needs: the program harness (a harness
     // that imports the sandbox) and the desktop driver (a world new in 0.3.0).
     for line in listing.lines().skip(1) {
-        let version =
-            if line.starts_with("program ") || line.starts_with("desktop ") { " 0.3.0 " } else { " 0.2.0 " };
+        let version = if line.starts_with("program ") || line.starts_with("desktop ") { " 0.3.0 " } else { " 0.2.0 " };
         assert!(line.contains(version), "{version}: {line}");
     }
     let desktop = plugin_dir().join("desktop.wasm").display().to_string();

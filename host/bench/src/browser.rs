@@ -47,7 +47,7 @@ impl Drop for Netns {
 }
 
 /// The memory of `pid` and every process under it (summed PSS, as `Browser::rss_bytes`), in bytes.
-fn tree_rss(pid: u32) -> u64 {
+pub(crate) fn tree_rss(pid: u32) -> u64 {
     let mut parent_of = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };

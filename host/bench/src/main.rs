@@ -6,6 +6,7 @@
 mod bar;
 mod bar_real;
 mod browser;
+mod desktop;
 mod fork;
 mod plugins;
 mod refs;
@@ -50,10 +51,18 @@ struct Args {
     /// Browser rollouts at once.
     #[arg(long, default_value_t = 16)]
     browser_rollouts: usize,
+    /// Desktops started (and timed) in the desktop suite, each way; click + screenshot round
+    /// trips; the most desktops at once.
+    #[arg(long, default_value_t = 10)]
+    desktops: usize,
+    #[arg(long, default_value_t = 50)]
+    desktop_actions: usize,
+    #[arg(long, default_value_t = 16)]
+    max_desktops: usize,
     /// Forks of a 50 MB writable layer timed in the fork suite (each way).
     #[arg(long, default_value_t = 20)]
     forks: usize,
-    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, fork, bar (simulated),
+    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, desktop, fork, bar (simulated),
     /// bar-real (through `orchard serve`), or all.
     #[arg(long, default_value = "all")]
     suite: String,
@@ -255,6 +264,9 @@ fn main() -> anyhow::Result<()> {
             args.browser_rollouts,
         ))?);
     }
+    if matches!(args.suite.as_str(), "all" | "desktop") {
+        rows.extend(runtime.block_on(desktop::run(&bin, args.desktops, args.desktop_actions, args.max_desktops))?);
+    }
     if matches!(args.suite.as_str(), "all" | "fork") {
         rows.extend(runtime.block_on(fork::run(&bin, args.forks))?);
     }
@@ -266,7 +278,7 @@ fn main() -> anyhow::Result<()> {
     }
     anyhow::ensure!(
         !rows.is_empty(),
-        "--suite: sandboxes, plugins, service, verifier, browser, fork, bar, bar-real or all"
+        "--suite: sandboxes, plugins, service, verifier, browser, desktop, fork, bar, bar-real or all"
     );
     print_table(&rows);
     Ok(())

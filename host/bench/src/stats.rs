@@ -19,6 +19,13 @@ impl Samples {
         v[rank.clamp(1, v.len()) - 1]
     }
 
+    /// Every sample, in order of size.
+    pub fn sorted(&self) -> Vec<Duration> {
+        let mut v = self.0.clone();
+        v.sort();
+        v
+    }
+
     pub fn fmt_ms(&self, p: f64) -> String {
         format!("{:.2} ms", self.pct(p).as_secs_f64() * 1000.0)
     }
