@@ -101,37 +101,34 @@ fn task_with_calls(root: &Path, name: &str, calls: &str) -> String {
     root.display().to_string()
 }
 
+/// Example `name` run by the oracle replaying `calls`, the driver configured with `config`.
+fn replay(name: &str, calls: &str, config: &str) -> (Value, tempfile::TempDir) {
+    let root = tempfile::tempdir().unwrap();
+    let tasks = task_with_calls(root.path(), name, calls);
+    let config = format!("desktop={config}");
+    let mut args = vec![tasks.as_str()];
+    args.extend(ORACLE);
+    args.extend(["--tool-config", &config]);
+    let (summary, out, _) = eval(&args);
+    (summary, out)
+}
+
 #[test]
 fn pyautogui_code_and_grid_points_drive_the_same_desktop() {
     let _one = serial();
     // OSWorld's pyautogui action space: the code runs inside the sandbox on its display.
-    let root = tempfile::tempdir().unwrap();
     let calls = r#"[{"tool": "pyautogui", "arguments": {"code": "pyautogui.hotkey('ctrl', 'end'); pyautogui.write('- oat milk\\n'); pyautogui.hotkey('ctrl', 's')"}}]"#;
-    let tasks = task_with_calls(root.path(), "edit-note", calls);
-    let mut args = vec![tasks.as_str()];
-    args.extend(ORACLE);
-    args.extend(["--tool-config", r#"desktop={"action_space": "pyautogui"}"#]);
-    let (summary, out, _) = eval(&args);
+    let (summary, out) = replay("edit-note", calls, r#"{"action_space": "pyautogui"}"#);
     assert_eq!(summary["passed"], 1, "{summary:#} {:#}", rollouts(out.path())[0]);
 
     // Qwen-VL's 0-1000 grid: Accept's centre (403, 424) of 1024x768 is (394, 553) on the grid.
-    let root = tempfile::tempdir().unwrap();
     let calls = r#"[{"tool": "computer", "arguments": {"action_type": "CLICK", "parameters": {"x": 394, "y": 553}}}]"#;
-    let tasks = task_with_calls(root.path(), "accept-licence", calls);
-    let mut args = vec![tasks.as_str()];
-    args.extend(ORACLE);
-    args.extend(["--tool-config", r#"desktop={"coordinates": "grid"}"#]);
-    let (summary, out, _) = eval(&args);
+    let (summary, out) = replay("accept-licence", calls, r#"{"coordinates": "grid"}"#);
     assert_eq!(summary["passed"], 1, "{summary:#} {:#}", rollouts(out.path())[0]);
 
     // A point off the grid is the model's error to see, not a click somewhere.
-    let root = tempfile::tempdir().unwrap();
     let calls = r#"[{"tool": "computer", "arguments": {"action_type": "CLICK", "parameters": {"x": 1394, "y": 521}}}]"#;
-    let tasks = task_with_calls(root.path(), "accept-licence", calls);
-    let mut args = vec![tasks.as_str()];
-    args.extend(ORACLE);
-    args.extend(["--tool-config", r#"desktop={"coordinates": "grid"}"#]);
-    let (summary, out, _) = eval(&args);
+    let (summary, out) = replay("accept-licence", calls, r#"{"coordinates": "grid"}"#);
     assert_eq!(summary["passed"], 0);
     let (_, t) = trajectories(out.path()).remove(0);
     let said = tool_results(&t)[0]["text"].as_str().unwrap().to_string();
