@@ -215,9 +215,11 @@ fn probe(check: &Check, run: &Run) -> Result<Seen, Error> {
                     held(hit, if hit { "matches".to_string() } else { format!("no match in {}", short(&text)) })
                 }
                 Ok(resp) => held(false, format!("the desktop answered HTTP {}", resp.status)),
-                Err(Error::Unavailable(m)) | Err(Error::Timeout(m)) | Err(Error::NotFound(m)) => {
-                    held(false, format!("no desktop: {m}"))
-                }
+                // Gone, or replaced by something the agent ran (the agent refuses to ask it).
+                Err(Error::Unavailable(m))
+                | Err(Error::Timeout(m))
+                | Err(Error::NotFound(m))
+                | Err(Error::Denied(m)) => held(false, format!("no desktop: {m}")),
                 Err(e) => return Err(e),
             }
         }

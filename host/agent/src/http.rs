@@ -214,7 +214,10 @@ async fn desktop_start(
         argv.extend(["--window-manager".into(), wm.clone()]);
     }
     let start = ProcessStart { command: orchard_protocol::Command::Argv(argv), cwd: None, env: Default::default() };
-    process_start(State(state), JsonBody(start)).await
+    let port = req.port;
+    let started = process_start(State(state.clone()), JsonBody(start)).await?;
+    state.desktops.lock().unwrap_or_else(|p| p.into_inner()).insert(port, started.0.pid);
+    Ok(started)
 }
 
 async fn process_list(State(state): State<AppState>) -> Json<Vec<ProcessInfo>> {
@@ -424,9 +427,11 @@ async fn tar_upload(State(state): State<AppState>, uri: axum::http::Uri, body: B
 }
 
 async fn http_forward(
+    State(state): State<AppState>,
     JsonBody(req): JsonBody<orchard_protocol::HttpRequest>,
 ) -> AgentResult<Json<orchard_protocol::HttpResponse>> {
-    Ok(Json(crate::http_proxy::forward(req).await?))
+    let desktop = state.desktops.lock().unwrap_or_else(|p| p.into_inner()).get(&req.port).copied();
+    Ok(Json(crate::http_proxy::forward(req, desktop).await?))
 }
 
 async fn browser_handler(ws: WebSocketUpgrade) -> Response {

@@ -17,16 +17,39 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 /// A grader's read goes over the service's grader socket, from this process, when the service
 /// has one (see [`orchard_protocol::HttpRequest::grader`]).
 async fn grader_stream(req: &HttpRequest) -> Option<tokio::net::UnixStream> {
-    use std::os::linux::net::SocketAddrExt;
     if !req.grader {
         return None;
     }
-    let name = orchard_protocol::grader_socket_name(req.port);
+    connect_grader_socket(req.port)
+}
+
+fn connect_grader_socket(port: u16) -> Option<tokio::net::UnixStream> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = orchard_protocol::grader_socket_name(port);
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).ok()?;
     // Connecting to an abstract socket does not block on anything but the kernel.
     let stream = std::os::unix::net::UnixStream::connect_addr(&addr).ok()?;
     stream.set_nonblocking(true).ok()?;
     tokio::net::UnixStream::from_std(stream).ok()
+}
+
+/// A grader's read of the desktop this agent started on `port` (pid `pid`): over the desktop's
+/// grader socket, and only when the process serving it is that very desktop — the kernel says
+/// who listens (`SO_PEERCRED`). A desktop the agent's commands stopped or replaced with a
+/// server of their own is refused, never asked.
+fn desktop_grader_stream(port: u16, pid: i32) -> AgentResult<tokio::net::UnixStream> {
+    let refused = |why: String| {
+        AgentError::new(
+            orchard_protocol::ErrorKind::Denied,
+            format!("http: the desktop on port {port} is not the one Orchard started ({why})"),
+        )
+    };
+    let stream = connect_grader_socket(port).ok_or_else(|| refused("its grader socket is gone".into()))?;
+    let peer = stream.peer_cred().map_err(|e| refused(format!("who serves it is unknown: {e}")))?;
+    match peer.pid() {
+        Some(p) if p == pid => Ok(stream),
+        other => Err(refused(format!("pid {other:?} serves it, not {pid}"))),
+    }
 }
 
 async fn handshake<S>(stream: S) -> AgentResult<hyper::client::conn::http1::SendRequest<Full<bytes::Bytes>>>
@@ -40,21 +63,28 @@ where
     Ok(sender)
 }
 
-pub async fn forward(req: HttpRequest) -> AgentResult<HttpResponse> {
+/// Forwards `req`; `desktop` is the pid of the desktop service this agent started on the
+/// request's port, if any.
+pub async fn forward(req: HttpRequest, desktop: Option<i32>) -> AgentResult<HttpResponse> {
     let timeout = Duration::from_millis(req.timeout_ms.unwrap_or(30_000));
-    tokio::time::timeout(timeout, send(req)).await.map_err(|_| {
+    tokio::time::timeout(timeout, send(req, desktop)).await.map_err(|_| {
         AgentError::new(orchard_protocol::ErrorKind::Timeout, format!("http: no answer within {timeout:?}"))
     })?
 }
 
-async fn send(req: HttpRequest) -> AgentResult<HttpResponse> {
+async fn send(req: HttpRequest, desktop: Option<i32>) -> AgentResult<HttpResponse> {
     if !req.path.starts_with('/') {
         return Err(AgentError::invalid(format!("http: path {:?} must start with '/'", req.path)));
     }
     let method = hyper::Method::from_bytes(req.method.as_bytes())
         .map_err(|_| AgentError::invalid(format!("http: {:?} is not an HTTP method", req.method)))?;
     let body = B64.decode(req.body_base64.as_bytes()).map_err(|e| AgentError::invalid(format!("http: body: {e}")))?;
-    let mut sender = match grader_stream(&req).await {
+    let desktop = desktop.filter(|_| req.grader).map(|pid| desktop_grader_stream(req.port, pid)).transpose()?;
+    let stream = match desktop {
+        Some(stream) => Some(stream),
+        None => grader_stream(&req).await,
+    };
+    let mut sender = match stream {
         Some(stream) => handshake(stream).await?,
         None => {
             let stream = tokio::net::TcpStream::connect(("127.0.0.1", req.port)).await.map_err(|e| {

@@ -22,6 +22,9 @@ pub struct AgentState {
     pub sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// The working directory and environment of commands that name none (`PUT /defaults`).
     pub defaults: defaults::Held,
+    /// The desktop services this agent started: port → pid. A grader's read of that port must
+    /// reach that very process (see `http_proxy`).
+    pub desktops: std::sync::Mutex<HashMap<u16, i32>>,
     next_id: AtomicU64,
 }
 
@@ -36,6 +39,7 @@ impl AgentState {
             processes: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
             defaults: defaults::Held::default(),
+            desktops: Default::default(),
             next_id: AtomicU64::new(1),
         })
     }
