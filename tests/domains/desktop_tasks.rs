@@ -167,13 +167,25 @@ fn bad_desktop_settings_are_refused_by_name() {
     assert!(r.to_string().contains("[environment.desktop]"), "{r:#}");
 
     // A desktop Xvfb cannot make is refused when the task is read.
+    let results = tempfile::tempdir().unwrap();
+    let scratch = results.path().join("out").display().to_string();
     std::fs::write(
         dir.join("task.toml"),
         "[environment.desktop]\ndepth = 8\n[[metadata.rubric.checks]]\nname = \"x\"\nkind = \"file_exists\"\npath = \"/n\"\n",
     )
     .unwrap();
-    let (code, stdout, stderr) =
-        orchard_tests::orchard(&["eval", &tasks, "--harness", "oracle", "--tools", "desktop", "--grader", "rubric"]);
+    let (code, stdout, stderr) = orchard_tests::orchard(&[
+        "eval",
+        &tasks,
+        "--harness",
+        "oracle",
+        "--tools",
+        "desktop",
+        "--grader",
+        "rubric",
+        "--out",
+        &scratch,
+    ]);
     assert!(code != 0 || stdout.contains("depth"), "{stdout}\n{stderr}");
     assert!(format!("{stdout}{stderr}").contains("[environment.desktop] depth = 8"), "{stdout}\n{stderr}");
 }
