@@ -23,7 +23,7 @@ pub enum PluginCommand {
         #[arg(long)]
         json: bool,
     },
-    /// The catalog of every shipped tool adapter's and browser driver's tools, as Markdown.
+    /// The catalog of every shipped tool adapter's, browser driver's and desktop driver's tools, as Markdown.
     Catalog { dir: Option<PathBuf> },
 }
 
@@ -139,7 +139,7 @@ pub fn run(command: PluginCommand) -> anyhow::Result<i32> {
             plugins.sort_by(|a, b| a.info.name.cmp(&b.info.name));
             println!("# Tool catalog\n");
             println!(
-                "Every shipped tool adapter's and browser driver's tools, as the model sees them, \
+                "Every shipped tool adapter's, browser driver's and desktop driver's tools, as the model sees them, \
                  generated from the plugins themselves (`orchard plugin catalog`; one plugin: \
                  `orchard plugin tools NAME [--config JSON] [--json]`). An argument marked `?` is \
                  optional.\n"
