@@ -146,7 +146,7 @@ fn bad_desktop_settings_are_refused_by_name() {
     let (_, out, _) = eval(&args);
     let r = &rollouts(out.path())[0];
     assert_eq!(r["reward"].as_f64().unwrap_or(0.0), 0.0);
-    assert!(r.to_string().contains("unknown key \\\"mode\\\""), "{r:#}");
+    assert!(r.to_string().contains("desktop driver config: unknown key `mode`"), "{r:#}");
 
     // A task with no desktop: the driver's calls are unavailable, naming the task field.
     let root = tempfile::tempdir().unwrap();

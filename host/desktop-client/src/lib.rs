@@ -96,7 +96,7 @@ impl Desktop {
             width: spec.width,
             height: spec.height,
             depth: spec.depth,
-            display: 99,
+            display: orchard_protocol::DESKTOP_DISPLAY,
             window_manager: spec.window_manager.clone(),
         };
         let process = agent

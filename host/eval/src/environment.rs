@@ -68,8 +68,7 @@ async fn wait_for_app_window(
         (Err(e), _) => Err(e),
     };
     if let Err(e) = waited {
-        let log = agent.read_file("/tmp/orchard-entrypoint.log").await.unwrap_or_default();
-        let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(2000)..]).into_owned();
+        let tail = entrypoint_log_tail(agent).await;
         return Err(format!("desktop: {e}; the task's command's output ends with:\n{tail}"));
     }
     Ok(())
@@ -121,8 +120,7 @@ pub(crate) async fn wait_healthy(agent: &dyn SandboxAgent, task: &Task, check: &
         } else {
             failures += 1;
             if failures >= check.retries {
-                let log = agent.read_file("/tmp/orchard-entrypoint.log").await.unwrap_or_default();
-                let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(2000)..]).into_owned();
+                let tail = entrypoint_log_tail(agent).await;
                 return Err(format!(
                     "the task's healthcheck ({:?}) did not pass in {:.0} s ({failures} failures after the start \
                      period); the service's output ends with:\n{tail}",
@@ -134,6 +132,12 @@ pub(crate) async fn wait_healthy(agent: &dyn SandboxAgent, task: &Task, check: &
         };
         tokio::time::sleep(pause.max(std::time::Duration::from_millis(10))).await;
     }
+}
+
+/// The last 2,000 bytes of what the task's ENTRYPOINT/CMD printed, for an error that says why.
+async fn entrypoint_log_tail(agent: &dyn SandboxAgent) -> String {
+    let log = agent.read_file("/tmp/orchard-entrypoint.log").await.unwrap_or_default();
+    String::from_utf8_lossy(&log[log.len().saturating_sub(2000)..]).into_owned()
 }
 
 pub(crate) fn ignore_missing(

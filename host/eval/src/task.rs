@@ -253,9 +253,10 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
     env.extend(environment.env.clone());
     if environment.desktop.is_some() {
         // Every command the agent runs finds the desktop, as a terminal on it would.
-        env.entry("DISPLAY".into()).or_insert_with(|| ":99".into());
-        env.entry("DBUS_SESSION_BUS_ADDRESS".into()).or_insert_with(|| orchard_protocol::desktop_bus_address(99));
-        env.entry("XAUTHORITY".into()).or_insert_with(|| orchard_protocol::desktop_xauthority(99));
+        let display = orchard_protocol::DESKTOP_DISPLAY;
+        env.entry("DISPLAY".into()).or_insert_with(|| format!(":{display}"));
+        env.entry("DBUS_SESSION_BUS_ADDRESS".into()).or_insert_with(|| orchard_protocol::desktop_bus_address(display));
+        env.entry("XAUTHORITY".into()).or_insert_with(|| orchard_protocol::desktop_xauthority(display));
         // GTK apps' settings in memory: no dconf service to start (and wait for) per sandbox.
         env.entry("GSETTINGS_BACKEND".into()).or_insert_with(|| "memory".into());
     }

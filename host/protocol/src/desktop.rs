@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The port the desktop service listens on unless the task says otherwise: OSWorld's, so its
-/// client finds it where it looks.
-pub const DESKTOP_PORT: u16 = 5000;
+/// The X display every sandbox's desktop runs on (the sandbox's own: each has its own `/tmp`
+/// and network namespace).
+pub const DESKTOP_DISPLAY: u32 = 99;
 
 /// The session D-Bus of the desktop on display `display` (apps expose their accessibility
 /// tree over it): what `DBUS_SESSION_BUS_ADDRESS` says to the commands run on the desktop.
@@ -43,7 +43,7 @@ pub struct DesktopStart {
 }
 
 fn default_display() -> u32 {
-    99
+    DESKTOP_DISPLAY
 }
 
 /// A pointer button.

@@ -235,8 +235,7 @@ impl Guest for Driver {
     }
 
     fn call(call: ToolCall) -> Result<ToolOutput, Error> {
-        let s =
-            settings().as_ref().map_err(|e| Error::InvalidInput(format!("the desktop driver's configuration: {e}")))?;
+        let s = settings().as_ref().map_err(|e| Error::InvalidInput(e.clone()))?;
         let args: Value =
             match serde_json::from_str(if call.arguments.trim().is_empty() { "{}" } else { &call.arguments }) {
                 Ok(v) => v,

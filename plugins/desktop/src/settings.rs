@@ -1,5 +1,6 @@
 //! The driver's configuration (`config.get`): its action space, coordinates, observation and
-//! the bounds on what it shows. Every key is known; an unknown one is refused by name.
+//! the bounds on what it shows. Every key is known; an unknown one is refused by name
+//! (`orchard_harness_config::parse`).
 
 use serde_json::Value;
 
@@ -55,12 +56,12 @@ const KEYS: &[&str] = &[
 
 impl Settings {
     pub fn parse(json: &str) -> Result<Settings, String> {
-        let v: Value = serde_json::from_str(if json.trim().is_empty() { "{}" } else { json })
-            .map_err(|e| format!("not JSON: {e}"))?;
-        let Some(map) = v.as_object() else { return Err("expected a JSON object".into()) };
-        if let Some(unknown) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(format!("unknown key {unknown:?} (known: {})", KEYS.join(", ")));
-        }
+        // A JSON object of known keys, checked as every harness's configuration is.
+        let v = orchard_harness_config::parse("desktop driver", json, &[KEYS])?;
+        Settings::from_object(&v).map_err(|e| format!("desktop driver config: {e}"))
+    }
+
+    fn from_object(v: &Value) -> Result<Settings, String> {
         let text = |key: &str, default: &'static str| -> Result<String, String> {
             match v.get(key) {
                 None | Some(Value::Null) => Ok(default.to_string()),
@@ -123,8 +124,14 @@ mod tests {
         .unwrap();
         assert_eq!((s.action_space, s.coordinates), (ActionSpace::Pyautogui, Coordinates::Grid));
         assert!(s.observation.tree && s.observation.screenshot);
-        assert!(Settings::parse(r#"{"mode": "x"}"#).unwrap_err().contains("unknown key \"mode\""));
-        assert!(Settings::parse(r#"{"observation": "video"}"#).unwrap_err().starts_with("observation"));
-        assert!(Settings::parse(r#"{"jpeg_quality": 0}"#).unwrap_err().starts_with("jpeg_quality"));
+        assert!(Settings::parse(r#"{"mode": "x"}"#).unwrap_err().contains("unknown key `mode`"));
+        assert!(
+            Settings::parse(r#"{"observation": "video"}"#)
+                .unwrap_err()
+                .starts_with("desktop driver config: observation")
+        );
+        assert!(
+            Settings::parse(r#"{"jpeg_quality": 0}"#).unwrap_err().starts_with("desktop driver config: jpeg_quality")
+        );
     }
 }
