@@ -10,3 +10,4 @@ mod desktop;
 mod desktop_tasks;
 mod gui_domain;
 mod mock_services;
+mod osworld_env;

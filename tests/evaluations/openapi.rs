@@ -17,6 +17,7 @@ fn routes_in_source() -> BTreeSet<(String, String)> {
     let files = [
         ("host/server/src/routes_v1.rs", "/v1"),
         ("host/server/src/routes_plugins.rs", "/v1"),
+        ("host/server/src/routes_desktop.rs", "/v1"),
         ("host/evals-api/src/lib.rs", "/v1"),
         ("host/groups/src/http.rs", "/v1"),
         ("host/model-proxy/src/http.rs", "/v1"),
@@ -29,7 +30,8 @@ fn routes_in_source() -> BTreeSet<(String, String)> {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
         for call in text.split(".route(\"").skip(1) {
             let (path, rest) = call.split_once('"').unwrap();
-            let full = format!("{prefix}{path}");
+            // A wildcard (`{*path}`) is documented as the parameter it is (`{path}`).
+            let full = format!("{prefix}{path}").replace("{*", "{");
             if !full.starts_with("/v1/") {
                 continue;
             }
@@ -131,6 +133,9 @@ async fn schemathesis_finds_nothing_wrong_with_the_api() {
         ])
         // Deleting the sandbox half-way would leave the rest of its operations nothing to test.
         .args(["--exclude-name", "DELETE /v1/sandboxes/{id}"])
+        // The desktop routes start real X servers, and the port routes pass on whatever a service
+        // in the sandbox answers (a 5xx of its own included): no fixed schema describes those.
+        .args(["--exclude-path-regex", "/(desktop|ports/)"])
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);

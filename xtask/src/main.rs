@@ -59,6 +59,9 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("/usr/libexec/at-spi-bus-launcher", "at-spi2-core"),
     ("/usr/lib/python3/dist-packages/pyatspi", "python3-pyatspi"),
     ("/usr/lib/python3/dist-packages/Xlib", "python3-xlib"),
+    // OSWorld-format tasks of our own open a spreadsheet in LibreOffice Calc (through xdg-open).
+    ("localc", "libreoffice-calc"),
+    ("xdg-open", "xdg-utils"),
     // The evaluation service's tests start a real PostgreSQL (initdb into a temporary directory).
     ("pg_ctlcluster", "postgresql"),
 ];

@@ -23,6 +23,29 @@ const PY312_PACKAGES: &[&str] = &["harbor==0.26.0", "inspect-ai==0.3.285"];
 /// OSWorld's controller (`desktop-env`'s list brings its whole benchmark stack).
 const PY312_NO_DEPS: &[&str] = &["openenv-core==0.3.0", "desktop-env==1.0.2"];
 
+/// What OSWorld's `DesktopEnv` and its evaluators load (its setup controller, getters and every
+/// metric module), with their dependencies — but the heaviest (torch through easyocr, librosa,
+/// Playwright, OpenCV...), which `orchard_client.osworld` stands in for until a metric uses one.
+const PY312_OSWORLD: &[&str] = &[
+    "gymnasium==1.4.0",
+    "requests-toolbelt==1.0.0",
+    "pandas==2.2.3",
+    "openpyxl==3.1.5",
+    "RapidFuzz==3.14.6",
+    "lxml==6.2.0",
+    "cssselect==1.6.0",
+    "xmltodict==1.0.4",
+    "tldextract==5.4.0",
+    "python-docx==1.2.0",
+    "odfpy==1.4.1",
+    "pdfplumber==0.11.11",
+    "mutagen==1.48.1",
+    "pypdf==7.1.1",
+    "python-pptx==1.0.2",
+    "fastdtw==0.3.4",
+    "PyPDF2==3.0.1",
+];
+
 /// Least free space (bytes) to start the Python 3.12 venv: it takes ~0.5 GB, and the build after
 /// setup needs the rest.
 const PY312_MIN_FREE: u64 = 6 << 30;
@@ -37,7 +60,7 @@ pub fn py312() -> anyhow::Result<()> {
     let dir = py312_dir();
     let skipped = workspace_root().join("target/py312.skipped");
     let _ = std::fs::remove_file(&skipped);
-    let wanted = [PY312_PACKAGES, PY312_NO_DEPS].concat().join("\n");
+    let wanted = [PY312_PACKAGES, PY312_NO_DEPS, PY312_OSWORLD].concat().join("\n");
     let ready = dir.join("bin/harbor").exists()
         && std::fs::read_to_string(dir.join(".orchard-packages")).is_ok_and(|s| s == wanted);
     if ready {
@@ -59,6 +82,10 @@ pub fn py312() -> anyhow::Result<()> {
     run(Command::new(&pip)
         .args(["install", "--quiet", "--no-cache-dir", "--no-compile"])
         .args(PY312_PACKAGES)
+        .env("PIP_NO_CACHE_DIR", "1"))?;
+    run(Command::new(&pip)
+        .args(["install", "--quiet", "--no-cache-dir", "--no-compile"])
+        .args(PY312_OSWORLD)
         .env("PIP_NO_CACHE_DIR", "1"))?;
     run(Command::new(&pip)
         .args(["install", "--quiet", "--no-cache-dir", "--no-deps", "--editable"])

@@ -25,11 +25,24 @@ const ETC_FILES: &[&str] = &[
 /// /etc directories copied too (certificates, alternatives symlinks, the loader's config). A
 /// copy, not a bind: they are small, and every bind mount costs each sandbox start a mount, a
 /// read-only remount and a parse of its mount table.
-const ETC_DIRS: &[&str] = &["ssl", "ca-certificates", "alternatives", "ld.so.conf.d", "profile.d"];
+const ETC_DIRS: &[&str] = &[
+    "ssl",
+    "ca-certificates",
+    "alternatives",
+    "ld.so.conf.d",
+    "profile.d",
+    // What desktop apps read: fontconfig (text renders in the fonts asked for), LibreOffice's
+    // registry (it aborts without it), X and XDG defaults, GTK's settings.
+    "fonts",
+    "libreoffice",
+    "X11",
+    "xdg",
+    "gtk-3.0",
+];
 
 pub(crate) fn host_image(cache: &Path) -> Result<Image> {
     // Versioned: a skeleton from an older layout is rebuilt, not reused.
-    let skeleton = cache.join("host-skeleton-v3");
+    let skeleton = cache.join("host-skeleton-v4");
     let mut ro_binds = Vec::new();
     let staging = cache.join("tmp").join(format!("host-skeleton.{}", std::process::id()));
     let build = !skeleton.exists();

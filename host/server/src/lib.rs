@@ -14,6 +14,7 @@ mod jobs;
 mod listener;
 mod openapi;
 mod pty_proxy;
+mod routes_desktop;
 mod routes_files;
 mod routes_jobs;
 mod routes_plugins;
@@ -155,7 +156,7 @@ const JSON_BODY_LIMIT: usize = 256 * 1024 * 1024;
 
 /// Every route of the server, behind authentication.
 pub fn router(state: Arc<AppState>) -> Router {
-    let mut v1 = routes_v1::routes().merge(routes_plugins::routes());
+    let mut v1 = routes_v1::routes().merge(routes_plugins::routes()).merge(routes_desktop::routes());
     let mut ui = Router::new();
     if let Some(evals) = &state.evals {
         v1 = v1.merge(orchard_evals_api::routes(evals.clone()));

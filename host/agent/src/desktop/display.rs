@@ -183,15 +183,20 @@ impl Desktop {
         Ok(Desktop { display, x_server, _window_manager: window_manager, bus, _accessibility_bus: accessibility_bus })
     }
 
-    /// What commands run on this desktop are given: `DISPLAY`, an (empty) `XAUTHORITY` — the
-    /// server takes local clients without a cookie, but python-xlib (pyautogui's) refuses to
-    /// connect when the file is missing — and the session bus's address.
+    /// What commands run on this desktop are given: `DISPLAY`, an `XAUTHORITY` and the session
+    /// bus's address. The server takes local clients without a cookie, but python-xlib
+    /// (pyautogui's) refuses to connect when the file is missing and, when it has no entry for
+    /// this host and display, prints a warning into every command's output (OSWorld's client
+    /// reads `platform` from that output): the file holds one entry, whose cookie the server
+    /// does not check.
     pub fn env(&self) -> Vec<(String, String)> {
         let xauthority = orchard_protocol::desktop_xauthority(self.display);
         if let Some(dir) = std::path::Path::new(&xauthority).parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let _ = std::fs::OpenOptions::new().create(true).append(true).open(&xauthority);
+        if std::fs::metadata(&xauthority).map(|m| m.len()).unwrap_or(0) == 0 {
+            let _ = std::fs::write(&xauthority, xauthority_entry(self.display));
+        }
         let mut env = vec![("DISPLAY".to_string(), self.name()), ("XAUTHORITY".to_string(), xauthority)];
         if let Some((_, address)) = &self.bus {
             env.push(("DBUS_SESSION_BUS_ADDRESS".into(), address.clone()));
@@ -211,6 +216,19 @@ impl Desktop {
             Err(e) => e.to_string(),
         }
     }
+}
+
+/// One Xauthority entry (FamilyLocal, this host's name, `display`, MIT-MAGIC-COOKIE-1), as
+/// libX11 and python-xlib look entries up for a local display.
+fn xauthority_entry(display: u32) -> Vec<u8> {
+    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+    let cookie: Vec<u8> = (0..16u8).map(|i| i.wrapping_mul(37).wrapping_add(display as u8)).collect();
+    let mut out = 256u16.to_be_bytes().to_vec();
+    for field in [host.as_bytes(), display.to_string().as_bytes(), b"MIT-MAGIC-COOKIE-1", &cookie] {
+        out.extend((field.len() as u16).to_be_bytes());
+        out.extend(field);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ mod keys;
 mod osworld;
 mod own;
 mod screen;
+mod setup;
 mod windows;
 
 use std::net::SocketAddr;

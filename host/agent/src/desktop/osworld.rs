@@ -3,8 +3,8 @@
 //! in time; files and trees are read with limits.
 //!
 //! `/accessibility` walks the AT-SPI tree with the image's `python3` and `pyatspi`
-//! (`accessibility.py`). Not yet served (answered 501, naming what is missing): `/terminal`,
-//! recording and the `/setup/…` routes but `/setup/execute`.
+//! (`accessibility.py`); the `/setup/…` routes are in `setup`. Not served (answered 501, naming
+//! the route): `/terminal`, recording, and any route OSWorld's client has that this does not.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -44,7 +44,7 @@ pub struct Service {
     pub keyboard: std::sync::Mutex<Option<super::input::Keyboard>>,
 }
 
-type Shared = Arc<Service>;
+pub(super) type Shared = Arc<Service>;
 
 pub fn router(service: Shared) -> Router {
     Router::new()
@@ -62,11 +62,13 @@ pub fn router(service: Shared) -> Router {
         .route("/accessibility", get(accessibility))
         .route("/terminal", get(not_yet))
         .merge(super::own::routes())
+        .merge(super::setup::routes())
+        .fallback(not_yet)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(service)
 }
 
-pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"status": "error", "message": message.into(), "error": ""}))).into_response()
 }
 
@@ -136,15 +138,15 @@ async fn platform() -> &'static str {
 }
 
 /// What a command did.
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    timed_out: bool,
+pub(super) struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
 }
 
 /// Runs `argv` on the display, in `cwd`, for at most `timeout`.
-async fn run(s: &Service, argv: &[String], cwd: Option<&str>, timeout: Duration) -> Result<Ran, String> {
+pub(super) async fn run(s: &Service, argv: &[String], cwd: Option<&str>, timeout: Duration) -> Result<Ran, String> {
     let (program, args) = argv.split_first().ok_or("the command is empty")?;
     let mut command = tokio::process::Command::new(program);
     command
@@ -206,7 +208,7 @@ async fn execute(State(s): State<Shared>, Json(body): Json<ExecuteBody>) -> Resp
 }
 
 /// `python` as the first word, where the image has no `python` but has `python3`.
-fn with_python3(mut argv: Vec<String>) -> Vec<String> {
+pub(super) fn with_python3(mut argv: Vec<String>) -> Vec<String> {
     if argv.first().is_some_and(|p| p == "python") && which("python").is_none() && which("python3").is_some() {
         argv[0] = "python3".into();
     }
@@ -293,7 +295,7 @@ async fn file(Form(form): Form<FileForm>) -> Response {
 }
 
 /// `~` at the start of a path, as OSWorld's tasks write them.
-fn expand_home(path: &str) -> String {
+pub(super) fn expand_home(path: &str) -> String {
     match (path.strip_prefix('~'), std::env::var("HOME")) {
         (Some(rest), Ok(home)) if rest.is_empty() || rest.starts_with('/') => format!("{home}{rest}"),
         _ => path.to_string(),

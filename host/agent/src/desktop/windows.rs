@@ -24,15 +24,25 @@ fn text_property(conn: &RustConnection, window: u32, property: u32, kind: u32) -
     Ok((reply.type_ != 0).then_some(reply.value))
 }
 
+/// A top-level window as found: its id beside what [`DesktopWindow`] tells.
+struct Found {
+    id: u32,
+    window: DesktopWindow,
+}
+
 /// The top-level windows, bottom first (`_NET_CLIENT_LIST_STACKING`, else the root's mapped
 /// children that have a name).
 pub fn list(display: &str) -> anyhow::Result<Vec<DesktopWindow>> {
     let (conn, screen) = x11rb::connect(Some(display)).with_context(|| format!("connecting to {display}"))?;
+    Ok(top_level(&conn, screen)?.into_iter().map(|f| f.window).collect())
+}
+
+fn top_level(conn: &RustConnection, screen: usize) -> anyhow::Result<Vec<Found>> {
     let root = conn.setup().roots[screen].root;
-    let utf8 = atom(&conn, "UTF8_STRING")?;
-    let net_name = atom(&conn, "_NET_WM_NAME")?;
-    let stacking = atom(&conn, "_NET_CLIENT_LIST_STACKING")?;
-    let active_atom = atom(&conn, "_NET_ACTIVE_WINDOW")?;
+    let utf8 = atom(conn, "UTF8_STRING")?;
+    let net_name = atom(conn, "_NET_WM_NAME")?;
+    let stacking = atom(conn, "_NET_CLIENT_LIST_STACKING")?;
+    let active_atom = atom(conn, "_NET_ACTIVE_WINDOW")?;
     let active = conn
         .get_property(false, root, active_atom, AtomEnum::WINDOW, 0, 1)?
         .reply()?
@@ -59,24 +69,69 @@ pub fn list(display: &str) -> anyhow::Result<Vec<DesktopWindow>> {
     };
     let mut out = Vec::new();
     for w in windows {
-        let title = match text_property(&conn, w, net_name, utf8)? {
+        let title = match text_property(conn, w, net_name, utf8)? {
             Some(t) => t,
-            None => text_property(&conn, w, AtomEnum::WM_NAME.into(), AtomEnum::ANY.into())?.unwrap_or_default(),
+            None => text_property(conn, w, AtomEnum::WM_NAME.into(), AtomEnum::ANY.into())?.unwrap_or_default(),
         };
-        let class = text_property(&conn, w, AtomEnum::WM_CLASS.into(), AtomEnum::STRING.into())?.unwrap_or_default();
+        let class = text_property(conn, w, AtomEnum::WM_CLASS.into(), AtomEnum::STRING.into())?.unwrap_or_default();
         // WM_CLASS is "instance\0class\0".
         let class = class.split(|b| *b == 0).nth(1).unwrap_or_default();
         // Override-redirect helpers and the like, with neither.
         if title.is_empty() && class.is_empty() {
             continue;
         }
-        out.push(DesktopWindow {
-            title: String::from_utf8_lossy(&title).into_owned(),
-            class: String::from_utf8_lossy(class).into_owned(),
-            focused: w == focus,
+        out.push(Found {
+            id: w,
+            window: DesktopWindow {
+                title: String::from_utf8_lossy(&title).into_owned(),
+                class: String::from_utf8_lossy(class).into_owned(),
+                focused: w == focus,
+            },
         });
     }
     Ok(out)
+}
+
+/// How a window is picked by name, as OSWorld's setup steps say it.
+#[derive(Debug, Clone, Copy)]
+pub struct Pick {
+    /// The whole title (or class) rather than a part of it.
+    pub strict: bool,
+    /// By `WM_CLASS` rather than by title.
+    pub by_class: bool,
+}
+
+/// What a window manager is asked to do with a window.
+#[derive(Debug, Clone, Copy)]
+pub enum Request {
+    /// `_NET_ACTIVE_WINDOW`: raise and focus it.
+    Activate,
+    /// `_NET_CLOSE_WINDOW`: ask it to close, as its close button does.
+    Close,
+}
+
+/// Sends `request` for the topmost window `name` picks; `false` when none matches.
+pub fn request(display: &str, name: &str, pick: Pick, request: Request) -> anyhow::Result<bool> {
+    use x11rb::protocol::xproto::ClientMessageEvent;
+    let (conn, screen) = x11rb::connect(Some(display)).with_context(|| format!("connecting to {display}"))?;
+    let root = conn.setup().roots[screen].root;
+    let matches = |text: &str| if pick.strict { text == name } else { text.contains(name) };
+    let Some(found) = top_level(&conn, screen)?
+        .into_iter()
+        .rev()
+        .find(|f| matches(if pick.by_class { &f.window.class } else { &f.window.title }))
+    else {
+        return Ok(false);
+    };
+    let (message, data) = match request {
+        // Source 2: a pager, which window managers obey without focus-stealing checks.
+        Request::Activate => (atom(&conn, "_NET_ACTIVE_WINDOW")?, [2, x11rb::CURRENT_TIME, 0, 0, 0]),
+        Request::Close => (atom(&conn, "_NET_CLOSE_WINDOW")?, [x11rb::CURRENT_TIME, 2, 0, 0, 0]),
+    };
+    let event = ClientMessageEvent::new(32, found.id, message, data);
+    conn.send_event(false, root, EventMask::SUBSTRUCTURE_REDIRECT | EventMask::SUBSTRUCTURE_NOTIFY, event)?;
+    conn.flush()?;
+    Ok(true)
 }
 
 /// The `CLIPBOARD` selection as text; empty when no one owns it.

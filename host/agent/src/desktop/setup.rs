@@ -1,0 +1,191 @@
+//! OSWorld's setup routes (`/setup/…`), as `desktop_env`'s `SetupController` calls them to put
+//! a task's desktop in its starting state: files uploaded, apps launched, files opened (and
+//! their window awaited), windows raised or closed.
+//!
+//! Every wait is bounded ([`OPEN_WAIT`]), every upload too ([`MAX_UPLOAD`]); launched apps are
+//! this service's children and end with the sandbox. What a bare X desktop cannot do (a GNOME
+//! wallpaper) is answered 501 naming it, never pretended.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, Multipart, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::osworld::{Shared, error, expand_home, with_python3};
+use super::windows::{self, Pick, Request};
+
+/// The largest file `/setup/upload` takes.
+const MAX_UPLOAD: usize = 256 * 1024 * 1024;
+/// How long `/setup/open_file` waits for the file's window.
+const OPEN_WAIT: Duration = Duration::from_secs(120);
+
+pub fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/setup/upload", post(upload).layer(DefaultBodyLimit::max(MAX_UPLOAD)))
+        .route("/setup/launch", post(launch))
+        .route("/setup/open_file", post(open_file))
+        .route("/setup/activate_window", post(activate_window))
+        .route("/setup/close_window", post(close_window))
+        .route("/setup/change_wallpaper", post(change_wallpaper))
+}
+
+/// A multipart form of `file_path` (where) and `file_data` (the bytes) → the file written, its
+/// directories made.
+async fn upload(mut form: Multipart) -> Response {
+    let (mut path, mut data) = (None, None);
+    loop {
+        match form.next_field().await {
+            Ok(Some(field)) => {
+                let name = field.name().unwrap_or_default().to_string();
+                let bytes = match field.bytes().await {
+                    Ok(b) => b,
+                    Err(e) => return error(StatusCode::BAD_REQUEST, format!("upload: field {name}: {e}")),
+                };
+                match name.as_str() {
+                    "file_path" => path = Some(String::from_utf8_lossy(&bytes).into_owned()),
+                    "file_data" => data = Some(bytes),
+                    other => return error(StatusCode::BAD_REQUEST, format!("upload: unknown field {other:?}")),
+                }
+            }
+            Ok(None) => break,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("upload: {e}")),
+        }
+    }
+    let (Some(path), Some(data)) = (path, data) else {
+        return error(StatusCode::BAD_REQUEST, "upload: the form needs file_path and file_data");
+    };
+    let target = std::path::PathBuf::from(expand_home(&path));
+    if let Some(parent) = target.parent()
+        && let Err(e) = tokio::fs::create_dir_all(parent).await
+    {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("upload: {}: {e}", parent.display()));
+    }
+    match tokio::fs::write(&target, &data).await {
+        Ok(()) => "File uploaded successfully".into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("upload: {path}: {e}")),
+    }
+}
+
+#[derive(Deserialize)]
+struct LaunchBody {
+    command: Value,
+    #[serde(default)]
+    shell: bool,
+}
+
+/// `{command, shell}` → the program started on the display, not awaited.
+async fn launch(State(s): State<Shared>, Json(body): Json<LaunchBody>) -> Response {
+    let argv: Vec<String> = match (&body.command, body.shell) {
+        (Value::String(text), true) => vec!["/bin/sh".into(), "-c".into(), text.clone()],
+        (Value::String(text), false) => text.split_whitespace().map(str::to_string).collect(),
+        (Value::Array(items), shell) => {
+            let Some(words) = items.iter().map(|v| v.as_str().map(str::to_string)).collect::<Option<Vec<_>>>() else {
+                return error(StatusCode::BAD_REQUEST, "command: a list of strings, or a string");
+            };
+            if shell { vec!["/bin/sh".into(), "-c".into(), words.join(" ")] } else { words }
+        }
+        _ => return error(StatusCode::BAD_REQUEST, "command: a list of strings, or a string"),
+    };
+    let argv = with_python3(argv);
+    match spawn(&s, &argv) {
+        Ok(()) => format!("{} launched successfully", argv.join(" ")).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+/// Starts `argv` on the display in its own process group; a task reaps it.
+fn spawn(s: &super::osworld::Service, argv: &[String]) -> Result<(), String> {
+    let (program, args) = argv.split_first().ok_or("the command is empty")?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .envs(s.env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("{program}: {e}"))?;
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct OpenBody {
+    path: String,
+}
+
+/// `{path}` → the file opened with its default app (`xdg-open`), answered once a window whose
+/// title names the file shows (at most [`OPEN_WAIT`]).
+async fn open_file(State(s): State<Shared>, Json(body): Json<OpenBody>) -> Response {
+    let path = std::path::PathBuf::from(expand_home(&body.path));
+    if !path.exists() {
+        return error(StatusCode::NOT_FOUND, format!("File not found: {}", body.path));
+    }
+    if let Err(e) = spawn(&s, &["xdg-open".into(), path.display().to_string()]) {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("opening {}: {e}", body.path));
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let started = Instant::now();
+    loop {
+        let display = s.display.clone();
+        let open = tokio::task::spawn_blocking(move || windows::list(&display)).await;
+        let titles: Vec<String> = match open {
+            Ok(Ok(list)) => list.into_iter().map(|w| w.title).collect(),
+            _ => Vec::new(),
+        };
+        if titles.iter().any(|t| t.contains(&name) || (!stem.is_empty() && t.contains(&stem))) {
+            return "File opened and window activated successfully".into_response();
+        }
+        if started.elapsed() > OPEN_WAIT {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("no window for {name} opened within {OPEN_WAIT:?} (open: {titles:?})"),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[derive(Deserialize)]
+struct WindowBody {
+    window_name: String,
+    #[serde(default)]
+    strict: bool,
+    #[serde(default)]
+    by_class: bool,
+}
+
+async fn activate_window(State(s): State<Shared>, Json(body): Json<WindowBody>) -> Response {
+    window(s, body, Request::Activate, "activated").await
+}
+
+async fn close_window(State(s): State<Shared>, Json(body): Json<WindowBody>) -> Response {
+    window(s, body, Request::Close, "closed").await
+}
+
+async fn window(s: Shared, body: WindowBody, request: Request, done: &str) -> Response {
+    let pick = Pick { strict: body.strict, by_class: body.by_class };
+    let display = s.display.clone();
+    let name = body.window_name.clone();
+    match tokio::task::spawn_blocking(move || windows::request(&display, &name, pick, request)).await {
+        Ok(Ok(true)) => format!("Window {done} successfully").into_response(),
+        Ok(Ok(false)) => error(StatusCode::NOT_FOUND, format!("Window {} not found.", body.window_name)),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn change_wallpaper() -> Response {
+    error(
+        StatusCode::NOT_IMPLEMENTED,
+        "change_wallpaper: this desktop has no wallpaper setter (OSWorld's sets GNOME's)",
+    )
+}
