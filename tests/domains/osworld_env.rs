@@ -182,3 +182,111 @@ async fn the_port_route_is_the_tenants_own_and_keeps_credentials_out() {
     assert_eq!(status, 422, "{body}");
     assert!(body["detail"].as_str().unwrap().contains("depth"), "{body}");
 }
+
+/// The fixture tasks with their files' URLs on a host no sandbox can reach, their files in a
+/// local mirror, and the actions as pyautogui tool calls: (tasks, mirror, calls by task id).
+fn offline_osworld_tasks(root: &Path) -> (std::path::PathBuf, std::path::PathBuf, Value) {
+    let python = orchard_tests::py312_tool("python").expect("the Python 3.12 venv");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/desktop");
+    let made = std::process::Command::new(python)
+        .arg(fixtures.join("osworld_env.py"))
+        .arg(fixtures.join("osworld"))
+        .arg(root)
+        .arg("files")
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let tasks = root.join("tasks/examples/orchard");
+    std::fs::create_dir_all(&tasks).unwrap();
+    for name in ["edit-notes.json", "calc-totals.json"] {
+        let text = std::fs::read_to_string(fixtures.join("osworld").join(name)).unwrap();
+        std::fs::write(tasks.join(name), text.replace("{FILES}", "https://files.orchard.invalid/osworld")).unwrap();
+    }
+    // And one for an app the desktop image lacks: skipped, saying so.
+    std::fs::write(
+        tasks.join("chrome-task.json"),
+        json!({"id": "chrome-1", "snapshot": "chrome", "instruction": "Open a tab.", "related_apps": ["chrome"],
+               "config": [], "evaluator": {"func": "is_expected_tabs", "result": {"type": "open_tabs_info"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let calls: Value = serde_json::from_str(&std::fs::read_to_string(root.join("calls.json")).unwrap()).unwrap();
+    (root.join("tasks"), root.join("files"), calls)
+}
+
+#[test]
+fn converted_osworld_tasks_set_themselves_up_and_are_graded_by_osworlds_evaluator() {
+    let _one = crate::desktop_tasks::serial();
+    if orchard_tests::py312_tool("python").is_none() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let (tasks, mirror, calls) = offline_osworld_tasks(root.path());
+    let out = root.path().join("converted");
+    let (code, stdout, stderr) = orchard_tests::orchard(&[
+        "convert",
+        "osworld",
+        tasks.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--files",
+        mirror.to_str().unwrap(),
+        "--screen",
+        "1280x800",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("2 task folder(s)"), "{stdout}{stderr}");
+    let skipped: Value = serde_json::from_str(&std::fs::read_to_string(out.join("skipped.json")).unwrap()).unwrap();
+    assert_eq!(skipped[0]["task"], "chrome-1 (examples/orchard/chrome-task.json)", "{skipped}");
+    assert!(skipped[0]["reason"].as_str().unwrap().contains("\"chrome\" is not in the desktop image"), "{skipped}");
+    if let Some(n) = orchard_tests::harbor_validates(&out) {
+        assert_eq!(n, 2, "Harbor's own TaskConfig reads both");
+    }
+    // Offline: every file came from the mirror, so no task asks for the network.
+    for task in ["osworld.orchard-edit-notes", "osworld.orchard-calc-totals"] {
+        let toml = std::fs::read_to_string(out.join(task).join("task.toml")).unwrap();
+        assert!(!toml.contains("allowed_hosts"), "{task}: {toml}");
+    }
+
+    let solve = |calls_for: &dyn Fn(&str) -> Value| {
+        for (id, dir) in [
+            ("orchard-edit-notes", "osworld.orchard-edit-notes"),
+            ("orchard-calc-totals", "osworld.orchard-calc-totals"),
+        ] {
+            let solution = out.join(dir).join("solution");
+            std::fs::create_dir_all(&solution).unwrap();
+            std::fs::write(solution.join("calls.json"), calls_for(id).to_string()).unwrap();
+        }
+    };
+    let args = |out: &Path| -> Vec<String> {
+        [
+            out.to_str().unwrap(),
+            "--harness",
+            "oracle",
+            "--tools",
+            "desktop",
+            "--grader",
+            "script",
+            "--grant",
+            "solution",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--tool-config".into(), r#"desktop={"action_space": "pyautogui", "settle_ms": 1500}"#.into()])
+        .collect()
+    };
+    // With the actions: OSWorld's compare_text_file and compare_table score 1.
+    solve(&|id| calls[id].clone());
+    let run = args(&out);
+    let (summary, results, _) = orchard_tests::evals::eval(&run.iter().map(String::as_str).collect::<Vec<_>>());
+    for r in orchard_tests::evals::rollouts(results.path()) {
+        assert_eq!(r["reward"], 1.0, "{}: {:#}\n{summary:#}", r["task_id"], r["verdict"]);
+    }
+    // Only looking: both score 0 by the same metrics.
+    solve(&|_| json!([{"tool": "observe", "arguments": {}}]));
+    let (summary, results, _) = orchard_tests::evals::eval(&run.iter().map(String::as_str).collect::<Vec<_>>());
+    let rolled = orchard_tests::evals::rollouts(results.path());
+    assert_eq!(rolled.len(), 2, "{summary:#}");
+    for r in rolled {
+        assert_eq!((r["status"].as_str(), r["reward"].as_f64()), (Some("graded"), Some(0.0)), "{r:#}");
+    }
+}

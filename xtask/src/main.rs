@@ -324,11 +324,10 @@ fn rust_targets() -> anyhow::Result<()> {
 /// desktop driver's `pyautogui` action space runs its code there. Debian does not package it.
 const PYAUTOGUI: &str = "pyautogui==0.9.54";
 
+/// The distribution's python3 gets what desktop tasks run in their sandboxes: pyautogui, and
+/// OSWorld's `desktop_env` with what it loads (tasks converted by `orchard convert osworld` set
+/// up and grade themselves with it).
 fn desktop_python() -> anyhow::Result<()> {
-    let found = Command::new("/usr/bin/python3")
-        .args(["-c", "import importlib.util as u, sys; sys.exit(u.find_spec('pyautogui') is None)"])
-        .status()
-        .is_ok_and(|s| s.success());
     if !std::path::Path::new("/usr/bin/python3").exists() {
         return Ok(());
     }
@@ -337,13 +336,25 @@ fn desktop_python() -> anyhow::Result<()> {
     if !tk {
         install(&["python3-tk"])?;
     }
+    let wanted = [&[PYAUTOGUI, venvs::DESKTOP_ENV][..], venvs::OSWORLD_DEPS].concat().join("\n");
+    let marker = std::path::Path::new("/usr/local/lib/orchard-desktop-python");
+    let found = std::fs::read_to_string(marker).is_ok_and(|s| s == wanted)
+        && Command::new("/usr/bin/python3")
+            .args(["-c", "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))"])
+            .args(["pyautogui", "desktop_env", "pandas", "openpyxl"])
+            .status()
+            .is_ok_and(|s| s.success());
     if found {
         return Ok(());
     }
     if !have("/usr/lib/python3/dist-packages/pip") {
         install(&["python3-pip"])?;
     }
-    run(Command::new("/usr/bin/python3").args(["-m", "pip", "install", "--break-system-packages", "-q", PYAUTOGUI]))
+    let pip = ["-m", "pip", "install", "--break-system-packages", "-q", "--no-cache-dir", "--no-compile"];
+    run(Command::new("/usr/bin/python3").args(pip).arg(PYAUTOGUI).args(venvs::OSWORLD_DEPS))?;
+    run(Command::new("/usr/bin/python3").args(pip).arg("--no-deps").arg(venvs::DESKTOP_ENV))?;
+    std::fs::write(marker, wanted)?;
+    Ok(())
 }
 
 fn setup() -> anyhow::Result<()> {

@@ -21,12 +21,16 @@ const PY312_PACKAGES: &[&str] = &["harbor==0.26.0", "inspect-ai==0.3.285"];
 /// Installed without their dependencies: OpenEnv's client needs only what the packages above
 /// bring (its own list drags in Gradio, hundreds of megabytes, for its server's web UI); so does
 /// OSWorld's controller (`desktop-env`'s list brings its whole benchmark stack).
-const PY312_NO_DEPS: &[&str] = &["openenv-core==0.3.0", "desktop-env==1.0.2"];
+const PY312_NO_DEPS: &[&str] = &["openenv-core==0.3.0", DESKTOP_ENV];
+
+/// OSWorld's client, controllers, getters and metrics (PyPI `desktop-env`), installed without its
+/// dependency list (its whole benchmark stack): [`OSWORLD_DEPS`] is what it loads.
+pub const DESKTOP_ENV: &str = "desktop-env==1.0.2";
 
 /// What OSWorld's `DesktopEnv` and its evaluators load (its setup controller, getters and every
 /// metric module), with their dependencies — but the heaviest (torch through easyocr, librosa,
 /// Playwright, OpenCV...), which `orchard_client.osworld` stands in for until a metric uses one.
-const PY312_OSWORLD: &[&str] = &[
+pub const OSWORLD_DEPS: &[&str] = &[
     "gymnasium==1.4.0",
     "requests-toolbelt==1.0.0",
     "pandas==2.2.3",
@@ -44,6 +48,9 @@ const PY312_OSWORLD: &[&str] = &[
     "python-pptx==1.0.2",
     "fastdtw==0.3.4",
     "PyPDF2==3.0.1",
+    "beautifulsoup4==4.15.0",
+    "scipy==1.17.1",
+    "python-dotenv==1.2.4",
 ];
 
 /// Least free space (bytes) to start the Python 3.12 venv: it takes ~0.5 GB, and the build after
@@ -60,7 +67,7 @@ pub fn py312() -> anyhow::Result<()> {
     let dir = py312_dir();
     let skipped = workspace_root().join("target/py312.skipped");
     let _ = std::fs::remove_file(&skipped);
-    let wanted = [PY312_PACKAGES, PY312_NO_DEPS, PY312_OSWORLD].concat().join("\n");
+    let wanted = [PY312_PACKAGES, PY312_NO_DEPS, OSWORLD_DEPS].concat().join("\n");
     let ready = dir.join("bin/harbor").exists()
         && std::fs::read_to_string(dir.join(".orchard-packages")).is_ok_and(|s| s == wanted);
     if ready {
@@ -85,7 +92,7 @@ pub fn py312() -> anyhow::Result<()> {
         .env("PIP_NO_CACHE_DIR", "1"))?;
     run(Command::new(&pip)
         .args(["install", "--quiet", "--no-cache-dir", "--no-compile"])
-        .args(PY312_OSWORLD)
+        .args(OSWORLD_DEPS)
         .env("PIP_NO_CACHE_DIR", "1"))?;
     run(Command::new(&pip)
         .args(["install", "--quiet", "--no-cache-dir", "--no-deps", "--editable"])

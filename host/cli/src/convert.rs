@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use orchard_convert::{claw_eval, miniwob, swe_bench, web};
+use orchard_convert::{claw_eval, miniwob, osworld, swe_bench, web};
 
 #[derive(Subcommand)]
 pub enum ConvertCommand {
@@ -29,6 +29,43 @@ pub enum ConvertCommand {
     /// helpdesk) keeps its tools and is graded by `rubric` from its declared scoring and safety
     /// checks; the others are listed as skipped with why (in OUT/skipped.json too).
     ClawEval(ClawEvalArgs),
+    /// OSWorld-format tasks (`evaluation_examples/examples/<domain>/<id>.json`, or any folder
+    /// of them) into task folders with a desktop: each sets itself up with OSWorld's own
+    /// SetupController and is graded by its own evaluator (getters and metrics) in its sandbox
+    /// (`--grader script`); tasks for apps the desktop image lacks, live sites, Chrome or VM
+    /// snapshots are listed as skipped with why.
+    Osworld(OsworldArgs),
+}
+
+#[derive(Args)]
+pub struct OsworldArgs {
+    /// The tasks: a folder (searched down to 8 levels) or one task JSON.
+    tasks: PathBuf,
+    /// Where the task folders go (`osworld.<id>`; an existing one is replaced).
+    out: PathBuf,
+    /// A local mirror of the files the tasks download (by file name, or under the task's id as
+    /// OSWorld's cache keeps them): those are carried into the tasks, which then need no network.
+    #[arg(long)]
+    files: Option<PathBuf>,
+    /// The image the tasks start from: one with the apps and OSWorld's `desktop_env` (see
+    /// deploy/desktop-image).
+    #[arg(long, default_value = "orchard-desktop:bookworm")]
+    image: String,
+    /// The screen, WIDTHxHEIGHT.
+    #[arg(long, default_value = "1920x1080", value_parser = parse_screen)]
+    screen: (u32, u32),
+    /// The agent's time limit per task, in seconds.
+    #[arg(long, default_value_t = 900.0)]
+    agent_timeout: f64,
+}
+
+fn parse_screen(s: &str) -> Result<(u32, u32), String> {
+    let (w, h) = s.split_once('x').ok_or_else(|| format!("{s:?}: expected WIDTHxHEIGHT"))?;
+    let parse = |v: &str| v.parse::<u32>().ok().filter(|n| (64..=8192).contains(n));
+    match (parse(w), parse(h)) {
+        (Some(w), Some(h)) => Ok((w, h)),
+        _ => Err(format!("{s:?}: each side 64 to 8192 pixels")),
+    }
 }
 
 #[derive(Args)]
@@ -110,6 +147,18 @@ pub fn run(command: ConvertCommand) -> anyhow::Result<i32> {
         ConvertCommand::Deepshop(args) => web_rows(args, web::Dataset::DeepShop),
         ConvertCommand::ClawEval(args) => {
             let report = claw_eval::convert(&args.checkout, &args.out, args.declared_only)?;
+            print_report(&report, &args.out);
+            Ok(if report.converted.is_empty() { 1 } else { 0 })
+        }
+        ConvertCommand::Osworld(args) => {
+            let options = osworld::Options {
+                image: args.image,
+                files: args.files,
+                width: args.screen.0,
+                height: args.screen.1,
+                agent_timeout_sec: args.agent_timeout,
+            };
+            let report = osworld::convert(&args.tasks, &args.out, &options)?;
             print_report(&report, &args.out);
             Ok(if report.converted.is_empty() { 1 } else { 0 })
         }

@@ -4,6 +4,7 @@
 
 pub mod claw_eval;
 pub mod miniwob;
+pub mod osworld;
 pub mod swe_bench;
 mod swe_specs;
 pub mod web;
