@@ -320,13 +320,11 @@ fn rust_targets() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// pyautogui for the distribution's python3 (which the `host` image's sandboxes run): the
-/// desktop driver's `pyautogui` action space runs its code there. Debian does not package it.
-const PYAUTOGUI: &str = "pyautogui==0.9.54";
-
-/// The distribution's python3 gets what desktop tasks run in their sandboxes: pyautogui, and
-/// OSWorld's `desktop_env` with what it loads (tasks converted by `orchard convert osworld` set
-/// up and grade themselves with it).
+/// The distribution's python3 (which the `host` image's sandboxes run) gets what the desktop
+/// image's has (`deploy/images/desktop/python.txt`): pyautogui, which the desktop driver's
+/// `pyautogui` action space runs (Debian does not package it), and OSWorld's `desktop_env` with
+/// what it loads (tasks converted by `orchard convert osworld` set up and grade themselves
+/// with it).
 fn desktop_python() -> anyhow::Result<()> {
     if !std::path::Path::new("/usr/bin/python3").exists() {
         return Ok(());
@@ -336,7 +334,8 @@ fn desktop_python() -> anyhow::Result<()> {
     if !tk {
         install(&["python3-tk"])?;
     }
-    let wanted = [&[PYAUTOGUI, venvs::DESKTOP_ENV][..], venvs::OSWORLD_DEPS].concat().join("\n");
+    let (packages, desktop_env) = venvs::desktop_python_packages();
+    let wanted = [&packages[..], &[desktop_env]].concat().join("\n");
     let marker = std::path::Path::new("/usr/local/lib/orchard-desktop-python");
     let found = std::fs::read_to_string(marker).is_ok_and(|s| s == wanted)
         && Command::new("/usr/bin/python3")
@@ -351,8 +350,8 @@ fn desktop_python() -> anyhow::Result<()> {
         install(&["python3-pip"])?;
     }
     let pip = ["-m", "pip", "install", "--break-system-packages", "-q", "--no-cache-dir", "--no-compile"];
-    run(Command::new("/usr/bin/python3").args(pip).arg(PYAUTOGUI).args(venvs::OSWORLD_DEPS))?;
-    run(Command::new("/usr/bin/python3").args(pip).arg("--no-deps").arg(venvs::DESKTOP_ENV))?;
+    run(Command::new("/usr/bin/python3").args(pip).args(&packages))?;
+    run(Command::new("/usr/bin/python3").args(pip).arg("--no-deps").arg(desktop_env))?;
     std::fs::write(marker, wanted)?;
     Ok(())
 }

@@ -21,37 +21,20 @@ const PY312_PACKAGES: &[&str] = &["harbor==0.26.0", "inspect-ai==0.3.285"];
 /// Installed without their dependencies: OpenEnv's client needs only what the packages above
 /// bring (its own list drags in Gradio, hundreds of megabytes, for its server's web UI); so does
 /// OSWorld's controller (`desktop-env`'s list brings its whole benchmark stack).
-const PY312_NO_DEPS: &[&str] = &["openenv-core==0.3.0", DESKTOP_ENV];
+const PY312_NO_DEPS: &[&str] = &["openenv-core==0.3.0"];
 
-/// OSWorld's client, controllers, getters and metrics (PyPI `desktop-env`), installed without its
-/// dependency list (its whole benchmark stack): [`OSWORLD_DEPS`] is what it loads.
-pub const DESKTOP_ENV: &str = "desktop-env==1.0.2";
+/// The desktop image's Python packages (`deploy/images/desktop/python.txt`, one pinned per line):
+/// pyautogui, OSWorld's `desktop_env` and what it loads.
+const DESKTOP_PYTHON: &str = include_str!("../../deploy/images/desktop/python.txt");
 
-/// What OSWorld's `DesktopEnv` and its evaluators load (its setup controller, getters and every
-/// metric module), with their dependencies — but the heaviest (torch through easyocr, librosa,
-/// Playwright, OpenCV...), which `orchard_client.osworld` stands in for until a metric uses one.
-pub const OSWORLD_DEPS: &[&str] = &[
-    "gymnasium==1.4.0",
-    "requests-toolbelt==1.0.0",
-    "pandas==2.2.3",
-    "openpyxl==3.1.5",
-    "RapidFuzz==3.14.6",
-    "lxml==6.2.0",
-    "cssselect==1.6.0",
-    "xmltodict==1.0.4",
-    "tldextract==5.4.0",
-    "python-docx==1.2.0",
-    "odfpy==1.4.1",
-    "pdfplumber==0.11.11",
-    "mutagen==1.48.1",
-    "pypdf==7.1.1",
-    "python-pptx==1.0.2",
-    "fastdtw==0.3.4",
-    "PyPDF2==3.0.1",
-    "beautifulsoup4==4.15.0",
-    "scipy==1.17.1",
-    "python-dotenv==1.2.4",
-];
+/// The pinned packages of `DESKTOP_PYTHON`: (installed with their dependencies, `desktop-env`
+/// installed without — its own list is OSWorld's whole benchmark stack).
+pub fn desktop_python_packages() -> (Vec<&'static str>, &'static str) {
+    let lines: Vec<&str> =
+        DESKTOP_PYTHON.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    let env = lines.iter().copied().find(|l| l.starts_with("desktop-env")).expect("python.txt pins desktop-env");
+    (lines.into_iter().filter(|l| !l.starts_with("desktop-env")).collect(), env)
+}
 
 /// Least free space (bytes) to start the Python 3.12 venv: it takes ~0.5 GB, and the build after
 /// setup needs the rest.
@@ -67,7 +50,8 @@ pub fn py312() -> anyhow::Result<()> {
     let dir = py312_dir();
     let skipped = workspace_root().join("target/py312.skipped");
     let _ = std::fs::remove_file(&skipped);
-    let wanted = [PY312_PACKAGES, PY312_NO_DEPS, OSWORLD_DEPS].concat().join("\n");
+    let (osworld, desktop_env) = desktop_python_packages();
+    let wanted = [PY312_PACKAGES, PY312_NO_DEPS, &osworld, &[desktop_env]].concat().join("\n");
     let ready = dir.join("bin/harbor").exists()
         && std::fs::read_to_string(dir.join(".orchard-packages")).is_ok_and(|s| s == wanted);
     if ready {
@@ -92,14 +76,15 @@ pub fn py312() -> anyhow::Result<()> {
         .env("PIP_NO_CACHE_DIR", "1"))?;
     run(Command::new(&pip)
         .args(["install", "--quiet", "--no-cache-dir", "--no-compile"])
-        .args(OSWORLD_DEPS)
+        .args(&osworld)
         .env("PIP_NO_CACHE_DIR", "1"))?;
     run(Command::new(&pip)
         .args(["install", "--quiet", "--no-cache-dir", "--no-deps", "--editable"])
         .arg(workspace_root().join("host/sdk-python")))?;
     run(Command::new(&pip)
         .args(["install", "--quiet", "--no-cache-dir", "--no-compile", "--no-deps"])
-        .args(PY312_NO_DEPS))?;
+        .args(PY312_NO_DEPS)
+        .arg(desktop_env))?;
     std::fs::write(dir.join(".orchard-packages"), wanted)?;
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! One rollout, step by step: model calls (reasoning collapsed, tool calls with their
 //! arguments, tokens), tool calls with their observations and images, sandbox operations, plugin
 //! events and output; then the conversation with its images, and the grade with its explanation
-//! and sub-scores. A failure names the plugin and the call.
+//! and sub-scores. A failure names the plugin and the call. When tools answered with screenshots
+//! (a desktop or a browser), the screen's recording: one frame per action, replayed by the page's
+//! script (each frame also reads without it).
 
 use std::collections::HashMap;
 
@@ -27,6 +29,35 @@ pub struct StepView {
     pub args: Option<String>,
     pub images: Vec<String>,
     pub error: bool,
+}
+
+/// One frame of the screen's recording: what a tool (a desktop or browser driver) showed after
+/// an action.
+pub struct FrameView {
+    /// The step it follows (its number in the steps list).
+    pub step: usize,
+    /// The action, as the step's title says it.
+    pub caption: String,
+    /// The screenshot, a data URL.
+    pub image: String,
+}
+
+/// The recording: every screenshot tools answered with, in the order of their steps.
+fn frames(steps: &[StepView]) -> Vec<FrameView> {
+    steps
+        .iter()
+        .filter(|s| s.kind == "tool_call")
+        .flat_map(|s| {
+            let action =
+                s.args.as_deref().map(|a| a.split_whitespace().collect::<Vec<_>>().join(" ")).unwrap_or_default();
+            let caption: String = format!("{} {action}", s.title).chars().take(200).collect();
+            s.images.iter().map(move |image| FrameView {
+                step: s.index,
+                caption: caption.clone(),
+                image: image.clone(),
+            })
+        })
+        .collect()
 }
 
 pub struct MessageView {
@@ -60,6 +91,7 @@ struct RolloutPage {
     tokens: String,
     plugins: Vec<(String, String)>,
     steps: Vec<StepView>,
+    frames: Vec<FrameView>,
     conversation: Vec<MessageView>,
 }
 
@@ -285,8 +317,41 @@ pub async fn page(State(state): S, signed: Signed, Path((id, rid)): Path<(String
             s(&usage["completion_tokens"])
         ),
         plugins: result["plugins"].as_object().into_iter().flatten().map(|(k, v)| (k.clone(), s(v))).collect(),
+        frames: Vec::new(),
         steps: steps(trajectory),
         conversation: conversation(trajectory),
     };
+    let page = RolloutPage { frames: frames(&page.steps), ..page };
     render(&page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recording_is_each_tool_screenshot_in_step_order() {
+        let shot = |n: u8| format!("data:image/png;base64,{n}");
+        let trajectory = serde_json::json!({
+            "steps": [
+                {"type": "model_call", "response": {"content": [{"type": "text", "text": "look"}]}, "usage": {}},
+                {"type": "tool_call", "adapter": "desktop", "call": {"id": "a", "name": "computer",
+                    "arguments": "{\"action_type\": \"CLICK\"}"}, "output": "clicked"},
+                {"type": "sandbox", "op": "desktop-act", "detail": {}},
+                {"type": "tool_call", "adapter": "shell", "call": {"id": "b", "name": "bash", "arguments": "{}"}, "output": "ok"},
+                {"type": "tool_call", "adapter": "desktop", "call": {"id": "c", "name": "observe", "arguments": "{}"}, "output": ""}
+            ],
+            "conversation": [
+                {"role": "tool", "tool_call_id": "a", "content": [{"type": "image", "media_type": "image/png", "data_base64": "1"}]},
+                {"role": "tool", "tool_call_id": "b", "content": [{"type": "text", "text": "ok"}]},
+                {"role": "tool", "tool_call_id": "c", "content": [{"type": "image", "media_type": "image/svg+xml", "data_base64": "x"},
+                                                                {"type": "image", "media_type": "image/jpeg", "data_base64": "3"}]}
+            ]
+        });
+        let recorded = frames(&steps(&trajectory));
+        let got: Vec<(usize, &str)> = recorded.iter().map(|f| (f.step, f.image.as_str())).collect();
+        assert_eq!(got, [(2, shot(1).as_str()), (5, "data:image/jpeg;base64,3")]);
+        assert!(recorded[0].caption.starts_with("tool computer (desktop)"), "{}", recorded[0].caption);
+        assert!(recorded[0].caption.contains("CLICK"), "{}", recorded[0].caption);
+    }
 }
