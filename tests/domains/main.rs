@@ -7,6 +7,7 @@ mod assistant_harnesses;
 mod browser_rollouts;
 mod convert_claw_eval;
 mod desktop;
+mod desktop_live;
 mod desktop_tasks;
 mod gui_domain;
 mod mock_services;

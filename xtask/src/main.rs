@@ -49,6 +49,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     // Desktops: the X server, input, a window manager, and small X apps the tests open.
     ("Xvfb", "xvfb"),
     ("xdotool", "xdotool"),
+    // A desktop's live view: a VNC server on its display.
+    ("x11vnc", "x11vnc"),
     ("openbox", "openbox"),
     ("xmessage", "x11-utils"),
     // The desktop example tasks' apps (examples/desktop), and the accessibility stack the

@@ -17,7 +17,7 @@ packages=$(grep -v '^#' "$here/packages.txt" | paste -sd, -)
 started=$(date +%s)
 mmdebstrap --variant=apt --include="$packages" \
   --customize-hook="mkdir -p \"\$1/tmp/orchard\" && cp '$here/python.txt' \"\$1/tmp/orchard/\" && cp '$ca' \"\$1/tmp/orchard/build-ca.crt\"" \
-  --customize-hook="chroot \"\$1\" env PIP_CERT=/tmp/orchard/build-ca.crt sh -c 'grep -v \"^#\" /tmp/orchard/python.txt | grep -v \"^desktop-env\" > /tmp/orchard/deps.txt && python3 -m pip install -q --break-system-packages --no-cache-dir --no-compile -r /tmp/orchard/deps.txt && python3 -m pip install -q --break-system-packages --no-cache-dir --no-compile --no-deps \$(grep \"^desktop-env\" /tmp/orchard/python.txt) && rm -rf /tmp/orchard'" \
+  --customize-hook="chroot \"\$1\" env PIP_CERT=/tmp/orchard/build-ca.crt REQUESTS_CA_BUNDLE=/tmp/orchard/build-ca.crt SSL_CERT_FILE=/tmp/orchard/build-ca.crt sh -c 'grep -v \"^#\" /tmp/orchard/python.txt | grep -v \"^desktop-env\" > /tmp/orchard/deps.txt && python3 -m pip install -q --break-system-packages --no-cache-dir --no-compile -r /tmp/orchard/deps.txt && python3 -m pip install -q --break-system-packages --no-cache-dir --no-compile --no-deps \$(grep \"^desktop-env\" /tmp/orchard/python.txt) && rm -rf /tmp/orchard'" \
   --customize-hook="cp '$here/orchard.xcd' \"\$1/usr/lib/libreoffice/share/registry/orchard.xcd\"" \
   --customize-hook="mkdir -p \"\$1/root\" && rm -rf \"\$1/var/lib/apt/lists\"/*" \
   bookworm "$out" http://deb.debian.org/debian

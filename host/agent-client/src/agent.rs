@@ -109,6 +109,10 @@ pub trait SandboxAgent: Send + Sync + 'static {
     /// Opens the PTY WebSocket; frames are relayed as they are.
     async fn connect_pty(&self) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>>;
 
+    /// Opens a WebSocket carrying one TCP connection to `port` on the sandbox's own loopback
+    /// (binary messages both ways); it closes when the connection does.
+    async fn connect_tunnel(&self, port: u16) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>>;
+
     /// Starts a browser inside the sandbox with `argv` (which asks for
     /// `--remote-debugging-pipe`) and answers its DevTools pipe as a byte stream. Closing the
     /// stream kills the browser.

@@ -276,6 +276,10 @@ impl SandboxAgent for AgentClient {
         self.connect_ws("pty").await
     }
 
+    async fn connect_tunnel(&self, port: u16) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
+        self.connect_ws(&format!("tunnel/{port}")).await
+    }
+
     /// Starts a browser inside the sandbox (`/browser`) with `argv` (which asks for
     /// `--remote-debugging-pipe`) and answers its DevTools pipe as a byte stream: what is
     /// written reaches the browser's fd 3, what it writes to fd 4 is read. Closing the stream

@@ -87,6 +87,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tar", get(tar_download).put(tar_upload))
         .route("/pty", get(pty_handler))
         .route("/browser", get(browser_handler))
+        .route("/tunnel/{port}", get(tunnel_handler))
         .route("/desktop", post(desktop_start))
         .route("/http", post(http_forward))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
@@ -437,6 +438,10 @@ async fn http_forward(
 async fn browser_handler(ws: WebSocketUpgrade) -> Response {
     // DevTools messages (screenshots) are large.
     ws.max_message_size(64 << 20).on_upgrade(crate::browser::run)
+}
+
+async fn tunnel_handler(axum::extract::Path(port): axum::extract::Path<u16>, ws: WebSocketUpgrade) -> Response {
+    ws.max_message_size(16 << 20).on_upgrade(move |socket| crate::tunnel::run(socket, port))
 }
 
 async fn pty_handler(State(state): State<AppState>, ws: WebSocketUpgrade) -> Response {

@@ -25,6 +25,7 @@ mod session;
 mod spawn;
 mod state;
 mod tar_io;
+mod tunnel;
 mod utf8;
 
 use std::sync::Arc;

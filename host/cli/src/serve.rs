@@ -113,6 +113,10 @@ pub struct ServeArgs {
     /// tenant's key. Without API keys (a loopback server), `/metrics` is open.
     #[arg(long, env = "ORCHARD_METRICS_TOKEN", hide_env_values = true)]
     metrics_token: Option<String>,
+    /// Let a desktop's live view (`/v1/sandboxes/{id}/desktop/vnc?control=true`) send input to
+    /// the desktop; without it, live views only watch.
+    #[arg(long)]
+    desktop_control: bool,
     /// Most connections open at once.
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
@@ -318,7 +322,8 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
     };
     let state = AppState::new(backend.clone(), keys, admission, Some(registry))
         .with_evals(service)
-        .with_metrics_token(args.metrics_token.clone());
+        .with_metrics_token(args.metrics_token.clone())
+        .with_desktop_control(args.desktop_control);
     let housekeeping = orchard_server::spawn_housekeeping(state.clone(), Duration::from_secs(1));
     let (stop_runner, runner_stopped) = tokio::sync::oneshot::channel::<()>();
     let running = {

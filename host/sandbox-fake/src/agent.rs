@@ -357,6 +357,11 @@ impl SandboxAgent for FakeAgent {
         Err(unsupported("terminal"))
     }
 
+    async fn connect_tunnel(&self, _port: u16) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
+        self.live()?;
+        Err(unsupported("tunnels to services"))
+    }
+
     async fn open_browser(&self, _argv: &[String]) -> Result<tokio::io::DuplexStream> {
         self.live()?;
         Err(unsupported("browser"))

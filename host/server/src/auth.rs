@@ -157,9 +157,10 @@ pub async fn authenticate(State(state): State<Arc<AppState>>, mut request: Reque
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(|v| v.trim().to_string());
         let header = request.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::to_string).or(bearer);
-        // Browsers cannot set headers on a WebSocket: the PTY endpoint also takes ?api_key=.
-        let query =
-            path.ends_with("/pty").then(|| query_param(request.uri().query().unwrap_or(""), "api_key")).flatten();
+        // Browsers cannot set headers on a WebSocket: the PTY endpoint and the desktop's live
+        // view also take ?api_key=.
+        let websocket = path.ends_with("/pty") || path.ends_with("/desktop/vnc");
+        let query = websocket.then(|| query_param(request.uri().query().unwrap_or(""), "api_key")).flatten();
         let Some(key) = header.or(query) else {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,

@@ -60,6 +60,9 @@ pub struct AppState {
     pub openenv: Option<Arc<orchard_openenv::OpenEnvService>>,
     /// The operator's credential for `/metrics` (besides an admin tenant's key).
     pub metrics_token: Option<String>,
+    /// Whether a desktop's live view may take input (`orchard serve --desktop-control`); off,
+    /// live views only watch.
+    pub desktop_control: bool,
 }
 
 impl AppState {
@@ -81,7 +84,16 @@ impl AppState {
             proxy: None,
             openenv: None,
             metrics_token: None,
+            desktop_control: false,
         })
+    }
+
+    /// The same state, letting desktop live views take input when `allowed`.
+    pub fn with_desktop_control(self: Arc<Self>, allowed: bool) -> Arc<Self> {
+        let mut state =
+            Arc::try_unwrap(self).unwrap_or_else(|_| panic!("with_desktop_control before the state is shared"));
+        state.desktop_control = allowed;
+        Arc::new(state)
     }
 
     /// The same state, with `/metrics` also answering `token`.

@@ -44,6 +44,7 @@ const ID: &str = "The sandbox id";
         tar_download,
         tar_upload,
         crate::routes_desktop::start,
+        crate::routes_desktop::vnc,
         crate::routes_desktop::forward_get,
         crate::routes_desktop::forward_post,
         crate::routes_plugins::list,

@@ -29,7 +29,10 @@ pub async fn pty(
     ws.on_upgrade(move |client| relay(client, upstream))
 }
 
-async fn relay(client: WebSocket, upstream: tokio_tungstenite::WebSocketStream<orchard_agent_client::AgentStream>) {
+pub(crate) async fn relay(
+    client: WebSocket,
+    upstream: tokio_tungstenite::WebSocketStream<orchard_agent_client::AgentStream>,
+) {
     let (mut client_tx, mut client_rx) = client.split();
     let (mut up_tx, mut up_rx) = upstream.split();
     let to_agent = async {

@@ -4,6 +4,10 @@
 //!
 //! - `POST /v1/sandboxes/{id}/desktop` starts the X desktop and its service in the sandbox (the
 //!   fields of a task's `[environment.desktop]`) and answers once it serves.
+//! - `GET /v1/sandboxes/{id}/desktop/vnc` is the desktop's live view: a WebSocket carrying VNC
+//!   (RFB, as noVNC and websockify speak it) from a VNC server on the sandbox's loopback.
+//!   It only watches unless the operator lets views take input (`--desktop-control`) and the
+//!   client asks (`?control=true`).
 //! - `GET`/`POST /v1/sandboxes/{id}/ports/{port}/{path}` forwards one HTTP request (the
 //!   methods OSWorld's controller sends) to that port on the sandbox's own loopback, through
 //!   its agent.
@@ -61,6 +65,7 @@ const DROPPED_RESPONSE: &[&str] =
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/sandboxes/{id}/desktop", post(start))
+        .route("/sandboxes/{id}/desktop/vnc", get(vnc))
         .route("/sandboxes/{id}/ports/{port}/{*path}", get(forward_get).post(forward_post))
         .layer(DefaultBodyLimit::max(MAX_FORWARD_BODY))
 }
@@ -204,4 +209,81 @@ mod tests {
         assert_eq!(super::without_api_key("a=1&api_key=x&b=2"), "a=1&b=2");
         assert_eq!(super::without_api_key("api_keys=1"), "api_keys=1");
     }
+}
+
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct VncQuery {
+    /// Send input to the desktop too (the operator must allow it: `--desktop-control`).
+    #[serde(default)]
+    control: bool,
+    /// The desktop service's port in the sandbox (5000 unless the task said otherwise).
+    #[serde(default = "desktop_port")]
+    port: u16,
+    /// The caller's key, for browsers (which cannot set headers on a WebSocket); not passed on.
+    #[serde(default)]
+    #[allow(dead_code)]
+    api_key: Option<String>,
+}
+
+fn desktop_port() -> u16 {
+    5000
+}
+
+/// The desktop's live view: VNC over a WebSocket.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/desktop/vnc", tag = "sandboxes", summary = "The desktop's live view: VNC (RFB) over a WebSocket, watch-only unless the operator allows input", params(("id" = String, Path, description = "The sandbox id"), VncQuery), responses((status = 101, description = "Switching to the WebSocket"), (status = "4XX", description = "Refused: the body names what was wrong", body = orchard_api_kit::Problem), (status = 503, description = "The desktop's VNC server is not available", body = orchard_api_kit::Problem)))]
+async fn vnc(
+    State(state): S,
+    Extension(tenant): T,
+    Path(id): Path<String>,
+    query: Result<axum::extract::Query<VncQuery>, axum::extract::rejection::QueryRejection>,
+    ws: Result<axum::extract::WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    match vnc_upstream(&state, &tenant, &id, query).await {
+        Ok(upstream) => match ws {
+            Ok(ws) => ws
+                .protocols(["binary"])
+                .max_message_size(16 << 20)
+                .on_upgrade(move |client| crate::pty_proxy::relay(client, upstream)),
+            Err(e) => ApiError::bad_request(format!("the live view is a WebSocket: {e}")).into_response(),
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn vnc_upstream(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    query: Result<axum::extract::Query<VncQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<tokio_tungstenite::WebSocketStream<orchard_agent_client::AgentStream>> {
+    let axum::extract::Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if query.control && !state.desktop_control {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "denied",
+            "input to a live view is off on this server (the operator allows it with `orchard serve --desktop-control`)",
+        ));
+    }
+    let agent = state.agent(tenant, id).await?;
+    let ask = HttpRequest {
+        port: query.port,
+        method: "POST".into(),
+        path: "/orchard/vnc".into(),
+        headers: vec![("content-type".into(), "application/json".into())],
+        body_base64: B64.encode(json!({"control": query.control}).to_string()),
+        timeout_ms: Some(30_000),
+        grader: false,
+    };
+    let answer = agent
+        .http(&ask)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the sandbox has no desktop on port {} ({e})", query.port)))?;
+    let body = B64.decode(answer.body_base64.as_bytes()).unwrap_or_default();
+    let said: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let Some(port) = said["port"].as_u64().and_then(|p| u16::try_from(p).ok()).filter(|_| answer.status == 200) else {
+        let why = said["message"].as_str().map_or_else(|| String::from_utf8_lossy(&body).into_owned(), str::to_string);
+        return Err(ApiError::unavailable(format!("the desktop's VNC server: {why}")));
+    };
+    Ok(agent.connect_tunnel(port).await?)
 }

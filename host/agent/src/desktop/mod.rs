@@ -17,6 +17,7 @@ mod osworld;
 mod own;
 mod screen;
 mod setup;
+mod vnc;
 mod windows;
 
 use std::net::SocketAddr;
@@ -79,6 +80,7 @@ async fn run(args: DesktopArgs) -> anyhow::Result<i32> {
         height,
         env: desktop.env(),
         keyboard: Default::default(),
+        vnc: Default::default(),
     });
     let app = osworld::router(state);
     // The grader's door: the same routes on the abstract socket `orchard-grader-PORT`, which the

@@ -42,6 +42,8 @@ pub struct Service {
     pub env: Vec<(String, String)>,
     /// The XTEST connection, opened at the first input and kept.
     pub keyboard: std::sync::Mutex<Option<super::input::Keyboard>>,
+    /// The VNC servers started for live views, by whether they take input.
+    pub vnc: tokio::sync::Mutex<std::collections::HashMap<bool, super::vnc::Vnc>>,
 }
 
 pub(super) type Shared = Arc<Service>;

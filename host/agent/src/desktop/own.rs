@@ -21,6 +21,7 @@ pub fn routes() -> Router<Arc<Service>> {
         .route("/orchard/shot", get(shot))
         .route("/orchard/windows", get(list_windows))
         .route("/orchard/clipboard", get(clipboard))
+        .route("/orchard/vnc", post(super::vnc::start))
 }
 
 /// Runs blocking X work off the server's thread; an error is a 500 naming `what`.
