@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds the desktop image's root filesystem without Docker, with mmdebstrap (Debian's package
 # `mmdebstrap`; root, network to the Debian mirror and PyPI): the packages of packages.txt, the
-# Python packages of python.txt, LibreOffice's defaults (orchard.xcd).
+# Python packages of python.txt, LibreOffice's defaults (orchard.xcd), the default apps
+# (mimeapps.list).
 #
 #   deploy/images/desktop/build-rootfs.sh OUT          # a directory: --image dir:OUT
 #   deploy/images/desktop/build-rootfs.sh OUT.tar      # a tarball: `docker import` / `crane append`
@@ -19,6 +20,7 @@ mmdebstrap --variant=apt --include="$packages" \
   --customize-hook="mkdir -p \"\$1/tmp/orchard\" && cp '$here/python.txt' \"\$1/tmp/orchard/\" && cp '$ca' \"\$1/tmp/orchard/build-ca.crt\"" \
   --customize-hook="chroot \"\$1\" env PIP_CERT=/tmp/orchard/build-ca.crt REQUESTS_CA_BUNDLE=/tmp/orchard/build-ca.crt SSL_CERT_FILE=/tmp/orchard/build-ca.crt sh -c 'grep -v \"^#\" /tmp/orchard/python.txt | grep -v \"^desktop-env\" > /tmp/orchard/deps.txt && python3 -m pip install -q --break-system-packages --no-cache-dir --no-compile -r /tmp/orchard/deps.txt && python3 -m pip install -q --break-system-packages --no-cache-dir --no-compile --no-deps \$(grep \"^desktop-env\" /tmp/orchard/python.txt) && rm -rf /tmp/orchard'" \
   --customize-hook="cp '$here/orchard.xcd' \"\$1/usr/lib/libreoffice/share/registry/orchard.xcd\"" \
+  --customize-hook="mkdir -p \"\$1/etc/xdg\" && cp '$here/mimeapps.list' \"\$1/etc/xdg/mimeapps.list\"" \
   --customize-hook="mkdir -p \"\$1/root\" && rm -rf \"\$1/var/lib/apt/lists\"/*" \
   bookworm "$out" http://deb.debian.org/debian
 echo "build-rootfs: $out in $(( $(date +%s) - started )) s" >&2

@@ -17,4 +17,5 @@ RUN grep -v '^#' /tmp/orchard/python.txt | grep -v '^desktop-env' > /tmp/orchard
       "$(grep '^desktop-env' /tmp/orchard/python.txt)" \
  && rm -rf /tmp/orchard
 COPY deploy/images/desktop/orchard.xcd /usr/lib/libreoffice/share/registry/orchard.xcd
+COPY deploy/images/desktop/mimeapps.list /etc/xdg/mimeapps.list
 WORKDIR /root

@@ -110,10 +110,12 @@ pub(crate) async fn wait_healthy(agent: &dyn SandboxAgent, task: &Task, check: &
         req.cwd = task.workdir.clone();
         req.env = task.env.clone();
         req.timeout_ms = Some(check.timeout.as_millis().max(1) as u64);
-        if let Ok(r) = agent.exec(&req).await
-            && r.exit_code == 0
-        {
-            return Ok(());
+        let mut said = String::new();
+        if let Ok(r) = agent.exec(&req).await {
+            if r.exit_code == 0 {
+                return Ok(());
+            }
+            said = format!("{}{}", r.stdout.text, r.stderr.text);
         }
         let pause = if started.elapsed() < check.start_period {
             check.start_interval
@@ -121,9 +123,11 @@ pub(crate) async fn wait_healthy(agent: &dyn SandboxAgent, task: &Task, check: &
             failures += 1;
             if failures >= check.retries {
                 let tail = entrypoint_log_tail(agent).await;
+                let own: String = said.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+                let own = if own.trim().is_empty() { String::new() } else { format!("; it said:\n{}", own.trim_end()) };
                 return Err(format!(
                     "the task's healthcheck ({:?}) did not pass in {:.0} s ({failures} failures after the start \
-                     period); the service's output ends with:\n{tail}",
+                     period){own}; the service's output ends with:\n{tail}",
                     check.argv,
                     started.elapsed().as_secs_f64()
                 ));

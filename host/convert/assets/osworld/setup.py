@@ -49,8 +49,10 @@ def setup() -> int:
         if not controller.setup(task.get("config", [])):
             raise RuntimeError(f"the desktop service on port {port} did not answer")
     except Exception:
+        why = "the OSWorld setup failed:\n" + traceback.format_exc()[-4000:]
+        print(why, file=sys.stderr)
         with open(FAILED, "w") as f:
-            f.write("the OSWorld setup failed:\n" + traceback.format_exc()[-4000:])
+            f.write(why)
         return 1
     with open(OK, "w") as f:
         f.write("ok\n")
