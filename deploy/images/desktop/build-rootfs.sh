@@ -9,6 +9,8 @@
 #
 # Prints each stage's time.
 set -eu
+# Hooks write under \$1 by real paths, never through the image's absolute symlinks (which
+# would resolve on the build machine: LibreOffice's share/registry is one).
 out=${1:?usage: build-rootfs.sh OUT_DIR_OR_TAR}
 here=$(cd "$(dirname "$0")" && pwd)
 # The build machine's trusted CAs (a TLS-inspecting proxy's included) for pip's downloads only:
@@ -19,7 +21,7 @@ started=$(date +%s)
 mmdebstrap --variant=apt --include="$packages" \
   --customize-hook="mkdir -p \"\$1/tmp/orchard\" && cp '$here/python.txt' \"\$1/tmp/orchard/\" && cp '$ca' \"\$1/tmp/orchard/build-ca.crt\"" \
   --customize-hook="chroot \"\$1\" env PIP_CERT=/tmp/orchard/build-ca.crt REQUESTS_CA_BUNDLE=/tmp/orchard/build-ca.crt SSL_CERT_FILE=/tmp/orchard/build-ca.crt sh -c 'grep -v \"^#\" /tmp/orchard/python.txt | grep -v \"^desktop-env\" > /tmp/orchard/deps.txt && python3 -m pip install -q --break-system-packages --no-cache-dir --no-compile -r /tmp/orchard/deps.txt && python3 -m pip install -q --break-system-packages --no-cache-dir --no-compile --no-deps \$(grep \"^desktop-env\" /tmp/orchard/python.txt) && rm -rf /tmp/orchard'" \
-  --customize-hook="cp '$here/orchard.xcd' \"\$1/usr/lib/libreoffice/share/registry/orchard.xcd\"" \
+  --customize-hook="cp '$here/orchard.xcd' \"\$1/etc/libreoffice/registry/orchard.xcd\"" \
   --customize-hook="mkdir -p \"\$1/etc/xdg\" && cp '$here/mimeapps.list' \"\$1/etc/xdg/mimeapps.list\"" \
   --customize-hook="mkdir -p \"\$1/root\" && rm -rf \"\$1/var/lib/apt/lists\"/*" \
   bookworm "$out" http://deb.debian.org/debian

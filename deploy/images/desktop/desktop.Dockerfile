@@ -16,6 +16,7 @@ RUN grep -v '^#' /tmp/orchard/python.txt | grep -v '^desktop-env' > /tmp/orchard
  && python3 -m pip install --break-system-packages --no-cache-dir --no-compile --no-deps \
       "$(grep '^desktop-env' /tmp/orchard/python.txt)" \
  && rm -rf /tmp/orchard
-COPY deploy/images/desktop/orchard.xcd /usr/lib/libreoffice/share/registry/orchard.xcd
+# share/registry is a link to /etc/libreoffice/registry: the file goes where the link points.
+COPY deploy/images/desktop/orchard.xcd /etc/libreoffice/registry/orchard.xcd
 COPY deploy/images/desktop/mimeapps.list /etc/xdg/mimeapps.list
 WORKDIR /root

@@ -13,8 +13,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 
 use axum::extract::ws::{Message, WebSocket};
-use futures::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use futures::StreamExt;
 use tokio::net::unix::pipe;
 
 #[derive(serde::Deserialize)]
@@ -45,7 +44,7 @@ pub async fn run(mut socket: WebSocket) {
         Err(e) => return say(&mut socket, format!("starting {}: {e}", argv[0])).await,
     };
     let pgid = child.id() as i32;
-    let (mut to_browser, mut from_browser) =
+    let (to_browser, from_browser) =
         match (pipe::Sender::from_owned_fd(commands), pipe::Receiver::from_owned_fd(answers)) {
             (Ok(w), Ok(r)) => (w, r),
             _ => {
@@ -63,37 +62,7 @@ pub async fn run(mut socket: WebSocket) {
         let mut child = child;
         let _ = child.wait();
     });
-    let (mut sink, mut stream) = socket.split();
-    let upstream = async {
-        while let Some(Ok(message)) = stream.next().await {
-            let bytes = match message {
-                Message::Binary(b) => b,
-                Message::Close(_) => break,
-                _ => continue,
-            };
-            if to_browser.write_all(&bytes).await.is_err() {
-                break;
-            }
-        }
-    };
-    let downstream = async {
-        let mut chunk = vec![0u8; 64 * 1024];
-        loop {
-            match from_browser.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if sink.send(Message::Binary(chunk[..n].to_vec().into())).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = sink.send(Message::Close(None)).await;
-    };
-    tokio::select! {
-        () = upstream => {}
-        () = downstream => {}
-    }
+    crate::tunnel::relay_bytes(socket, from_browser, to_browser).await;
     let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
 }
 

@@ -19,7 +19,17 @@ pub async fn run(mut socket: WebSocket, port: u16) {
             return;
         }
     };
-    let (mut from_port, mut to_port) = stream.into_split();
+    let (from_port, to_port) = stream.into_split();
+    relay_bytes(socket, from_port, to_port).await;
+}
+
+/// Carries a byte stream over a WebSocket until either side ends: binary messages are written
+/// to `to`, what `from` gives is sent as binary messages (64 KiB at most each).
+pub async fn relay_bytes(
+    socket: WebSocket,
+    mut from: impl tokio::io::AsyncRead + Unpin,
+    mut to: impl tokio::io::AsyncWrite + Unpin,
+) {
     let (mut sink, mut messages) = socket.split();
     let upstream = async {
         while let Some(Ok(message)) = messages.next().await {
@@ -28,7 +38,7 @@ pub async fn run(mut socket: WebSocket, port: u16) {
                 Message::Close(_) => break,
                 _ => continue,
             };
-            if to_port.write_all(&bytes).await.is_err() {
+            if to.write_all(&bytes).await.is_err() {
                 break;
             }
         }
@@ -36,7 +46,7 @@ pub async fn run(mut socket: WebSocket, port: u16) {
     let downstream = async {
         let mut chunk = vec![0u8; 64 * 1024];
         loop {
-            match from_port.read(&mut chunk).await {
+            match from.read(&mut chunk).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     if sink.send(Message::Binary(chunk[..n].to_vec().into())).await.is_err() {

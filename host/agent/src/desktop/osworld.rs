@@ -182,19 +182,26 @@ struct ExecuteBody {
     shell: bool,
 }
 
-/// `{command: [argv] | "string", shell}` → `{status, output, error, returncode}`.
-async fn execute(State(s): State<Shared>, Json(body): Json<ExecuteBody>) -> Response {
-    let argv: Vec<String> = match (&body.command, body.shell) {
+/// OSWorld's `{command, shell}`: a list of words or a string, through `/bin/sh -c` when `shell`.
+pub(super) fn argv_of(command: &Value, shell: bool) -> Result<Vec<String>, Response> {
+    let bad = || error(StatusCode::BAD_REQUEST, "command: a list of strings, or a string");
+    Ok(match (command, shell) {
         (Value::String(text), true) => vec!["/bin/sh".into(), "-c".into(), text.clone()],
         (Value::String(text), false) => text.split_whitespace().map(str::to_string).collect(),
         (Value::Array(items), shell) => {
-            let words: Option<Vec<String>> = items.iter().map(|v| v.as_str().map(str::to_string)).collect();
-            let Some(words) = words else {
-                return error(StatusCode::BAD_REQUEST, "command: a list of strings, or a string");
-            };
+            let words: Vec<String> =
+                items.iter().map(|v| v.as_str().map(str::to_string)).collect::<Option<_>>().ok_or_else(bad)?;
             if shell { vec!["/bin/sh".into(), "-c".into(), words.join(" ")] } else { words }
         }
-        _ => return error(StatusCode::BAD_REQUEST, "command: a list of strings, or a string"),
+        _ => return Err(bad()),
+    })
+}
+
+/// `{command: [argv] | "string", shell}` → `{status, output, error, returncode}`.
+async fn execute(State(s): State<Shared>, Json(body): Json<ExecuteBody>) -> Response {
+    let argv = match argv_of(&body.command, body.shell) {
+        Ok(argv) => argv,
+        Err(refused) => return refused,
     };
     // OSWorld's commands name `python`; images often have only `python3`.
     let argv = with_python3(argv);

@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::osworld::{Shared, error, expand_home, with_python3};
+use super::osworld::{Shared, argv_of, error, expand_home, with_python3};
 use super::windows::{self, Pick, Request};
 
 /// The largest file `/setup/upload` takes.
@@ -80,16 +80,9 @@ struct LaunchBody {
 
 /// `{command, shell}` → the program started on the display, not awaited.
 async fn launch(State(s): State<Shared>, Json(body): Json<LaunchBody>) -> Response {
-    let argv: Vec<String> = match (&body.command, body.shell) {
-        (Value::String(text), true) => vec!["/bin/sh".into(), "-c".into(), text.clone()],
-        (Value::String(text), false) => text.split_whitespace().map(str::to_string).collect(),
-        (Value::Array(items), shell) => {
-            let Some(words) = items.iter().map(|v| v.as_str().map(str::to_string)).collect::<Option<Vec<_>>>() else {
-                return error(StatusCode::BAD_REQUEST, "command: a list of strings, or a string");
-            };
-            if shell { vec!["/bin/sh".into(), "-c".into(), words.join(" ")] } else { words }
-        }
-        _ => return error(StatusCode::BAD_REQUEST, "command: a list of strings, or a string"),
+    let argv = match argv_of(&body.command, body.shell) {
+        Ok(argv) => argv,
+        Err(refused) => return refused,
     };
     let argv = with_python3(argv);
     match spawn(&s, &argv) {
