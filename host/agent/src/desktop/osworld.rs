@@ -183,8 +183,8 @@ struct ExecuteBody {
 }
 
 /// OSWorld's `{command, shell}`: a list of words or a string, through `/bin/sh -c` when `shell`.
-pub(super) fn argv_of(command: &Value, shell: bool) -> Result<Vec<String>, Response> {
-    let bad = || error(StatusCode::BAD_REQUEST, "command: a list of strings, or a string");
+pub(super) fn argv_of(command: &Value, shell: bool) -> Result<Vec<String>, &'static str> {
+    let bad = || "command: a list of strings, or a string";
     Ok(match (command, shell) {
         (Value::String(text), true) => vec!["/bin/sh".into(), "-c".into(), text.clone()],
         (Value::String(text), false) => text.split_whitespace().map(str::to_string).collect(),
@@ -201,7 +201,7 @@ pub(super) fn argv_of(command: &Value, shell: bool) -> Result<Vec<String>, Respo
 async fn execute(State(s): State<Shared>, Json(body): Json<ExecuteBody>) -> Response {
     let argv = match argv_of(&body.command, body.shell) {
         Ok(argv) => argv,
-        Err(refused) => return refused,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     // OSWorld's commands name `python`; images often have only `python3`.
     let argv = with_python3(argv);

@@ -82,7 +82,7 @@ struct LaunchBody {
 async fn launch(State(s): State<Shared>, Json(body): Json<LaunchBody>) -> Response {
     let argv = match argv_of(&body.command, body.shell) {
         Ok(argv) => argv,
-        Err(refused) => return refused,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     let argv = with_python3(argv);
     match spawn(&s, &argv) {
