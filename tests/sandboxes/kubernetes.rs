@@ -611,3 +611,52 @@ async fn a_rollouts_browser_on_kubernetes_runs_in_the_pod_behind_its_agent() {
     let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
     assert!(lines.contains("\"browser-open\"") && lines.contains("\"browser-close\""), "{lines}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollouts_desktop_on_kubernetes_runs_in_the_pod_behind_its_agent() {
+    let cluster = Cluster::start().await;
+    let registry = start_registry();
+    let image = TestImage::new(vec![busybox_layer(&[])], &["PATH=/usr/bin:/bin"], "/");
+    image.push(&reqwest::Client::new(), &registry.addr, "test/desktop", "v1").await;
+    let reference = format!("{}/test/desktop:v1", registry.addr);
+    // A desktop example as it is: its desktop starts in the pod through the agent's /desktop
+    // (the double's pods share the host's network and /tmp: display :99 and port 5000 are this
+    // test's alone), the driver acts through the agent, and the rubric reads the file and the
+    // desktop's windows through its grader socket.
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/desktop");
+    let dir = tempfile::tempdir().unwrap();
+    let copied =
+        std::process::Command::new("cp").arg("-r").arg(examples.join("edit-note")).arg(dir.path()).status().unwrap();
+    assert!(copied.success());
+    let mut args: Vec<String> = [
+        dir.path().to_str().unwrap(),
+        "--harness",
+        "oracle",
+        "--tools",
+        "desktop",
+        "--grader",
+        "rubric",
+        "--grant",
+        "solution",
+        "--image",
+        &reference,
+        "--insecure-registry",
+        &registry.addr,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(cluster.api.backend_args(&cluster.key_dir.path().join("key"), "desktop-host", cluster.port));
+    let kubeconfig = cluster.api.kubeconfig.display().to_string();
+    let (summary, out, _) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        orchard_tests::evals::eval_with_env(&args, &[("KUBECONFIG", &kubeconfig)])
+    })
+    .await
+    .unwrap();
+    let rollout = std::fs::read_dir(out.path().join("rollouts")).unwrap().next().unwrap().unwrap().path();
+    let r = orchard_tests::evals::read_json(&rollout);
+    assert_eq!(r["reward"], 1.0, "{r:#}\n{summary:#}");
+    let lines = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    assert!(lines.contains("\"desktop-act\"") || lines.contains("desktop-"), "{lines:.2000}");
+}
