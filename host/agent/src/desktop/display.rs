@@ -72,7 +72,7 @@ async fn session_bus(display: u32) -> Option<(Child, String)> {
         if child.try_wait().ok().flatten().is_some() || tokio::time::Instant::now() > deadline {
             return None;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     Some((child, address))
 }
@@ -93,7 +93,7 @@ async fn wait_for_window_manager(display: u32) {
         if tokio::task::spawn_blocking(check).await.ok().and_then(Result::ok) == Some(true) {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -135,17 +135,22 @@ impl Desktop {
             .kill_on_drop(true)
             .spawn()
             .context("starting Xvfb (is the xvfb package in the image?)")?;
-        let deadline = tokio::time::Instant::now() + START_WAIT;
-        while !std::path::Path::new(&socket).exists() {
-            if let Some(status) = x_server.try_wait()? {
-                anyhow::bail!("Xvfb :{display} exited at start: {status}");
+        // The session bus needs no display: it starts while the X server does.
+        let x_ready = async {
+            let deadline = tokio::time::Instant::now() + START_WAIT;
+            while !std::path::Path::new(&socket).exists() {
+                if let Some(status) = x_server.try_wait()? {
+                    anyhow::bail!("Xvfb :{display} exited at start: {status}");
+                }
+                if tokio::time::Instant::now() > deadline {
+                    anyhow::bail!("Xvfb :{display} did not open {socket} within {START_WAIT:?}");
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            if tokio::time::Instant::now() > deadline {
-                anyhow::bail!("Xvfb :{display} did not open {socket} within {START_WAIT:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let bus = session_bus(display).await;
+            Ok(())
+        };
+        let (x_ready, bus) = tokio::join!(x_ready, session_bus(display));
+        x_ready?;
         // Started before any app: an app that finds no accessibility bus asks D-Bus to start
         // one and waits for it, which under load stalled apps for a minute.
         let accessibility_bus = match &bus {

@@ -74,7 +74,7 @@ impl Frame {
         let mut encoder = png::Encoder::new(&mut out, self.width, self.height);
         encoder.set_color(png::ColorType::Rgb);
         encoder.set_depth(png::BitDepth::Eight);
-        encoder.set_compression(png::Compression::Fast);
+        encoder.set_compression(png::Compression::Fastest);
         encoder.write_header()?.write_image_data(&self.rgb)?;
         Ok(out)
     }
