@@ -289,4 +289,27 @@ fn converted_osworld_tasks_set_themselves_up_and_are_graded_by_osworlds_evaluato
     for r in rolled {
         assert_eq!((r["status"].as_str(), r["reward"].as_f64()), (Some("graded"), Some(0.0)), "{r:#}");
     }
+
+    // An agent that kills the desktop service and answers on its port itself, with the expected
+    // file: the verifier refuses to read from it (without that check, this scores 1).
+    let task = out.join("osworld.orchard-edit-notes");
+    std::fs::remove_file(task.join("solution/calls.json")).unwrap();
+    let forger = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/desktop/osworld_forger.sh");
+    std::fs::copy(forger, task.join("solution/solve.sh")).unwrap();
+    let forging = [
+        task.to_str().unwrap(),
+        "--harness",
+        "oracle",
+        "--tools",
+        "shell",
+        "--grader",
+        "script",
+        "--grant",
+        "solution",
+    ];
+    let (summary, results, _) = orchard_tests::evals::eval(&forging);
+    let r = &orchard_tests::evals::rollouts(results.path())[0];
+    assert_eq!(r["reward"], 0.0, "{r:#}\n{summary:#}");
+    let why = r["verdict"]["explanation"].as_str().unwrap_or_default();
+    assert!(why.contains("is not Orchard's (the listener: /usr/bin/python3"), "{why}");
 }

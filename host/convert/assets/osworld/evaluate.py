@@ -4,6 +4,10 @@ pointed at the desktop service there. Writes the score to /logs/verifier/reward.
 
 The files the converter found in the local mirror it was given are in ./cache, where OSWorld's
 `cloud_file` getter finds them without downloading.
+
+Before anything is read, the service on the port must be Orchard's desktop service: the process
+listening there runs Orchard's agent program from its read-only mount. A server of the agent
+under test on the port (answering whatever it likes) scores 0, saying so.
 """
 
 import json
@@ -24,6 +28,61 @@ from desktop_env.desktop_env import DesktopEnv  # noqa: E402
 with open(os.path.join(HERE, "osworld_task.json")) as f:
     task = json.load(f)
 port = int(os.environ.get("OSWORLD_PORT", "5000"))
+
+
+def reward(score: float, why: str) -> None:
+    print(f"osworld {task['id']}: {why}")
+    os.makedirs("/logs/verifier", exist_ok=True)
+    with open("/logs/verifier/reward.txt", "w") as f:
+        f.write(f"{score}\n")
+
+
+def exe(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def listener(port: int):
+    """The pid listening on 127.0.0.1:port (or all addresses), from /proc/net/tcp and fds."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{cols[9]}]")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+# Where Orchard puts its agent's program, read-only: the local backend, then Kubernetes pods.
+AGENT_PROGRAMS = ("/.orchard/agent", "/.orchard/bin/orchard-agent")
+
+
+def orchards_program(path: str) -> bool:
+    """Orchard's agent program, on its read-only mount (nothing in the sandbox can replace it)."""
+    try:
+        return path in AGENT_PROGRAMS and bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+serving = listener(port)
+if serving is None or not orchards_program(exe(serving)):
+    reward(0.0, f"the desktop service on port {port} is not Orchard's (the listener: "
+                f"{exe(serving) or 'unknown' if serving else 'none'}): not graded from it")
+    sys.exit(0)
 cache = tempfile.mkdtemp(prefix="osworld-eval-")
 
 # DesktopEnv without a provider: its evaluation needs only its controllers and its task.
@@ -43,7 +102,4 @@ if os.path.isdir(mirrored):
         shutil.copy(os.path.join(mirrored, name), os.path.join(env.cache_dir, name))
 
 score = float(env.evaluate())
-print(f"osworld {task['id']}: {task['evaluator']['func']} scored {score}")
-os.makedirs("/logs/verifier", exist_ok=True)
-with open("/logs/verifier/reward.txt", "w") as f:
-    f.write(f"{score}\n")
+reward(score, f"{task['evaluator']['func']} scored {score}")
