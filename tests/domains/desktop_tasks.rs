@@ -244,3 +244,37 @@ curl -s http://127.0.0.1:5000/orchard/clipboard
     let (_, t) = trajectories(out.path()).remove(0);
     assert!(t.to_string().contains("Readability counts."), "the forger never served");
 }
+
+#[test]
+fn a_crashed_x_server_fails_only_its_rollout_and_says_so() {
+    let _one = serial();
+    let root = tempfile::tempdir().unwrap();
+    // One task's X server is killed under it; the other task runs beside it as usual.
+    let crash = r#"[{"tool": "bash", "arguments": {"command": "pkill -KILL Xvfb; sleep 1"}},
+                    {"tool": "computer", "arguments": {"action_type": "HOTKEY", "parameters": {"keys": ["ctrl", "end"]}}}]"#;
+    task_with_calls(root.path(), "edit-note", crash);
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(examples().join("type-greeting"))
+        .arg(root.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let tasks = root.path().display().to_string();
+    let mut args = vec![tasks.as_str()];
+    args.extend(ORACLE);
+    args.extend(["--tools", "shell"]);
+    let (summary, out, _) = eval(&args);
+    let rolled = rollouts(out.path());
+    assert_eq!(rolled.len(), 2, "{summary:#}");
+    for r in &rolled {
+        match r["task_id"].as_str().unwrap() {
+            "edit-note" => {
+                assert_eq!(r["status"], "error", "{r:#}");
+                let error = r["error"].as_str().unwrap_or_default();
+                assert!(error.contains("the X server (Xvfb :99) exited"), "{error}");
+            }
+            _ => assert_eq!(r["reward"], 1.0, "{r:#}"),
+        }
+    }
+}

@@ -240,11 +240,19 @@ async fn request(
         timeout_ms: Some(CALL_TIMEOUT.as_millis() as u64),
         grader: false,
     };
-    let answer = agent.http(&req).await.map_err(|e| match e.kind() {
-        ErrorKind::Timeout => DesktopError::Timeout(format!("the desktop did not answer {path}: {e}")),
-        ErrorKind::NotFound => DesktopError::Unavailable(format!("no desktop is running in this sandbox ({e})")),
-        _ => DesktopError::Unavailable(format!("the desktop: {e}")),
-    })?;
+    let answer = match agent.http(&req).await {
+        Ok(answer) => answer,
+        Err(e) if e.kind() == ErrorKind::Timeout => {
+            return Err(DesktopError::Timeout(format!("the desktop did not answer {path}: {e}")));
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(DesktopError::Unavailable(match why_gone(agent, port).await {
+                Some(why) => why,
+                None => format!("no desktop is running in this sandbox ({e})"),
+            }));
+        }
+        Err(e) => return Err(DesktopError::Unavailable(format!("the desktop: {e}"))),
+    };
     let bytes = B64.decode(answer.body_base64.as_bytes()).map_err(|e| DesktopError::Other(e.to_string()))?;
     if (200..300).contains(&answer.status) {
         return Ok(bytes);
@@ -257,4 +265,20 @@ async fn request(
         400 | 413 | 422 => DesktopError::Invalid(message),
         _ => DesktopError::Other(format!("the desktop answered {} to {path}: {message}", answer.status)),
     })
+}
+
+/// Why the desktop started on `port` no longer answers, when its service has ended: its exit and
+/// the end of its output (which names a crashed X server), so that the rollout's error says so.
+async fn why_gone(agent: &dyn SandboxAgent, port: u16) -> Option<String> {
+    let listen = format!(" desktop --listen 127.0.0.1:{port} ");
+    let processes = agent.list_processes().await.ok()?;
+    let service = processes.iter().rev().find(|p| format!("{} ", p.command).contains(&listen))?;
+    if service.state == orchard_protocol::ProcessState::Running {
+        return None;
+    }
+    let log = agent.process_log(&service.id, 0, None).await.map(|l| l.data).unwrap_or_default();
+    let tail: String =
+        log.trim_end().lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    let code = service.exit_code.map_or_else(|| "a signal".to_string(), |c| format!("code {c}"));
+    Some(format!("the desktop on port {port} is gone: its service exited ({code}); its output ends with:\n{tail}"))
 }
