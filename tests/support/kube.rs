@@ -259,8 +259,9 @@ async fn start_pod(pod: &Pod, secrets: &Api<Secret>, agent_port: u16) -> Result<
     }
     // The container: its own root (the host's /usr and /etc read-only, as an image would bring
     // them; empty /workspace, /logs, /tests, /solution), the agent where the init container puts
-    // it, the pod's environment and working directory; the host's network, so that the agent
-    // listens on the pod's address. /tmp is shared: the kubelet's token file lives there.
+    // it, the pod's environment and working directory, its own pid namespace; the host's network,
+    // so that the agent listens on the pod's address. /tmp is shared: the kubelet's token file
+    // lives there.
     let env = spec.containers[0].env.iter().flatten().map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()));
     let workdir = spec.containers[0].working_dir.clone().unwrap_or_else(|| "/".into());
     let agent = crate::agent_bin().display().to_string();
@@ -275,7 +276,9 @@ async fn start_pod(pod: &Pod, secrets: &Api<Secret>, agent_port: u16) -> Result<
             Err(_) => {}
         }
     }
-    bwrap.extend(["--dev", "/dev", "--proc", "/proc", "--bind", "/tmp", "/tmp"].map(String::from));
+    // A pid namespace of its own, as a container has: what the agent started (a desktop, a
+    // browser) dies with the pod instead of outliving it on the host.
+    bwrap.extend(["--unshare-pid", "--dev", "/dev", "--proc", "/proc", "--bind", "/tmp", "/tmp"].map(String::from));
     for dir in ["/workspace", "/logs", "/tests", "/solution", workdir.as_str()] {
         bwrap.extend(["--dir".into(), dir.into()]);
     }
