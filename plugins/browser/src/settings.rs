@@ -27,11 +27,14 @@ pub struct Settings {
     pub max_text: usize,
 }
 
+/// The keys the driver reads; any other is refused by name.
+const KEYS: &[&str] = &["mode", "screenshot_width", "jpeg_quality", "screenshots", "max_elements", "max_text"];
+
 impl Settings {
-    /// From the configuration JSON; an unknown mode or a bad value is an error naming the key.
+    /// From the configuration JSON (an object of known keys, checked as every harness's
+    /// configuration is); an unknown key or mode, or a bad value, is an error naming the key.
     pub fn parse(json: &str) -> Result<Settings, String> {
-        let v: Value =
-            serde_json::from_str(json).map_err(|e| format!("the browser's configuration is not JSON: {e}"))?;
+        let v = orchard_harness_config::parse("browser driver", json, &[KEYS])?;
         let mode = match v.get("mode").and_then(Value::as_str).unwrap_or("coords") {
             "coords" => Mode::Coords,
             "marks" | "som" => Mode::Marks,
@@ -78,5 +81,11 @@ mod tests {
         assert!(Settings::parse(r#"{"mode": "vision"}"#).unwrap_err().starts_with("mode"));
         assert!(Settings::parse(r#"{"screenshot_width": 5}"#).unwrap_err().starts_with("screenshot_width"));
         assert!(Settings::parse(r#"{"screenshots": "yes"}"#).unwrap_err().starts_with("screenshots"));
+        let unknown = Settings::parse(r#"{"mode": "ax", "screenshot": true}"#).unwrap_err();
+        assert!(
+            unknown.contains("unknown key `screenshot` (known: ") && unknown.contains(" screenshots)"),
+            "{unknown}"
+        );
+        assert!(Settings::parse("[1]").unwrap_err().contains("must be a JSON object"));
     }
 }
