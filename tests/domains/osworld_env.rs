@@ -296,18 +296,7 @@ fn converted_osworld_tasks_set_themselves_up_and_are_graded_by_osworlds_evaluato
     std::fs::remove_file(task.join("solution/calls.json")).unwrap();
     let forger = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/desktop/osworld_forger.sh");
     std::fs::copy(forger, task.join("solution/solve.sh")).unwrap();
-    let forging = [
-        task.to_str().unwrap(),
-        "--harness",
-        "oracle",
-        "--tools",
-        "shell",
-        "--grader",
-        "script",
-        "--grant",
-        "solution",
-    ];
-    let (summary, results, _) = orchard_tests::evals::eval(&forging);
+    let (summary, results, _) = orchard_tests::evals::eval_oracle(task.to_str().unwrap());
     let r = &orchard_tests::evals::rollouts(results.path())[0];
     assert_eq!(r["reward"], 0.0, "{r:#}\n{summary:#}");
     let why = r["verdict"]["explanation"].as_str().unwrap_or_default();
