@@ -126,6 +126,17 @@ fn pyautogui_code_and_grid_points_drive_the_same_desktop() {
     let (summary, out) = replay("accept-licence", calls, r#"{"coordinates": "grid"}"#);
     assert_eq!(summary["passed"], 1, "{summary:#} {:#}", rollouts(out.path())[0]);
 
+    // pyautogui code on the same grid: its click lands on Accept too.
+    let calls = r#"[{"tool": "pyautogui", "arguments": {"code": "pyautogui.click(394, 553)"}}]"#;
+    let (summary, out) = replay("accept-licence", calls, r#"{"action_space": "pyautogui", "coordinates": "grid"}"#);
+    assert_eq!(summary["passed"], 1, "{summary:#} {:#}", rollouts(out.path())[0]);
+    let calls = r#"[{"tool": "pyautogui", "arguments": {"code": "pyautogui.click(x=1394, y=553)"}}]"#;
+    let (summary, out) = replay("accept-licence", calls, r#"{"action_space": "pyautogui", "coordinates": "grid"}"#);
+    assert_eq!(summary["passed"], 0);
+    let (_, t) = trajectories(out.path()).remove(0);
+    let said: String = tool_results(&t).iter().filter_map(|p| p["text"].as_str()).collect();
+    assert!(said.contains("(1394, 553) is off the 0-1000 grid"), "{said}");
+
     // A point off the grid is the model's error to see, not a click somewhere.
     let calls = r#"[{"tool": "computer", "arguments": {"action_type": "CLICK", "parameters": {"x": 1394, "y": 521}}}]"#;
     let (summary, out) = replay("accept-licence", calls, r#"{"coordinates": "grid"}"#);

@@ -10,8 +10,9 @@
 //!   desktop inside the sandbox with `pyautogui` imported (the image must have it); the code
 //!   `WAIT`, `DONE` or `FAIL` alone is that special action, as in OSWorld.
 //!
-//! `coordinates = "grid"` reads every point on a 0-1000 grid (Qwen-VL's) instead of pixels
-//! (computer_13 only: pyautogui code uses pixels). Every call answers with the observation
+//! `coordinates = "grid"` reads every point on a 0-1000 grid (Qwen-VL's) instead of pixels: the
+//! computer_13 actions' points, and pyautogui's absolute pointer functions (moves, clicks,
+//! presses, drags, scrolls' `x`/`y`). Every call answers with the observation
 //! after it (`observation` = `screenshot` | `a11y_tree` | `screenshot_a11y_tree`), the screenshot
 //! scaled to `screenshot_width` and JPEG at `jpeg_quality` when set, the tree capped at
 //! `max_elements` nodes and `max_text` characters; `observe` looks without acting.
@@ -88,9 +89,11 @@ fn tools(s: &Settings) -> Vec<ToolSpec> {
         ),
         ActionSpace::Pyautogui => spec(
             "pyautogui",
-            "Run Python code on the desktop with pyautogui imported (pixels from the top-left corner), e.g. \
-             `pyautogui.click(100, 200); pyautogui.write('hi')`; answers with the desktop after it. The code WAIT, \
-             DONE (the task is done) or FAIL (it cannot be done) alone is that action.",
+            &format!(
+                "Run Python code on the desktop with pyautogui imported (points are in {unit}), e.g. \
+                 `pyautogui.click(100, 200); pyautogui.write('hi')`; answers with the desktop after it. The code \
+                 WAIT, DONE (the task is done) or FAIL (it cannot be done) alone is that action."
+            ),
             json!({"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}),
         ),
     };
@@ -203,6 +206,33 @@ fn computer(s: &Settings, args: &Value) -> Result<ToolOutput, Error> {
 /// OSWorld's prelude for pyautogui code.
 const PRELUDE: &str = "import pyautogui; import time; pyautogui.FAILSAFE = False\n";
 
+/// With `coordinates = "grid"`: pyautogui's pointer functions take points on the 0-1000 grid
+/// (scaled to the screen; a point off the grid raises naming it). Absolute moves, clicks,
+/// presses, drags and scrolls' `x`/`y`; relative moves stay in pixels.
+const GRID_PRELUDE: &str = r#"_orchard_w, _orchard_h = pyautogui.size()
+def _orchard_point(x, y):
+    if not (0 <= x <= 1000 and 0 <= y <= 1000):
+        raise ValueError(f"({x}, {y}) is off the 0-1000 grid")
+    return round(x / 1000 * (_orchard_w - 1)), round(y / 1000 * (_orchard_h - 1))
+def _orchard_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def _orchard_on_grid(f, first):
+    def g(*args, **kw):
+        args = list(args)
+        if len(args) > first and isinstance(args[first], (tuple, list)) and len(args[first]) >= 2:
+            args[first] = _orchard_point(args[first][0], args[first][1])
+        elif len(args) > first + 1 and _orchard_number(args[first]) and _orchard_number(args[first + 1]):
+            args[first], args[first + 1] = _orchard_point(args[first], args[first + 1])
+        elif kw.get("x") is not None and kw.get("y") is not None:
+            kw["x"], kw["y"] = _orchard_point(kw["x"], kw["y"])
+        return f(*args, **kw)
+    return g
+for _orchard_name in ("moveTo", "click", "doubleClick", "tripleClick", "rightClick", "middleClick", "mouseDown", "mouseUp", "dragTo"):
+    setattr(pyautogui, _orchard_name, _orchard_on_grid(getattr(pyautogui, _orchard_name), 0))
+for _orchard_name in ("scroll", "hscroll", "vscroll"):
+    setattr(pyautogui, _orchard_name, _orchard_on_grid(getattr(pyautogui, _orchard_name), 1))
+"#;
+
 fn pyautogui(s: &Settings, args: &Value) -> Result<ToolOutput, Error> {
     let Some(code) = args.get("code").and_then(Value::as_str) else {
         return Ok(said("pyautogui needs code (a string of Python)".into(), true));
@@ -216,7 +246,8 @@ fn pyautogui(s: &Settings, args: &Value) -> Result<ToolOutput, Error> {
         }
         _ => {}
     }
-    let (status, output) = desktop::run_python(&format!("{PRELUDE}{code}"), Some(60_000))?;
+    let grid = if s.coordinates == Coordinates::Grid { GRID_PRELUDE } else { "" };
+    let (status, output) = desktop::run_python(&format!("{PRELUDE}{grid}{code}"), Some(60_000))?;
     let mut out = observe(s, if status == 0 { "the code ran".into() } else { format!("the code exited {status}") })?;
     if !output.trim().is_empty() {
         let shown: String = output.chars().take(4000).collect();
