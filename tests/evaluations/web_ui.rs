@@ -3,6 +3,7 @@
 //! counts tick without a reload, open a rollout and see its steps and its screenshot, compare two
 //! jobs, and fail to see another tenant's job.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chromiumoxide::{Browser, BrowserConfig, Page};
@@ -278,5 +279,82 @@ async fn the_web_ui_in_chromium() {
         .await;
     assert_eq!(status, 422, "{v}");
     assert!(v["detail"].as_str().unwrap().contains("no plugin named \"test-browser\""), "{v}");
+    chromium.close().await;
+}
+
+/// A running desktop rollout's page links its live view; the view draws the rollout's desktop
+/// from VNC over the page's WebSocket (through the sandbox's agent), and a finished rollout has
+/// nothing to watch.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_desktop_rollout_is_watched_live_in_chromium() {
+    // One desktop task whose agent keeps the rollout running a while.
+    let tasks = tempfile::tempdir().unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/desktop/edit-note");
+    let copied = std::process::Command::new("cp").arg("-r").arg(&source).arg(tasks.path()).status().unwrap();
+    assert!(copied.success());
+    let task = tasks.path().join("edit-note");
+    std::fs::remove_file(task.join("solution/calls.json")).unwrap();
+    std::fs::write(task.join("solution/solve.sh"), "#!/bin/sh\nsleep 25\n").unwrap();
+    let server = Server::start_with(ServerOptions {
+        api_keys: Some("alice:alice-key-1234".into()),
+        extra_args: vec!["--dataset".into(), format!("live={}", tasks.path().display())],
+        ..Default::default()
+    })
+    .await
+    .with_key("alice-key-1234");
+    let (status, v) = server
+        .call(
+            Method::POST,
+            "/v1/evals",
+            Some(json!({"tasks": {"dataset": "live"}, "harnesses": ["oracle"], "tools": ["shell"],
+                        "grader": "rubric", "grants": ["solution"]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+    let eval = v["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let rollout = loop {
+        let (_, v) = server.call(Method::GET, &format!("/v1/evals/{eval}/rollouts"), None).await;
+        if let Some(r) = v["rollouts"].as_array().and_then(|r| r.iter().find(|r| r["state"] == "running")) {
+            break r["rollout_id"].as_str().or(r["id"].as_str()).unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no rollout started: {v}\n{}", server.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let base = server.url.clone();
+    let chromium = Chromium::start().await;
+    let page = chromium.browser.new_page("about:blank").await.unwrap();
+    sign_in(&page, &base, "alice-key-1234").await;
+    goto(&page, &format!("{base}/ui/evals/{eval}/rollouts/{rollout}")).await;
+    until(&page, "document.getElementById('live-link')", Duration::from_secs(10)).await;
+    page.find_element("#live-link").await.unwrap().click().await.unwrap();
+    // The desktop's own size, then its pixels: Mousepad's window is not all black.
+    until(
+        &page,
+        "(() => { const c = document.getElementById('live-desktop'); return c && c.dataset.size === '1024x768' && Number(c.dataset.frames || 0) > 0; })()",
+        Duration::from_secs(20),
+    )
+    .await;
+    let lit: u32 = js(
+        &page,
+        "(() => { const c = document.getElementById('live-desktop'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4 * 97) { if (d[i] | d[i + 1] | d[i + 2]) n++; } return n; })()",
+    )
+    .await;
+    assert!(lit > 100, "the live view drew {lit} lit pixels of the desktop");
+    assert!(text(&page, "#live-desktop-state").await.contains("live: 1024x768"));
+
+    // Once the rollout is over there is nothing to watch, and the page says why.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let (_, v) = server.call(Method::GET, &format!("/v1/evals/{eval}"), None).await;
+        if v["status"] == "done" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the job did not finish: {v}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    goto(&page, &format!("{base}/ui/evals/{eval}/rollouts/{rollout}/live")).await;
+    let said: String = js(&page, "document.body.innerText").await;
+    assert!(said.contains("only a running rollout's desktop can be watched"), "{said}");
     chromium.close().await;
 }

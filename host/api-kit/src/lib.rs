@@ -19,6 +19,8 @@ mod schema;
 
 pub use extract::{JsonBody, Query, parse_json, parse_rest, take_field};
 pub use schema::object_with;
+mod ws_relay;
+pub use ws_relay::relay_websocket;
 
 /// The tenant a request acts for, put in the request's extensions by the server's
 /// authentication (routes read it as `Extension<Tenant>`; the web UI's pages from their session).

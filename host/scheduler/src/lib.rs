@@ -18,7 +18,7 @@ pub use orchard_spec::{EvalSpec, ModelSpec, TaskSource};
 pub use orchard_task_files::{Limits as UploadLimits, UnpackError, unpack};
 pub use plugin_sync::sync_plugins;
 pub use prepare::{Env, PrepareError, Prepared, SandboxDefaults, dataset_dir, model_config};
-pub use runner::{FinishedEvent, Runner, RunnerConfig, finished_record};
+pub use runner::{FinishedEvent, Runner, RunnerConfig, finished_record, rollout_sandbox_id};
 
 #[derive(Debug, thiserror::Error)]
 /// Why the job engine refused or failed.

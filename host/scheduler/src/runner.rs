@@ -446,9 +446,16 @@ impl Runner {
 
 /// The sandbox of one try of a rollout: known before it exists, so that a cancel can delete it.
 fn sandbox_id(claim: &Claim) -> String {
+    rollout_sandbox_id(&claim.eval_id, &claim.rollout_id, claim.tries)
+}
+
+/// The sandbox a rollout's `tries`-th claim runs in (under the runner's own tenant): derived from
+/// the job and the rollout, so that a restarted runner, or a page showing the rollout live, finds
+/// it again.
+pub fn rollout_sandbox_id(eval_id: &str, rollout_id: &str, tries: i64) -> String {
     use sha2::Digest;
-    let digest = sha2::Sha256::digest(format!("{}/{}", claim.eval_id, claim.rollout_id).as_bytes());
-    format!("ro-{}-{}", &hex::encode(digest)[..20], claim.tries)
+    let digest = sha2::Sha256::digest(format!("{eval_id}/{rollout_id}").as_bytes());
+    format!("ro-{}-{}", &hex::encode(digest)[..20], tries)
 }
 
 /// What the store keeps of a finished rollout: its status, reward, result and trajectory.

@@ -3,11 +3,9 @@
 use std::sync::Arc;
 
 use axum::Extension;
-use axum::extract::ws::{Message as AxMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use futures::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::Message as TMessage;
 
 use crate::{AppState, Tenant};
 
@@ -26,45 +24,5 @@ pub async fn pty(
         Ok(u) => u,
         Err(e) => return crate::ApiError::from(e).into_response(),
     };
-    ws.on_upgrade(move |client| relay(client, upstream))
-}
-
-pub(crate) async fn relay(
-    client: WebSocket,
-    upstream: tokio_tungstenite::WebSocketStream<orchard_agent_client::AgentStream>,
-) {
-    let (mut client_tx, mut client_rx) = client.split();
-    let (mut up_tx, mut up_rx) = upstream.split();
-    let to_agent = async {
-        while let Some(Ok(msg)) = client_rx.next().await {
-            let forwarded = match msg {
-                AxMessage::Text(t) => TMessage::Text(t.as_str().into()),
-                AxMessage::Binary(b) => TMessage::Binary(b),
-                AxMessage::Close(_) => break,
-                _ => continue,
-            };
-            if up_tx.send(forwarded).await.is_err() {
-                break;
-            }
-        }
-        let _ = up_tx.send(TMessage::Close(None)).await;
-    };
-    let to_client = async {
-        while let Some(Ok(msg)) = up_rx.next().await {
-            let forwarded = match msg {
-                TMessage::Text(t) => AxMessage::Text(t.as_str().into()),
-                TMessage::Binary(b) => AxMessage::Binary(b),
-                TMessage::Close(_) => break,
-                _ => continue,
-            };
-            if client_tx.send(forwarded).await.is_err() {
-                break;
-            }
-        }
-        let _ = client_tx.send(AxMessage::Close(None)).await;
-    };
-    tokio::select! {
-        _ = to_agent => {}
-        _ = to_client => {}
-    }
+    ws.on_upgrade(move |client| orchard_api_kit::relay_websocket(client, upstream))
 }

@@ -244,7 +244,7 @@ async fn vnc(
             Ok(ws) => ws
                 .protocols(["binary"])
                 .max_message_size(16 << 20)
-                .on_upgrade(move |client| crate::pty_proxy::relay(client, upstream)),
+                .on_upgrade(move |client| orchard_api_kit::relay_websocket(client, upstream)),
             Err(e) => ApiError::bad_request(format!("the live view is a WebSocket: {e}")).into_response(),
         },
         Err(e) => e.into_response(),

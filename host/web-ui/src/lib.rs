@@ -15,6 +15,7 @@ mod compare;
 mod format;
 mod job;
 mod jobs;
+mod live;
 mod rollout;
 mod rollout_list;
 pub mod session;
@@ -61,6 +62,8 @@ pub fn routes<T: Clone + Send + Sync + 'static>(state: Arc<UiState>) -> Router<T
         .route("/evals/{id}/retry", post(job::retry))
         .route("/evals/{id}/rollouts", get(rollout_list::page))
         .route("/evals/{id}/rollouts/{rid}", get(rollout::page))
+        .route("/evals/{id}/rollouts/{rid}/live", get(live::page))
+        .route("/evals/{id}/rollouts/{rid}/live/vnc", get(live::vnc))
         .route("/compare", get(compare::page))
         .route("/assets/{name}", get(assets::serve))
         .layer(axum::middleware::from_fn(security_headers))
