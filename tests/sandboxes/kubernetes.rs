@@ -637,3 +637,39 @@ async fn a_rollouts_desktop_on_kubernetes_runs_in_the_pod_behind_its_agent() {
     // The driver's actions reached the pod's desktop through its agent.
     assert!(lines.contains("\"op\":\"desktop-act\""), "{lines:.2000}");
 }
+
+/// OSWorld's own `DesktopEnv` (PyPI desktop-env, through `orchard_client.osworld`) on a server
+/// whose sandboxes are Kubernetes pods: each task's machine is a pod with a desktop, reached
+/// through the port route and the pod's agent; both fixture tasks score 1 by OSWorld's metrics.
+#[tokio::test(flavor = "multi_thread")]
+async fn osworlds_desktop_env_runs_on_kubernetes_pods() {
+    let Some(python) = orchard_tests::py312_tool("python") else { return };
+    let cluster = Cluster::start().await;
+    let server = cluster.host("osworld-host").await;
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/desktop");
+    let cache = tempfile::tempdir().unwrap();
+    let run = tokio::process::Command::new(python)
+        .arg(fixtures.join("osworld_env.py"))
+        .arg(fixtures.join("osworld"))
+        .arg(cache.path())
+        .arg("act")
+        .env("ORCHARD_URL", &server.url)
+        .env("ORCHARD_OSWORLD_IMAGE", "registry.test/orchard-desktop:bookworm")
+        // The double's registry is not a real one: the image's entrypoint is given (none).
+        .env("ORCHARD_OSWORLD_SANDBOX", r#"{"entrypoint": []}"#)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(400), run).await.expect("over 400 s").unwrap();
+    let said = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}\n{}", server.log());
+    let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
+    let got: Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {said}"));
+    assert_eq!(got["scores"]["orchard-edit-notes"], 1.0, "{got:#}\n{said}");
+    assert_eq!(got["scores"]["orchard-calc-totals"], 1.0, "{got:#}\n{said}");
+    // Each task's machine was a pod of its own, and none is left.
+    for sandbox in got["sandboxes"].as_array().unwrap() {
+        let name = format!("orchard-{}", sandbox.as_str().unwrap());
+        let left: Result<Pod, _> = cluster.api().get(&name).await;
+        assert!(left.is_err() || left.unwrap().metadata.deletion_timestamp.is_some(), "{name} is left");
+    }
+}
