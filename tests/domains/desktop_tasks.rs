@@ -289,3 +289,32 @@ fn a_crashed_x_server_fails_only_its_rollout_and_says_so() {
         }
     }
 }
+
+#[test]
+fn a_crashed_app_is_named_in_the_trajectory() {
+    let _one = serial();
+    let calls = r#"[{"tool": "computer", "arguments": {"action_type": "TYPING", "parameters": {"text": "x"}}},
+                    {"tool": "computer", "arguments": {"action_type": "WAIT", "parameters": {"seconds": 6}}}]"#;
+    // The app dies under the agent (a signal from outside it): the rollout is graded on what is
+    // left, and its trajectory says the app crashed, with its command.
+    let root = tempfile::tempdir().unwrap();
+    let tasks = task_with_calls(root.path(), "edit-note", calls);
+    // The app is killed a moment after the agent starts.
+    std::fs::write(
+        root.path().join("edit-note/environment/Dockerfile"),
+        "FROM orchard-desktop:bookworm\nWORKDIR /root\nCOPY notes.txt /root/notes.txt\n\
+         CMD [\"sh\", \"-c\", \"(sleep 3; pkill -KILL -x mousepad) & exec mousepad /root/notes.txt\"]\n",
+    )
+    .unwrap();
+    let mut args = vec![tasks.as_str()];
+    args.extend(ORACLE);
+    let (summary, out, _) = eval(&args);
+    let r = &rollouts(out.path())[0];
+    assert_eq!(r["status"], "graded", "{r:#}\n{summary:#}");
+    let (_, t) = trajectories(out.path()).remove(0);
+    let steps = t["trajectory"]["steps"].as_array().unwrap();
+    let crash = steps.iter().find(|s| s["type"] == "event" && s["name"] == "app-crashed");
+    let said = crash.map(|s| s["data"]["message"].to_string()).unwrap_or_default();
+    assert!(said.contains("the task's app (sh -c"), "{steps:#?}");
+    assert!(said.contains("exited"), "{said}");
+}

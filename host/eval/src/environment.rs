@@ -74,6 +74,21 @@ async fn wait_for_app_window(
     Ok(())
 }
 
+/// For a desktop task: how its app (the task's command) ended, when it crashed during the
+/// rollout (a signal, or a non-zero exit): its command, the end of its output. An app the agent
+/// closed (exit 0) or still running is not news.
+pub(crate) async fn app_crash(agent: &dyn SandboxAgent, task: &Task) -> Option<String> {
+    let argv = task.start.as_ref().filter(|_| task.desktop.is_some())?;
+    let processes = agent.list_processes().await.ok()?;
+    let app = processes.iter().rev().find(|p| p.command.contains("/tmp/orchard-entrypoint.log"))?;
+    if app.state == orchard_protocol::ProcessState::Running || app.exit_code == Some(0) {
+        return None;
+    }
+    let how = app.exit_code.map_or_else(|| "by a signal".to_string(), |c| format!("with code {c}"));
+    let tail = entrypoint_log_tail(agent).await;
+    Some(format!("the task's app ({}) exited {how} during the rollout; its output ends with:\n{tail}", argv.join(" ")))
+}
+
 /// Starts the Dockerfile's ENTRYPOINT/CMD in the background (its output in
 /// `/tmp/orchard-entrypoint.log`), then waits until the task's healthcheck passes; the
 /// background process's id, when there is one.

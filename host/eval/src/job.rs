@@ -307,6 +307,17 @@ async fn run_in_sandbox(
         }
     };
     result.outcome = Some(outcome.clone());
+    // A desktop app that crashed under the agent is named in the trajectory (the grade says what
+    // the desktop was left as).
+    if let Some(why) = crate::environment::app_crash(&**agent, task).await {
+        ctx.record(orchard_runtime::Step::Event {
+            plugin: "orchard".into(),
+            level: "error".into(),
+            name: "app-crashed".into(),
+            data: serde_json::json!({"message": why}),
+            at_ms: ctx.at_ms(),
+        });
+    }
     verify(job, task, &ctx, agent, runtime, &input, &outcome, show_solution, carry.as_ref(), verifier, result).await
 }
 
