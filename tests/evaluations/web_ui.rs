@@ -294,7 +294,7 @@ async fn a_running_desktop_rollout_is_watched_live_in_chromium() {
     assert!(copied.success());
     let task = tasks.path().join("edit-note");
     std::fs::remove_file(task.join("solution/calls.json")).unwrap();
-    std::fs::write(task.join("solution/solve.sh"), "#!/bin/sh\nsleep 25\n").unwrap();
+    std::fs::write(task.join("solution/solve.sh"), "#!/bin/sh\nsleep 45\n").unwrap();
     let server = Server::start_with(ServerOptions {
         api_keys: Some("alice:alice-key-1234".into()),
         extra_args: vec!["--dataset".into(), format!("live={}", tasks.path().display())],
@@ -332,7 +332,8 @@ async fn a_running_desktop_rollout_is_watched_live_in_chromium() {
     until(
         &page,
         "(() => { const c = document.getElementById('live-desktop'); return c && c.dataset.size === '1024x768' && Number(c.dataset.frames || 0) > 0; })()",
-        Duration::from_secs(20),
+        // A rollout just claimed may still be starting its desktop: the page tries again.
+        Duration::from_secs(60),
     )
     .await;
     let lit: u32 = js(
@@ -344,7 +345,7 @@ async fn a_running_desktop_rollout_is_watched_live_in_chromium() {
     assert!(text(&page, "#live-desktop-state").await.contains("live: 1024x768"));
 
     // Once the rollout is over there is nothing to watch, and the page says why.
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + Duration::from_secs(150);
     loop {
         let (_, v) = server.call(Method::GET, &format!("/v1/evals/{eval}"), None).await;
         if v["status"] == "done" {

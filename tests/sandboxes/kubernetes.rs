@@ -15,6 +15,10 @@ use orchard_tests::{Server, ServerOptions};
 use serde_json::{Value, json};
 
 /// Each test process picks its own agent port so that parallel test binaries never collide.
+/// The double's pods share the host's network and /tmp: one desktop pod at a time (each takes
+/// display :99 and port 5000 there).
+static ONE_DESKTOP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn agent_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
     l.local_addr().expect("addr").port()
@@ -618,6 +622,7 @@ async fn a_rollouts_browser_on_kubernetes_runs_in_the_pod_behind_its_agent() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rollouts_desktop_on_kubernetes_runs_in_the_pod_behind_its_agent() {
+    let _one = ONE_DESKTOP.lock().await;
     let cluster = Cluster::start().await;
     // A desktop example as it is: its desktop starts in the pod through the agent's /desktop
     // (the double's pods share the host's network and /tmp: display :99 and port 5000 are this
@@ -644,6 +649,7 @@ async fn a_rollouts_desktop_on_kubernetes_runs_in_the_pod_behind_its_agent() {
 #[tokio::test(flavor = "multi_thread")]
 async fn osworlds_desktop_env_runs_on_kubernetes_pods() {
     let Some(python) = orchard_tests::py312_tool("python") else { return };
+    let _one = ONE_DESKTOP.lock().await;
     let cluster = Cluster::start().await;
     let server = cluster.host("osworld-host").await;
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/desktop");

@@ -84,8 +84,7 @@
     var state = document.getElementById("live-desktop-state");
     var say = function (t) { if (state) { state.textContent = t; } };
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    var ws = new WebSocket(scheme + location.host + canvas.dataset.vnc, ["binary"]);
-    ws.binaryType = "arraybuffer";
+    var ws = null, tries = 0;
     var buf = new Uint8Array(0), ctx = canvas.getContext("2d"), phase = "version", width = 0, height = 0;
     var take = function (n) { if (buf.length < n) { return null; } var out = buf.slice(0, n); buf = buf.slice(n); return out; };
     var u16 = function (b, o) { return (b[o] << 8) | b[o + 1]; };
@@ -158,12 +157,22 @@
         }
       }
     };
-    ws.onmessage = function (e) {
-      var chunk = new Uint8Array(e.data), joined = new Uint8Array(buf.length + chunk.length);
-      joined.set(buf); joined.set(chunk, buf.length); buf = joined;
-      step();
+    // A rollout just claimed may not have its desktop yet: try again every 2 s, a minute at most.
+    var connect = function () {
+      tries += 1;
+      buf = new Uint8Array(0); phase = "version"; rects = 0; rect = null;
+      ws = new WebSocket(scheme + location.host + canvas.dataset.vnc, ["binary"]);
+      ws.binaryType = "arraybuffer";
+      ws.onmessage = function (e) {
+        var chunk = new Uint8Array(e.data), joined = new Uint8Array(buf.length + chunk.length);
+        joined.set(buf); joined.set(chunk, buf.length); buf = joined;
+        step();
+      };
+      ws.onclose = function () {
+        if (phase === "version" && tries < 30) { say("waiting for the desktop…"); setTimeout(connect, 2000); return; }
+        say("the desktop's view closed (the rollout may have finished)");
+      };
     };
-    ws.onclose = function () { say("the desktop's view closed (the rollout may have finished)"); };
-    ws.onerror = function () { say("the desktop's view could not be opened"); };
+    connect();
   }
 })();

@@ -31,11 +31,16 @@ pub fn parse_size(text: &str) -> Result<(u32, u32, u32), String> {
 }
 
 /// Whether process `pid` runs (a zombie, killed and not yet reaped, does not).
+/// Whether `pid` is a live X server. A lock can name a pid of another pid namespace (a /tmp
+/// shared between containers): a live process of ours that is not an X server is not its owner.
 fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    let running = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string)))
-        .is_some_and(|state| state != "Z" && state != "X")
+        .is_some_and(|state| state != "Z" && state != "X");
+    let x_server =
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim_start().starts_with('X'));
+    running && x_server
 }
 
 /// `command` made to die with this process (a SIGKILL to the service must not leave an X server).
