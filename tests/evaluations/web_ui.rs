@@ -336,11 +336,15 @@ async fn a_running_desktop_rollout_is_watched_live_in_chromium() {
         Duration::from_secs(60),
     )
     .await;
-    let lit: u32 = js(
-        &page,
-        "(() => { const c = document.getElementById('live-desktop'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4 * 97) { if (d[i] | d[i + 1] | d[i + 2]) n++; } return n; })()",
-    )
-    .await;
+    // The view may open while the rollout's app is still mapping its window (the desktop is
+    // black before it): the pixels are what the next updates draw.
+    let lit_pixels = "(() => { const c = document.getElementById('live-desktop'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4 * 97) { if (d[i] | d[i + 1] | d[i + 2]) n++; } return n; })()";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut lit: u32 = js(&page, lit_pixels).await;
+    while lit <= 100 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        lit = js(&page, lit_pixels).await;
+    }
     assert!(lit > 100, "the live view drew {lit} lit pixels of the desktop");
     assert!(text(&page, "#live-desktop-state").await.contains("live: 1024x768"));
 
