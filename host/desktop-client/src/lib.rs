@@ -59,6 +59,20 @@ pub struct DesktopSpec {
     pub wait_for_window: Option<String>,
 }
 
+impl DesktopSpec {
+    /// The desktop a task's (or an API request's) `[environment.desktop]` asks for.
+    pub fn from_config(c: &orchard_task_config::DesktopConfig) -> DesktopSpec {
+        DesktopSpec {
+            width: c.width,
+            height: c.height,
+            depth: c.depth,
+            port: c.port,
+            window_manager: c.window_manager.clone(),
+            wait_for_window: c.wait_for_window.clone(),
+        }
+    }
+}
+
 /// A sandbox's running desktop.
 #[derive(Clone)]
 pub struct Desktop {
@@ -139,6 +153,28 @@ impl Desktop {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// A live view of the desktop serving on `port`: the desktop service starts its VNC server
+    /// (watch-only unless `control`), and the answer is a WebSocket carrying one VNC (RFB)
+    /// connection to it through the agent's tunnel.
+    pub async fn open_vnc(
+        agent: &dyn SandboxAgent,
+        port: u16,
+        control: bool,
+    ) -> Result<tokio_tungstenite::WebSocketStream<orchard_agent_client::AgentStream>> {
+        #[derive(serde::Deserialize)]
+        struct Vnc {
+            port: u16,
+        }
+        let body = serde_json::json!({"control": control}).to_string().into_bytes();
+        let bytes = request(agent, port, "POST", "/orchard/vnc", body, true).await?;
+        let vnc: Vnc = serde_json::from_slice(&bytes)
+            .map_err(|e| DesktopError::Other(format!("the desktop's answer to /orchard/vnc: {e}")))?;
+        agent
+            .connect_tunnel(vnc.port)
+            .await
+            .map_err(|e| DesktopError::Unavailable(format!("the desktop's VNC server: {e}")))
     }
 
     async fn request(&self, method: &str, path: &str, body: Vec<u8>, json: bool) -> Result<Vec<u8>> {

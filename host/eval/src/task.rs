@@ -271,14 +271,7 @@ pub fn load_task(files: &TaskFiles) -> Result<Task, TaskError> {
     let desktop = match &environment.desktop {
         Some(d) => {
             d.check().map_err(|e| err(format!("task.toml: {e}")))?;
-            Some(orchard_desktop_client::DesktopSpec {
-                width: d.width,
-                height: d.height,
-                depth: d.depth,
-                port: d.port,
-                window_manager: d.window_manager.clone(),
-                wait_for_window: d.wait_for_window.clone(),
-            })
+            Some(orchard_desktop_client::DesktopSpec::from_config(d))
         }
         None => None,
     };

@@ -87,15 +87,7 @@ async fn start(
         serde_json::from_slice(text).map_err(|e| ApiError::bad_request(format!("desktop: {e}")))?;
     config.check().map_err(|e| ApiError::invalid(e.replace("[environment.desktop] ", "desktop: ")))?;
     let agent = state.agent(&tenant, &id).await?;
-    let spec = DesktopSpec {
-        width: config.width,
-        height: config.height,
-        depth: config.depth,
-        port: config.port,
-        window_manager: config.window_manager.clone(),
-        wait_for_window: config.wait_for_window.clone(),
-    };
-    Desktop::start(&*agent, &spec).await.map_err(desktop_error)?;
+    Desktop::start(&*agent, &DesktopSpec::from_config(&config)).await.map_err(desktop_error)?;
     if let Some(title) = &config.wait_for_window {
         Desktop::wait_for_window(&*agent, config.port, title, WINDOW_WAIT).await.map_err(desktop_error)?;
     }
@@ -266,24 +258,5 @@ async fn vnc_upstream(
         ));
     }
     let agent = state.agent(tenant, id).await?;
-    let ask = HttpRequest {
-        port: query.port,
-        method: "POST".into(),
-        path: "/orchard/vnc".into(),
-        headers: vec![("content-type".into(), "application/json".into())],
-        body_base64: B64.encode(json!({"control": query.control}).to_string()),
-        timeout_ms: Some(30_000),
-        grader: false,
-    };
-    let answer = agent
-        .http(&ask)
-        .await
-        .map_err(|e| ApiError::unavailable(format!("the sandbox has no desktop on port {} ({e})", query.port)))?;
-    let body = B64.decode(answer.body_base64.as_bytes()).unwrap_or_default();
-    let said: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let Some(port) = said["port"].as_u64().and_then(|p| u16::try_from(p).ok()).filter(|_| answer.status == 200) else {
-        let why = said["message"].as_str().map_or_else(|| String::from_utf8_lossy(&body).into_owned(), str::to_string);
-        return Err(ApiError::unavailable(format!("the desktop's VNC server: {why}")));
-    };
-    Ok(agent.connect_tunnel(port).await?)
+    Desktop::open_vnc(&*agent, query.port, query.control).await.map_err(desktop_error)
 }

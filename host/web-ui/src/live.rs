@@ -11,10 +11,7 @@ use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as B64;
 use orchard_api_kit::ApiError;
-use serde_json::{Value, json};
 
 use crate::{Layout, S, Signed, api_error, error_page, render};
 
@@ -72,32 +69,13 @@ pub async fn vnc(
         Ok((sandbox, _)) => sandbox,
         Err(refused) => return refused,
     };
-    let unavailable = |why: String| ApiError::unavailable(why).into_response();
     let agent = match state.service.runner.backend().agent(&sandbox).await {
         Ok(agent) => agent,
-        Err(e) => return unavailable(format!("the rollout's sandbox: {e}")),
+        Err(e) => return ApiError::unavailable(format!("the rollout's sandbox: {e}")).into_response(),
     };
-    let ask = orchard_protocol::HttpRequest {
-        port: DESKTOP_PORT,
-        method: "POST".into(),
-        path: "/orchard/vnc".into(),
-        headers: vec![("content-type".into(), "application/json".into())],
-        body_base64: B64.encode(json!({"control": false}).to_string()),
-        timeout_ms: Some(30_000),
-        grader: false,
-    };
-    let answer = match agent.http(&ask).await {
-        Ok(answer) => answer,
-        Err(e) => return unavailable(format!("the rollout has no desktop ({e})")),
-    };
-    let body = B64.decode(answer.body_base64.as_bytes()).unwrap_or_default();
-    let said: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let Some(port) = said["port"].as_u64().and_then(|p| u16::try_from(p).ok()).filter(|_| answer.status == 200) else {
-        return unavailable(format!("the desktop's VNC server: {}", String::from_utf8_lossy(&body)));
-    };
-    let upstream = match agent.connect_tunnel(port).await {
+    let upstream = match orchard_desktop_client::Desktop::open_vnc(&*agent, DESKTOP_PORT, false).await {
         Ok(upstream) => upstream,
-        Err(e) => return unavailable(format!("the desktop's VNC server: {e}")),
+        Err(e) => return ApiError::unavailable(format!("the rollout's desktop: {e}")).into_response(),
     };
     ws.protocols(["binary"])
         .max_message_size(16 << 20)
