@@ -198,11 +198,13 @@ fn url_parts(url: &str) -> Option<(String, String)> {
 /// Where the mirror keeps a URL's file (by its name, or under the task's id), if it does.
 fn mirrored(files: Option<&Path>, id: &str, url: &str) -> Option<PathBuf> {
     let (_, name) = url_parts(url)?;
-    if name.is_empty() || name.contains("..") {
+    if name.is_empty() || name.contains("..") || name.contains('/') {
         return None;
     }
     let files = files?;
-    [files.join(&name), files.join(id).join(&name)].into_iter().find(|p| p.is_file())
+    // The task's id names a folder of the mirror only when it is one plain name.
+    let under_id = (!id.is_empty() && !id.contains('/') && id != ".." && id != ".").then(|| files.join(id).join(&name));
+    std::iter::once(files.join(&name)).chain(under_id).find(|p| p.is_file())
 }
 
 /// One task folder's contents, made from an OSWorld task.
@@ -429,6 +431,19 @@ mod tests {
             t[k] = v.clone();
         }
         t
+    }
+
+    #[test]
+    fn a_task_id_does_not_lead_the_mirror_lookup_out_of_the_mirror() {
+        let dir = tempfile::tempdir().unwrap();
+        let mirror = dir.path().join("mirror");
+        std::fs::create_dir_all(mirror.join("abc")).unwrap();
+        std::fs::write(mirror.join("abc/in.txt"), "x").unwrap();
+        std::fs::write(dir.path().join("secret.txt"), "s").unwrap();
+        let url = "https://files.example.org/in.txt";
+        assert_eq!(mirrored(Some(&mirror), "abc", url), Some(mirror.join("abc/in.txt")));
+        assert_eq!(mirrored(Some(&mirror), "..", "https://files.example.org/secret.txt"), None);
+        assert_eq!(mirrored(Some(&mirror), "x/../..", "https://files.example.org/secret.txt"), None);
     }
 
     #[test]
