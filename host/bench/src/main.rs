@@ -104,7 +104,16 @@ impl Drop for Server {
 
 impl Server {
     fn start(bin: &PathBuf, max: usize, pool: usize) -> anyhow::Result<Server> {
-        let args = ["--max-sandboxes".to_string(), max.to_string(), "--warm-pool".into(), format!("host={pool}")];
+        // Every request of the bench comes from one loopback address: a thousand sandboxes at
+        // once need as many connections from it (the server's default allows 256 per client).
+        let args = [
+            "--max-sandboxes".to_string(),
+            max.to_string(),
+            "--warm-pool".into(),
+            format!("host={pool}"),
+            "--max-connections-per-client".into(),
+            "4096".into(),
+        ];
         Self::launch(bin, &args, &[])
     }
 
