@@ -193,11 +193,18 @@ impl LocalBackend {
             env.push((k.clone(), v.clone()));
         }
         let layer_dir = self.layers_dir().join(&record.id);
+        // A disk from the stock (copied and attached ahead) when there is one; the stock is
+        // topped up behind every create that has a limit.
+        let mut prepared = None;
         let disk_image = match (spec.disk_bytes, &self.disks) {
             (Some(bytes), Ok(disks)) => {
                 std::fs::create_dir_all(&layer_dir).map_err(|e| SandboxError::backend("layer dir", e))?;
                 let image = layer_dir.join("disk.img");
-                disks.make(bytes, &image).map_err(SandboxError::Backend)?;
+                prepared = disks.take_prepared(bytes).filter(|p| std::fs::rename(&p.image, &image).is_ok());
+                if prepared.is_none() {
+                    disks.make(bytes, &image).map_err(SandboxError::Backend)?;
+                }
+                self.refill_disks(bytes);
                 Some(image)
             }
             _ => None,
@@ -231,7 +238,8 @@ impl LocalBackend {
         let launched = launch::launch(
             launch::LaunchSpec {
                 disk_image: disk_image.as_deref(),
-                loop_index: record.slot.map(ids::loop_index),
+                loop_index: prepared.as_ref().map(|p| p.loop_index).or(record.slot.map(ids::loop_index)),
+                loop_attached: prepared.is_some(),
                 seed: disk_seed,
                 layer_dir: &layer_dir,
                 launcher: self.config.launcher.clone(),
@@ -261,7 +269,23 @@ impl LocalBackend {
         )
         .await
         .map_err(|e| SandboxError::Backend(format!("starting the sandbox: {e}")))?;
+        // The sandbox's mount holds the stocked device now (the setup is done).
+        drop(prepared);
         Ok((launched.monitor, launched.init_pid))
+    }
+}
+
+impl LocalBackend {
+    /// Tops up the stock of disks of `bytes` in the background.
+    fn refill_disks(&self, bytes: u64) {
+        let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else { return };
+        tokio::task::spawn_blocking(move || {
+            if let Ok(disks) = &me.disks
+                && let Err(e) = disks.refill(bytes)
+            {
+                tracing::warn!("making disks ahead: {e}");
+            }
+        });
     }
 }
 

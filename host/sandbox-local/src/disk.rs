@@ -17,6 +17,8 @@
 //! (a sparse file's inode tables read as zeros already: nothing to initialise).
 
 use std::os::fd::AsRawFd;
+
+use crate::disk_stock::{DiskStock, Prepared, STOCK_PER_SIZE};
 use std::path::{Path, PathBuf};
 
 /// Smallest limit that makes sense for a root filesystem's changes.
@@ -28,6 +30,8 @@ pub struct Disks {
     templates: PathBuf,
     /// One template made at a time per size.
     making: std::sync::Mutex<()>,
+    /// Images copied and attached ahead (see `disk_stock`).
+    stock: DiskStock,
 }
 
 impl Disks {
@@ -36,7 +40,30 @@ impl Disks {
         supported()?;
         let templates = dir.join("templates");
         std::fs::create_dir_all(&templates).map_err(|e| format!("{}: {e}", templates.display()))?;
-        Ok(Disks { templates, making: std::sync::Mutex::new(()) })
+        let stock = DiskStock::open(&dir.join("stock"))?;
+        Ok(Disks { templates, making: std::sync::Mutex::new(()), stock })
+    }
+
+    /// A disk of `bytes` copied and attached ahead, when the stock has one.
+    pub fn take_prepared(&self, bytes: u64) -> Option<Prepared> {
+        self.stock.take(bytes)
+    }
+
+    /// Fills the stock of `bytes` up to [`STOCK_PER_SIZE`] (blocking; one refill per size at
+    /// a time, a second caller returns at once).
+    pub fn refill(&self, bytes: u64) -> Result<(), String> {
+        if bytes < MIN_DISK_BYTES || !self.stock.start_filling(bytes) {
+            return Ok(());
+        }
+        let filled = (|| {
+            let template = self.template(bytes)?;
+            while self.stock.count(bytes) < STOCK_PER_SIZE {
+                self.stock.add(bytes, &template)?;
+            }
+            Ok(())
+        })();
+        self.stock.done_filling(bytes);
+        filled
     }
 }
 

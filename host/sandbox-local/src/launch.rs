@@ -80,6 +80,8 @@ pub struct LaunchSpec<'a> {
     pub disk_image: Option<&'a Path>,
     /// The loop device for it (`None`: any free one).
     pub loop_index: Option<u32>,
+    /// The host attached the image to `loop_index` already (a stocked disk).
+    pub loop_attached: bool,
     /// A forked child's layer to start from, when its upper lives inside the disk image.
     pub seed: Option<PathBuf>,
 }
@@ -169,6 +171,7 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
                 image: image.to_path_buf(),
                 mount_point: mount_point.clone(),
                 loop_index: spec.loop_index,
+                attached: spec.loop_attached,
             };
             (mount_point.join("upper"), mount_point.join("work"), Some(disk))
         }

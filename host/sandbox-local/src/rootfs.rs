@@ -126,6 +126,9 @@ pub struct DiskMount {
     /// The loop device this sandbox uses (its own, derived from its slot: creates running at
     /// once never race for one), or `None` to take any free one.
     pub loop_index: Option<u32>,
+    /// The host attached the image to `loop_index` ahead (a stocked disk): mount the device.
+    #[serde(default)]
+    pub attached: bool,
 }
 
 /// `struct loop_info64` and `struct loop_config` (linux/loop.h).
@@ -163,7 +166,7 @@ const LO_FLAGS_AUTOCLEAR: u32 = 4;
 /// Attaches `image` to a free loop device; returns the device's path and an open descriptor of
 /// it, which must stay open until the mount holds the device (auto-clear frees a device at its
 /// last close).
-fn attach_loop(image: &Path, index: Option<u32>) -> std::io::Result<(PathBuf, std::fs::File)> {
+pub(crate) fn attach_loop(image: &Path, index: Option<u32>) -> std::io::Result<(PathBuf, std::fs::File)> {
     use std::os::unix::fs::OpenOptionsExt;
     let open =
         |path: &Path| std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(path);
@@ -210,8 +213,14 @@ fn attach_loop(image: &Path, index: Option<u32>) -> std::io::Result<(PathBuf, st
 
 /// Mounts the layer filesystem of a disk-limited sandbox.
 fn mount_disk(disk: &DiskMount) -> std::io::Result<()> {
-    let (device, _held) = attach_loop(&disk.image, disk.loop_index)
-        .map_err(context(format!("attaching {} to a loop device", disk.image.display())))?;
+    let (device, _held) = match (disk.attached, disk.loop_index) {
+        (true, Some(n)) => (PathBuf::from(format!("/dev/loop{n}")), None),
+        _ => {
+            let (device, held) = attach_loop(&disk.image, disk.loop_index)
+                .map_err(context(format!("attaching {} to a loop device", disk.image.display())))?;
+            (device, Some(held))
+        }
+    };
     mount(Some(&device), &disk.mount_point, Some("ext4"), MsFlags::MS_NOATIME, Some(crate::disk::MOUNT_OPTIONS))
         .map_err(std::io::Error::from)
         .map_err(context(format!("mounting {}", disk.image.display())))
