@@ -24,14 +24,17 @@ pub struct ResourcePolicy {
     pub default_disk_bytes: Option<u64>,
     /// Most disk a request may ask for.
     pub max_disk_bytes: Option<u64>,
+    /// Every sandbox's hard lifetime, in seconds (a shorter one asked for is kept).
+    pub max_lifetime_seconds: Option<u64>,
 }
 
 const GIB: u64 = 1 << 30;
+const DAY: u64 = 24 * 3600;
 
 impl Default for ResourcePolicy {
     /// A sandbox nobody sized still cannot take the host: 2 GiB of memory, 2 cores, 4,096
     /// processes, 10 GiB of writable layer; requests go up to 32 GiB, 16 cores, 32,768 processes
-    /// and 100 GiB.
+    /// and 100 GiB. No sandbox lives longer than a day.
     fn default() -> Self {
         ResourcePolicy {
             default_memory_bytes: Some(2 * GIB),
@@ -42,6 +45,7 @@ impl Default for ResourcePolicy {
             max_pids: Some(32768),
             default_disk_bytes: Some(10 * GIB),
             max_disk_bytes: Some(100 * GIB),
+            max_lifetime_seconds: Some(DAY),
         }
     }
 }
@@ -58,6 +62,7 @@ impl ResourcePolicy {
             max_pids: None,
             default_disk_bytes: None,
             max_disk_bytes: None,
+            max_lifetime_seconds: None,
         }
     }
 
@@ -86,6 +91,13 @@ impl ResourcePolicy {
         spec.cpu = spec.cpu.or(self.default_cpu);
         spec.pids = spec.pids.or(self.default_pids);
         spec.disk_bytes = spec.disk_bytes.or(self.default_disk_bytes);
+        spec.lifetime_seconds = match (spec.lifetime_seconds, self.max_lifetime_seconds) {
+            (Some(asked), Some(max)) => Some(asked.min(max)),
+            (asked, max) => asked.or(max),
+        };
+        if spec.lifetime_seconds == Some(0) {
+            return Err(AdmissionError::refused("lifetime", "must be at least 1 second"));
+        }
         if let (Some(asked), Some(max)) = (spec.memory_bytes, self.max_memory_bytes)
             && asked > max
         {
@@ -141,6 +153,21 @@ mod tests {
         assert_eq!(spec.cpu, Some(2.0));
         assert_eq!(spec.pids, Some(4096));
         assert_eq!(spec.disk_bytes, Some(10 * GIB));
+    }
+
+    #[test]
+    fn every_sandbox_gets_the_hard_lifetime_and_a_shorter_one_is_kept() {
+        let policy = ResourcePolicy { max_lifetime_seconds: Some(600), ..ResourcePolicy::default() };
+        let mut spec = SandboxSpec::new("t", "host");
+        policy.apply(&mut spec).unwrap();
+        assert_eq!(spec.lifetime_seconds, Some(600));
+        let mut longer = SandboxSpec { lifetime_seconds: Some(6000), ..SandboxSpec::new("t", "host") };
+        policy.apply(&mut longer).unwrap();
+        assert_eq!(longer.lifetime_seconds, Some(600), "the operator's cap holds");
+        let mut shorter = SandboxSpec { lifetime_seconds: Some(60), ..SandboxSpec::new("t", "host") };
+        policy.apply(&mut shorter).unwrap();
+        assert_eq!(shorter.lifetime_seconds, Some(60));
+        assert_eq!(ResourcePolicy::default().max_lifetime_seconds, Some(24 * 3600));
     }
 
     #[test]

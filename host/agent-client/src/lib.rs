@@ -110,6 +110,14 @@ impl AgentClient {
         self.call(method, path, full(bytes)).await
     }
 
+    /// Brings the sandbox's hard lifetime to `die_at` (Unix seconds), kept by the agent itself
+    /// (see the agent's `lifetime`); a later deadline than one in force is ignored.
+    pub async fn set_lifetime(&self, die_at: u64) -> Result<()> {
+        let bytes = serde_json::to_vec(&serde_json::json!({ "die_at": die_at }))
+            .map_err(|e| AgentClientError::Protocol(e.to_string()))?;
+        self.call_empty(Method::PUT, "/lifetime", full(bytes)).await
+    }
+
     async fn call_empty(&self, method: Method, path: &str, body: Body) -> Result<()> {
         let response = self.send_raw(method, path, body).await?;
         let _ = response.into_body().collect().await;

@@ -36,6 +36,9 @@ pub struct Args {
     /// Where spilled output, session scratch files and process logs go.
     #[arg(long, default_value = "/tmp/.orchard")]
     scratch_dir: PathBuf,
+    /// End the sandbox at this Unix time (seconds): its hard lifetime (see `lifetime`).
+    #[arg(long, value_name = "UNIX_SECONDS")]
+    pub die_at: Option<u64>,
     /// The image's entrypoint and command, started as background process `entrypoint`.
     #[arg(last = true)]
     entrypoint: Vec<String>,

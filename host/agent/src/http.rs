@@ -72,6 +72,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/defaults", axum::routing::put(defaults_put))
+        .route("/lifetime", axum::routing::put(lifetime_put))
         .route("/exec", post(exec_handler))
         .route("/processes", post(process_start).get(process_list))
         .route("/processes/{id}", get(process_get))
@@ -145,6 +146,18 @@ async fn defaults_put(
 ) -> Result<StatusCode, AgentError> {
     state.defaults.set(body)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Lifetime {
+    /// Unix seconds the sandbox ends at.
+    die_at: u64,
+}
+
+async fn lifetime_put(JsonBody(body): JsonBody<Lifetime>) -> StatusCode {
+    crate::lifetime::set(body.die_at);
+    StatusCode::NO_CONTENT
 }
 
 async fn health() -> Json<Health> {

@@ -15,6 +15,7 @@ mod files;
 mod http;
 mod http_proxy;
 mod ids;
+mod lifetime;
 mod output;
 mod process;
 mod pty;
@@ -56,6 +57,10 @@ fn main() -> anyhow::Result<()> {
     trim_bounding_set();
 
     reset_signal_dispositions();
+    if let Some(die_at) = args.die_at {
+        lifetime::set(die_at);
+    }
+    lifetime::start_watchdog().context("starting the lifetime watchdog")?;
     let config = config::Config::from_args(args).context("orchard-agent: bad configuration")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

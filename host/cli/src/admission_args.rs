@@ -52,6 +52,11 @@ pub struct AdmissionArgs {
     default_disk: String,
     #[arg(long, default_value = "100Gi", help_heading = "Admission")]
     max_disk: String,
+    /// Every sandbox's hard lifetime in seconds ("none": no limit). Enforced below the server
+    /// (by the sandbox's own init locally, `activeDeadlineSeconds` on Kubernetes): a sandbox
+    /// dies on time even when no server is left to delete it.
+    #[arg(long, default_value = "86400", help_heading = "Admission")]
+    max_sandbox_lifetime: String,
     /// A quota: `[TENANT:]sandboxes=N,memory=SIZE,cpu=CORES` (repeatable). Without a tenant it
     /// is every tenant's default. With several tenants and no default, each may hold at most
     /// half of --max-sandboxes.
@@ -109,6 +114,14 @@ fn pids(value: &serde_json::Value) -> Result<u64, String> {
         .ok_or_else(|| format!("{value}: not a process count"))
 }
 
+fn seconds(value: &serde_json::Value) -> Result<u64, String> {
+    value
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{value}: not a whole number of seconds"))
+}
+
 impl AdmissionArgs {
     pub fn build(
         &self,
@@ -143,6 +156,7 @@ impl AdmissionArgs {
             max_pids: optional("max-pids", &self.max_pids, pids)?,
             default_disk_bytes: optional("default-disk", &self.default_disk, parse_memory)?,
             max_disk_bytes: optional("max-disk", &self.max_disk, parse_memory)?,
+            max_lifetime_seconds: optional("max-sandbox-lifetime", &self.max_sandbox_lifetime, seconds)?,
         };
         resources.validate().map_err(anyhow::Error::msg)?;
         let mut default_quota = None;

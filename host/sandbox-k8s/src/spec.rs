@@ -259,6 +259,8 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             restart_policy: Some("Never".into()),
+            // The hard lifetime, kept by the kubelet: the pod ends on time with no replica left.
+            active_deadline_seconds: plan.spec.lifetime_seconds.map(|s| s.min(i64::MAX as u64) as i64),
             runtime_class_name: cluster.runtime_class.clone(),
             node_selector: (!cluster.node_selector.is_empty()).then(|| cluster.node_selector.clone()),
             tolerations: (!cluster.tolerations.is_empty()).then(|| cluster.tolerations.clone()),
@@ -496,7 +498,7 @@ mod tests {
 
     #[test]
     fn the_pod_carries_the_agent_the_record_and_no_privilege() {
-        let s = spec(true, &[]);
+        let s = SandboxSpec { lifetime_seconds: Some(3600), ..spec(true, &[]) };
         let plan = PodPlan {
             id: "sb-1",
             spec: &s,
@@ -511,6 +513,7 @@ mod tests {
         let p = as_json(&pod(&cluster(), &plan));
         let spec = &p["spec"];
         assert_eq!(spec["automountServiceAccountToken"], false);
+        assert_eq!(spec["activeDeadlineSeconds"], 3600, "the hard lifetime is the kubelet's to keep");
         assert_eq!(spec["runtimeClassName"], "gvisor");
         assert_eq!(spec["nodeSelector"], json!({"pool": "sandboxes"}));
         assert_eq!(spec["tolerations"][0]["key"], "spot");

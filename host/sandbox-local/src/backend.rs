@@ -23,6 +23,7 @@ impl Backend for LocalBackend {
             spec.id.as_ref().is_some_and(|id| self.seeds.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id));
         if !forked
             && let Some(claimed) = self.claim_pooled(&spec)
+            && self.limit_lifetime(&claimed.id, spec.lifetime_seconds).await
             && let Some(info) = orchard_sandbox::finish_claim(self, claimed, &spec).await
         {
             return Ok(info);
@@ -148,9 +149,13 @@ impl Backend for LocalBackend {
             .unwrap_or_else(|p| p.into_inner())
             .values()
             .filter(|s| !s.deleting.load(Ordering::Relaxed))
-            .map(|s| s.info())
-            .filter(|i| i.tenant != pool::POOL_TENANT && i.expires_at() <= now)
-            .map(|i| i.id)
+            .filter(|s| {
+                s.record.lock().unwrap_or_else(|p| p.into_inner()).past_lifetime() || {
+                    let i = s.info();
+                    i.tenant != pool::POOL_TENANT && i.expires_at() <= now
+                }
+            })
+            .map(|s| s.info().id)
             .collect();
         for id in &expired {
             tracing::info!(sandbox = %id, "idle timeout reached: deleting");

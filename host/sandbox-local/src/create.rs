@@ -57,6 +57,7 @@ impl LocalBackend {
             created_at: now(),
             last_active: now(),
             ttl_seconds: spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs()),
+            die_at: spec.lifetime_seconds.map(|s| (now() + s as f64).ceil()),
             token: random_hex(24),
             init_pid: 0,
             init_start: 0,
@@ -88,7 +89,12 @@ impl LocalBackend {
                 tokio::spawn(async move {
                     let status = monitor.exited().await;
                     if !watched.deleting.load(Ordering::Relaxed) {
-                        let message = format!("the sandbox exited unexpectedly ({status})");
+                        let past_lifetime = watched.record.lock().unwrap_or_else(|p| p.into_inner()).past_lifetime();
+                        let message = if past_lifetime {
+                            "the sandbox reached its hard lifetime (--max-sandbox-lifetime)".to_string()
+                        } else {
+                            format!("the sandbox exited unexpectedly ({status})")
+                        };
                         tracing::warn!(sandbox = %watched.record.lock().unwrap_or_else(|p| p.into_inner()).id, "{message}");
                         *watched.status.lock().unwrap_or_else(|p| p.into_inner()) =
                             (SandboxStatus::Failed, Some(message));
@@ -264,6 +270,7 @@ impl LocalBackend {
                 cgroup_view: self.cgroups.view(&record.cgroups),
                 etc_files: etc_files(&record.id, record.network.as_ref().map(|a| a.sandbox_ip), netns.is_some()),
                 netns,
+                die_at: record.die_at.map(|t| t as u64),
             },
             &record.token,
         )

@@ -84,6 +84,8 @@ pub struct LaunchSpec<'a> {
     pub loop_attached: bool,
     /// A forked child's layer to start from, when its upper lives inside the disk image.
     pub seed: Option<PathBuf>,
+    /// The hard lifetime's end (Unix seconds), kept by the agent.
+    pub die_at: Option<u64>,
 }
 
 /// /proc paths Docker makes read-only: global kernel settings and hardware.
@@ -151,6 +153,9 @@ fn bwrap_argv(spec: &LaunchSpec<'_>) -> Vec<String> {
         push(&["--add-seccomp-fd", &fd.to_string()]);
     }
     push(&["--info-fd", "4", "--", AGENT_PATH, "--listen", "fd:3", "--token-stdin", "--scratch-dir", SCRATCH_DIR]);
+    if let Some(die_at) = spec.die_at {
+        push(&["--die-at", &die_at.to_string()]);
+    }
     for root in spec.file_roots {
         push(&["--root", root]);
     }

@@ -82,7 +82,7 @@ async fn adopt(backend: &Arc<LocalBackend>, dir: &std::path::Path, record: &Reco
     if !record::is_alive(record.init_pid, record.init_start) {
         return false;
     }
-    if record.last_active + record.ttl_seconds as f64 <= record::now() {
+    if record.last_active + record.ttl_seconds as f64 <= record::now() || record.past_lifetime() {
         return false;
     }
     let agent = Arc::new(AgentClient::new(AgentAddr::Unix(dir.join(record::SOCKET_FILE)), &record.token));

@@ -30,6 +30,9 @@ pub struct Record {
     pub created_at: f64,
     pub last_active: f64,
     pub ttl_seconds: u64,
+    /// The hard lifetime's end (Unix seconds): the agent ends the sandbox then by itself.
+    #[serde(default)]
+    pub die_at: Option<f64>,
     /// The agent's token. The record lives in a 0700 directory outside every sandbox.
     pub token: String,
     /// The sandbox's pid 1 (the agent) on the host, and its start time in clock ticks, which
@@ -45,6 +48,11 @@ pub struct Record {
 }
 
 impl Record {
+    /// Whether the sandbox is past its hard lifetime.
+    pub fn past_lifetime(&self) -> bool {
+        self.die_at.is_some_and(|t| t <= now())
+    }
+
     pub fn load(dir: &Path) -> Result<Record, String> {
         let path = dir.join(RECORD_FILE);
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -26,6 +26,11 @@ pub struct SandboxSpec {
     pub disk_bytes: Option<u64>,
     /// Deleted after this many seconds without activity (exec, files, heartbeat).
     pub ttl_seconds: Option<u64>,
+    /// Hard lifetime: ended this many seconds after it starts whatever it does, by something
+    /// below the server (the sandbox's own init locally, `activeDeadlineSeconds` on
+    /// Kubernetes), so that it dies on time even when no server is left to delete it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime_seconds: Option<u64>,
     /// Added to the image's environment.
     pub env: BTreeMap<String, String>,
     /// Directories the agent's file API is confined to (default: the whole sandbox).
@@ -52,6 +57,7 @@ impl SandboxSpec {
             pids: None,
             disk_bytes: None,
             ttl_seconds: None,
+            lifetime_seconds: None,
             env: BTreeMap::new(),
             file_roots: Vec::new(),
             workdir: None,

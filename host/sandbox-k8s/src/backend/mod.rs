@@ -359,7 +359,11 @@ impl KubernetesBackend {
         let ttl = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
         for record in candidates {
             let now = format!("{:.3}", now());
-            let patch = serde_json::json!({
+            // The lifetime counts from the claim; the kubelet counts from the pod's start, which
+            // was about when it was created for the pool.
+            let deadline =
+                spec.lifetime_seconds.map(|s| (now_f() - record.created_at).max(0.0).ceil() as i64 + s as i64);
+            let mut patch = serde_json::json!({
                 "metadata": {
                     "resourceVersion": record.resource_version,
                     "labels": {LABEL_TENANT: spec.tenant},
@@ -372,6 +376,9 @@ impl KubernetesBackend {
                     },
                 }
             });
+            if let Some(deadline) = deadline {
+                patch["spec"] = serde_json::json!({ "activeDeadlineSeconds": deadline });
+            }
             let name = spec::object_name(&record.id);
             let (params, body) = (&PatchParams::default(), &Patch::Merge(&patch));
             match self.writes.run(|_| self.pods.patch(&name, params, body)).await {
