@@ -16,3 +16,4 @@ mod sandbox_images;
 mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod sandbox_network;
+mod sandbox_orphans;

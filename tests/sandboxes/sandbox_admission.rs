@@ -169,3 +169,34 @@ async fn a_tenant_at_its_quota_waits_and_the_others_do_not() {
     assert_eq!(status, 404, "the idle sandbox was not reaped");
     alice.create(json!({"image": "host"})).await;
 }
+
+#[tokio::test]
+async fn creates_over_a_tenants_rate_are_told_when_to_retry_and_a_storm_starts_a_few_at_a_time() {
+    let server = Server::start_with(ServerOptions {
+        api_keys: Some("alice:alice-key-1234,bob:bob-key-12345".into()),
+        extra_args: ["--tenant-create-rate", "0.5/s,burst=2", "--create-rate", "100/s", "--max-starting", "1"]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    })
+    .await;
+    let alice = Server::attach(&server.url, &server.state_dir).with_key("alice-key-1234");
+    let bob = Server::attach(&server.url, &server.state_dir).with_key("bob-key-12345");
+    // Two at once (the burst) pass, one permit at a time.
+    let (a, b) = tokio::join!(alice.create(json!({"image": "host"})), alice.create(json!({"image": "host"})));
+    assert_ne!(a, b);
+    let resp = alice.request(Method::POST, "/sandboxes").json(&json!({"image": "host"})).send().await.unwrap();
+    assert_eq!(resp.status(), 429);
+    let wait: u64 = resp.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&wait), "retry after {wait} s");
+    let v: Value = resp.json().await.unwrap();
+    assert!(v["detail"].as_str().unwrap().contains("tenant's create rate (0.5/s, bursts of 2)"), "{v}");
+    // A batch larger than the burst can never pass: refused, not delayed.
+    let (status, v) = bob.call(Method::POST, "/v1/sandboxes/batch", Some(json!({"image": "host", "count": 3}))).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("count"), "{v}");
+    // Bob's rate is his own; after the wait, Alice's next create passes.
+    bob.create(json!({"image": "host"})).await;
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    alice.create(json!({"image": "host"})).await;
+}

@@ -14,10 +14,12 @@
 
 mod images;
 mod quotas;
+mod rates;
 mod resources;
 
 pub use images::{DEFAULT_REGISTRIES, ImagePolicy};
 pub use quotas::{Quota, Quotas, Reservation, Usage};
+pub use rates::{CreateRates, Rate};
 pub use resources::{ResourcePolicy, format_bytes};
 
 use orchard_sandbox::SandboxSpec;
@@ -36,6 +38,14 @@ pub enum AdmissionError {
     /// The tenant is at its quota; retrying after some of its sandboxes are gone will work.
     #[error("{0}")]
     OverQuota(String),
+    /// Creates come faster than the server's or the tenant's create rate allows.
+    #[error("{message}")]
+    RateLimited {
+        /// What was exceeded, and the wait.
+        message: String,
+        /// Seconds after which the same create would pass.
+        retry_after_seconds: u64,
+    },
 }
 
 impl AdmissionError {
@@ -53,6 +63,8 @@ pub struct Admission {
     pub resources: ResourcePolicy,
     /// Each tenant's quota and what it holds.
     pub quotas: Quotas,
+    /// How fast sandboxes may be created, by the whole server and by each tenant.
+    pub rates: CreateRates,
 }
 
 impl Admission {
@@ -63,6 +75,8 @@ impl Admission {
         spec.image = self.images.admit(&spec.image)?;
         self.resources.apply(&mut spec)?;
         let reservation = self.quotas.reserve(&spec, count)?;
+        // Last: a create refused for anything else spends none of the rate.
+        self.rates.take(&spec.tenant, count)?;
         Ok((spec, reservation))
     }
 }

@@ -111,6 +111,10 @@ impl From<AdmissionError> for ApiError {
             AdmissionError::OverQuota(message) => {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "quota", message).retry_after(5)
             }
+            AdmissionError::RateLimited { message, retry_after_seconds } => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate", message)
+                    .retry_after(u32::try_from(retry_after_seconds).unwrap_or(u32::MAX))
+            }
         }
     }
 }

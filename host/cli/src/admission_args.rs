@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use orchard_admission::{Admission, DEFAULT_REGISTRIES, ImagePolicy, Quota, Quotas, ResourcePolicy};
+use orchard_admission::{Admission, CreateRates, DEFAULT_REGISTRIES, ImagePolicy, Quota, Quotas, Rate, ResourcePolicy};
 use orchard_server::ApiKeys;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -62,6 +62,13 @@ pub struct AdmissionArgs {
     /// half of --max-sandboxes.
     #[arg(long = "tenant-quota", help_heading = "Admission")]
     tenant_quotas: Vec<String>,
+    /// Sandboxes the whole server may create a second: `N/s` or `N/s,burst=M` ("none": no
+    /// limit). Creates over it are answered 429 with Retry-After.
+    #[arg(long, default_value = "500/s,burst=2000", help_heading = "Admission")]
+    create_rate: String,
+    /// Sandboxes each tenant may create a second, as --create-rate.
+    #[arg(long, default_value = "200/s,burst=1000", help_heading = "Admission")]
+    tenant_create_rate: String,
 }
 
 fn name_ref(text: &str) -> Result<(String, String), String> {
@@ -179,7 +186,17 @@ impl AdmissionArgs {
         for (tenant, quota) in per_tenant {
             quotas.set(&tenant, quota);
         }
-        Ok(Admission { images, resources, quotas })
+        let rate = |flag: &str, text: &str| -> anyhow::Result<Option<Rate>> {
+            if text.eq_ignore_ascii_case("none") {
+                return Ok(None);
+            }
+            Rate::parse(text).map(Some).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+        };
+        let rates = CreateRates::new(
+            rate("create-rate", &self.create_rate)?,
+            rate("tenant-create-rate", &self.tenant_create_rate)?,
+        );
+        Ok(Admission { images, resources, quotas, rates })
     }
 }
 

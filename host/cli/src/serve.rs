@@ -117,6 +117,9 @@ pub struct ServeArgs {
     /// the desktop; without it, live views only watch.
     #[arg(long)]
     desktop_control: bool,
+    /// Most sandboxes starting at once (creates beyond it wait their turn, up to a minute).
+    #[arg(long, default_value_t = orchard_server::DEFAULT_MAX_STARTING)]
+    max_starting: usize,
     /// Most connections open at once.
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
@@ -323,7 +326,8 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
     let state = AppState::new(backend.clone(), keys, admission, Some(registry))
         .with_evals(service)
         .with_metrics_token(args.metrics_token.clone())
-        .with_desktop_control(args.desktop_control);
+        .with_desktop_control(args.desktop_control)
+        .with_max_starting(args.max_starting);
     let housekeeping = orchard_server::spawn_housekeeping(state.clone(), Duration::from_secs(1));
     let (stop_runner, runner_stopped) = tokio::sync::oneshot::channel::<()>();
     let running = {

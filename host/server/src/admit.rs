@@ -9,6 +9,8 @@ use crate::{ApiError, ApiResult, AppState, Tenant};
 
 /// How many creates of one batch run at once.
 const BATCH_CONCURRENCY: usize = 64;
+/// Longest a create waits for one of the starting permits before it is told to retry.
+const STARTING_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl AppState {
     /// Creates one sandbox. A create that repeats an earlier one exactly (same tenant, id,
@@ -20,6 +22,7 @@ impl AppState {
         }
         let (spec, mut reservation) = self.admission.admit(spec, 1)?;
         let client = spec.id.as_deref().map(|id| crate::unscoped(&spec.tenant, id).to_string());
+        let _starting = self.starting_permit().await?;
         let info = self.backend.create(spec).await.map_err(|e| match (e, client) {
             // Named as the client named it, not by the server's scoped id.
             (orchard_sandbox::SandboxError::AlreadyExists(_), Some(id)) => {
@@ -29,6 +32,26 @@ impl AppState {
         })?;
         reservation.commit(&info.id);
         Ok(info)
+    }
+
+    /// One of the `--max-starting` permits: a storm of creates is started a bounded number at a
+    /// time (the rest wait their turn), so it cannot take the host's CPU, memory or descriptors
+    /// all at once.
+    async fn starting_permit(&self) -> ApiResult<tokio::sync::SemaphorePermit<'_>> {
+        match tokio::time::timeout(STARTING_WAIT, self.starting.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(ApiError {
+                retry_after: Some(5),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "capacity",
+                    format!(
+                        "too many sandboxes are starting at once (orchard serve --max-starting): this create waited {} s",
+                        STARTING_WAIT.as_secs()
+                    ),
+                )
+            }),
+        }
     }
 
     /// The sandbox an identical earlier create made, when `spec` repeats one.
@@ -68,7 +91,10 @@ impl AppState {
         }
         let creates = (0..count).map(|_| {
             let (backend, spec) = (self.backend.clone(), spec.clone());
-            async move { backend.create(spec).await }
+            async move {
+                let _starting = self.starting_permit().await.map_err(|e| SandboxError::Capacity(e.detail))?;
+                backend.create(spec).await
+            }
         });
         let results: Vec<Result<SandboxInfo, SandboxError>> =
             futures::stream::iter(creates).buffer_unordered(BATCH_CONCURRENCY).collect().await;

@@ -38,6 +38,9 @@ pub use listener::ConnectionLimits;
 pub use openapi::document_value as openapi_document;
 pub use orchard_api_kit::{ApiError, ApiResult};
 
+/// Sandboxes starting at once unless the operator says otherwise.
+pub const DEFAULT_MAX_STARTING: usize = 128;
+
 /// What every route shares.
 pub struct AppState {
     /// Where sandboxes run.
@@ -63,6 +66,9 @@ pub struct AppState {
     /// Whether a desktop's live view may take input (`orchard serve --desktop-control`); off,
     /// live views only watch.
     pub desktop_control: bool,
+    /// Creates the backend is working on at once (`orchard serve --max-starting`); more wait
+    /// for a permit (see `admit`).
+    pub starting: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -85,7 +91,16 @@ impl AppState {
             openenv: None,
             metrics_token: None,
             desktop_control: false,
+            starting: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_STARTING)),
         })
+    }
+
+    /// The same state, with at most `n` sandboxes starting at once.
+    pub fn with_max_starting(self: Arc<Self>, n: usize) -> Arc<Self> {
+        let mut state =
+            Arc::try_unwrap(self).unwrap_or_else(|_| panic!("with_max_starting before the state is shared"));
+        state.starting = Arc::new(tokio::sync::Semaphore::new(n.max(1)));
+        Arc::new(state)
     }
 
     /// The same state, letting desktop live views take input when `allowed`.

@@ -1,0 +1,246 @@
+//! Leaks under pressure: the server SIGKILLed in the middle of a 500-sandbox create storm and of
+//! a batch delete, then restarted on the same state. After the restart nothing runs, is mounted,
+//! attached or grouped on the host that no live record owns, and everything a live record owns
+//! still works. A sandbox also dies at its hard lifetime when no server is left to end it.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use orchard_tests::{Server, ServerOptions, pid_alive};
+use serde_json::json;
+
+const STORM: usize = 500;
+
+fn options(state: &Path, extra: &[&str]) -> ServerOptions {
+    let mut extra_args: Vec<String> =
+        ["--max-sandboxes", "600", "--max-connections-per-client", "2048"].iter().map(|s| s.to_string()).collect();
+    extra_args.extend(extra.iter().map(|s| s.to_string()));
+    ServerOptions { state_dir: Some(state.to_path_buf()), extra_args, ..Default::default() }
+}
+
+/// What the host holds for the server's state directory, by owner.
+#[derive(Debug, Default)]
+struct Holdings {
+    /// Sandbox records on disk (`run/sandboxes/<id>`).
+    records: BTreeSet<String>,
+    /// Sandbox cgroups under the instance's groups.
+    cgroups: BTreeSet<String>,
+    /// Sandboxes any live process runs in (by its cgroup).
+    processes: BTreeSet<String>,
+    /// Loop devices backed by a sandbox's layer (by sandbox), and by anything else of the state
+    /// directory that is not the live server's own stock of prepared disks.
+    loops: BTreeSet<String>,
+    stray_loops: Vec<String>,
+    /// Host mounts under the state directory other than its run directory.
+    stray_mounts: Vec<String>,
+}
+
+/// The instance's cgroup directories (`…/orchard-<instance>`), read from a record.
+fn instance_groups(record: &serde_json::Value) -> Vec<PathBuf> {
+    record["cgroups"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| Path::new(c.as_str()?).parent().map(Path::to_path_buf)).collect())
+        .unwrap_or_default()
+}
+
+fn survey(state: &Path, groups: &[PathBuf]) -> Holdings {
+    let state = std::fs::canonicalize(state).unwrap();
+    let mut h = Holdings::default();
+    for entry in std::fs::read_dir(state.join("run/sandboxes")).unwrap().flatten() {
+        h.records.insert(entry.file_name().to_string_lossy().into_owned());
+    }
+    for group in groups {
+        for entry in std::fs::read_dir(group).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default() {
+            if entry.path().is_dir() {
+                h.cgroups.insert(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    let group_names: BTreeSet<String> =
+        groups.iter().filter_map(|g| g.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("cgroup")) else { continue };
+        for line in text.lines() {
+            let path = line.rsplit(':').next().unwrap_or("");
+            let mut parts = path.split('/').skip_while(|p| !group_names.contains(*p));
+            if parts.next().is_some()
+                && let Some(id) = parts.next()
+            {
+                h.processes.insert(id.to_string());
+            }
+        }
+    }
+    let state_text = state.display().to_string();
+    for entry in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let Ok(backing) = std::fs::read_to_string(entry.path().join("loop/backing_file")) else { continue };
+        let backing = backing.trim().to_string();
+        if !backing.starts_with(&state_text) {
+            continue;
+        }
+        let rest = &backing[state_text.len()..];
+        let layer = rest.strip_prefix("/layers/").and_then(|r| r.strip_suffix("/disk.img"));
+        match layer {
+            Some(id) => {
+                h.loops.insert(id.to_string());
+            }
+            None if rest.starts_with("/disks/stock/") && !rest.ends_with("(deleted)") => {}
+            None => h.stray_loops.push(backing),
+        }
+    }
+    let run = state.join("run").display().to_string();
+    for line in std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines() {
+        let point = line.split_whitespace().nth(4).unwrap_or("");
+        if point.starts_with(&state_text) && point != run {
+            h.stray_mounts.push(line.to_string());
+        }
+    }
+    h
+}
+
+/// Nothing the host holds lacks a live record; every record's sandbox answers.
+async fn assert_nothing_unowned(server: &Server, groups: &[PathBuf], must_live: &BTreeSet<String>) -> Holdings {
+    // Cleanups of what reconciliation removed finish just behind its start.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut h = survey(&server.state_dir, groups);
+    while Instant::now() < deadline
+        && !(h.cgroups.is_subset(&h.records) && h.processes.is_subset(&h.records) && h.loops.is_subset(&h.records))
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        h = survey(&server.state_dir, groups);
+    }
+    assert!(h.cgroups.is_subset(&h.records), "cgroups without a record: {:?}", h.cgroups.difference(&h.records));
+    assert!(h.processes.is_subset(&h.records), "processes without a record: {:?}", h.processes.difference(&h.records));
+    assert!(h.loops.is_subset(&h.records), "loop devices without a record: {:?}", h.loops.difference(&h.records));
+    assert!(h.stray_loops.is_empty(), "loop devices of nothing: {:?}", h.stray_loops);
+    assert!(h.stray_mounts.is_empty(), "host mounts left: {:?}", h.stray_mounts);
+    for id in &h.records {
+        let r = server.sh(id, "echo alive").await;
+        assert_eq!(r.stdout.text, "alive\n", "the adopted sandbox {id} does not work: {r:?}");
+    }
+    assert!(must_live.is_subset(&h.records), "answered sandboxes removed: {:?}", must_live.difference(&h.records));
+    h
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_create_storm_and_mid_batch_delete_leaves_nothing_unowned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let mut first = Server::start_with(options(&state, &[])).await;
+    // One sandbox first: its record names the instance's cgroup groups.
+    let probe = first.create_host().await;
+    let groups = instance_groups(&first.record(&probe));
+    assert!(!groups.is_empty(), "no cgroups on this host");
+
+    // 1. The storm: 500 creates at once; the server dies once a fifth are answered.
+    let answered = Arc::new(std::sync::Mutex::new(BTreeSet::from([probe.clone()])));
+    let done = Arc::new(AtomicUsize::new(0));
+    let url = first.url.clone();
+    let mut storm = Vec::new();
+    for _ in 0..STORM {
+        let (answered, done, url) = (answered.clone(), done.clone(), url.clone());
+        storm.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let reply = client.post(format!("{url}/sandboxes")).json(&json!({"image": "host"})).send().await;
+            if let Ok(reply) = reply
+                && reply.status().is_success()
+                && let Ok(v) = reply.json::<serde_json::Value>().await
+                && let Some(id) = v["sandbox_id"].as_str()
+            {
+                answered.lock().unwrap().insert(id.to_string());
+            }
+            done.fetch_add(1, Ordering::Relaxed);
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while answered.lock().unwrap().len() < STORM / 5 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.crash();
+    for task in storm {
+        let _ = task.await;
+    }
+    let answered = answered.lock().unwrap().clone();
+    assert!(
+        answered.len() > STORM / 10 && answered.len() < STORM,
+        "the kill did not land mid-storm: {}",
+        answered.len()
+    );
+    let before = survey(&state, &groups);
+    assert!(before.records.len() > answered.len(), "nothing was in flight at the kill: {before:?}");
+
+    let mut second = Server::start_with(options(&state, &[])).await;
+    let after_storm = assert_nothing_unowned(&second, &groups, &answered).await;
+    eprintln!(
+        "storm: {} answered before the kill, {} records on disk at the kill, {} adopted",
+        answered.len(),
+        before.records.len(),
+        after_storm.records.len()
+    );
+
+    // 2. A batch delete of everything, killed half way.
+    let ids: Vec<String> = after_storm.records.iter().cloned().collect();
+    let deleted = Arc::new(AtomicUsize::new(0));
+    let mut deletes = Vec::new();
+    for id in ids.clone() {
+        let (deleted, url) = (deleted.clone(), second.url.clone());
+        deletes.push(tokio::spawn(async move {
+            let reply = reqwest::Client::new().delete(format!("{url}/sandboxes/{id}")).send().await;
+            if reply.is_ok_and(|r| r.status().is_success()) {
+                deleted.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while deleted.load(Ordering::Relaxed) < ids.len() / 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    second.crash();
+    for task in deletes {
+        let _ = task.await;
+    }
+    let third = Server::start_with(options(&state, &[])).await;
+    let after_delete = assert_nothing_unowned(&third, &groups, &BTreeSet::new()).await;
+    assert!(after_delete.records.len() < ids.len(), "the deletes did not start before the kill");
+    eprintln!(
+        "batch delete: {} of {} answered before the kill, {} left",
+        deleted.load(Ordering::Relaxed),
+        ids.len(),
+        after_delete.records.len()
+    );
+
+    // 3. The rest deleted normally: nothing at all is left.
+    for id in &after_delete.records {
+        let (status, v) = third.call(reqwest::Method::DELETE, &format!("/sandboxes/{id}"), None).await;
+        assert_eq!(status, 200, "{v}");
+    }
+    let empty = assert_nothing_unowned(&third, &groups, &BTreeSet::new()).await;
+    assert!(
+        empty.records.is_empty() && empty.cgroups.is_empty() && empty.processes.is_empty() && empty.loops.is_empty(),
+        "{empty:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_sandbox_dies_at_its_hard_lifetime_with_no_server_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let mut server = Server::start_with(options(&state, &["--max-sandbox-lifetime", "3"])).await;
+    let id = server.create_host().await;
+    let (status, v) = server.call(reqwest::Method::GET, &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(status, 200, "{v}");
+    let init = server.record(&id)["init_pid"].as_i64().unwrap();
+    server.crash();
+    assert!(pid_alive(init), "the sandbox died with its server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pid_alive(init) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!pid_alive(init), "the sandbox outlived its hard lifetime with no server");
+    // The next server cleans up what the dead sandbox left.
+    let next = Server::start_with(options(&state, &["--max-sandbox-lifetime", "3"])).await;
+    let (status, _) = next.call(reqwest::Method::GET, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(status, 404);
+}
