@@ -11,6 +11,7 @@ mod fork;
 mod plugins;
 mod refs;
 mod service;
+mod startup;
 mod stats;
 mod verifier;
 
@@ -62,7 +63,7 @@ struct Args {
     /// Forks of a 50 MB writable layer timed in the fork suite (each way).
     #[arg(long, default_value_t = 20)]
     forks: usize,
-    /// Which benchmarks: sandboxes, plugins, service, verifier, browser, desktop, fork, bar (simulated),
+    /// Which benchmarks: sandboxes, plugins, service, startup, verifier, browser, desktop, fork, bar (simulated),
     /// bar-real (through `orchard serve`), or all.
     #[arg(long, default_value = "all")]
     suite: String,
@@ -257,6 +258,11 @@ fn main() -> anyhow::Result<()> {
             args.service_concurrency,
         ))?);
     }
+    if matches!(args.suite.as_str(), "all" | "startup") {
+        let examples = bin.ancestors().nth(3).map(|root| root.join("examples/tasks")).filter(|p| p.is_dir());
+        let examples = examples.ok_or_else(|| anyhow::anyhow!("examples/tasks not found above {}", bin.display()))?;
+        rows.extend(runtime.block_on(startup::run(&bin, &examples, 3))?);
+    }
     if matches!(args.suite.as_str(), "all" | "verifier") {
         let swe = bin.ancestors().nth(3).map(|root| root.join("examples/swe-mini")).filter(|p| p.is_dir());
         let swe = swe.ok_or_else(|| anyhow::anyhow!("examples/swe-mini not found above {}", bin.display()))?;
@@ -287,7 +293,7 @@ fn main() -> anyhow::Result<()> {
     }
     anyhow::ensure!(
         !rows.is_empty(),
-        "--suite: sandboxes, plugins, service, verifier, browser, desktop, fork, bar, bar-real or all"
+        "--suite: sandboxes, plugins, service, startup, verifier, browser, desktop, fork, bar, bar-real or all"
     );
     print_table(&rows);
     Ok(())
