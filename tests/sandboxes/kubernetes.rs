@@ -537,6 +537,9 @@ async fn two_replicas_claim_from_one_warm_pool_and_never_the_same_pod() {
     let notes = pod.metadata.annotations.unwrap();
     assert!(!notes.contains_key("orchard.dev/pool"), "{notes:?}");
     assert_eq!(notes.get("orchard.dev/tenant").map(String::as_str), Some("default"));
+    // The hard lifetime (the server's default, a day) counts from the claim, kept by the kubelet.
+    let deadline = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds).expect("activeDeadlineSeconds");
+    assert!((86_400..86_400 + 120).contains(&deadline), "activeDeadlineSeconds {deadline}");
     // The owner of the pool tops it up again.
     wait_until("the pool to refill", Duration::from_secs(60), async || {
         let pods = cluster.api::<Pod>().list(&Default::default()).await.unwrap().items;
