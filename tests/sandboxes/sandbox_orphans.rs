@@ -224,23 +224,34 @@ async fn a_server_killed_mid_create_storm_and_mid_batch_delete_leaves_nothing_un
 }
 
 #[tokio::test]
-async fn a_sandbox_dies_at_its_hard_lifetime_with_no_server_left() {
+async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
-    let mut server = Server::start_with(options(&state, &["--max-sandbox-lifetime", "3"])).await;
-    let id = server.create_host().await;
-    let (status, v) = server.call(reqwest::Method::GET, &format!("/v1/sandboxes/{id}"), None).await;
-    assert_eq!(status, 200, "{v}");
-    let init = server.record(&id)["init_pid"].as_i64().unwrap();
-    server.crash();
-    assert!(pid_alive(init), "the sandbox died with its server");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pid_alive(init) && Instant::now() < deadline {
+    let args = ["--max-sandbox-lifetime", "3", "--warm-pool", "host=1"];
+    let mut server = Server::start_with(options(&state, &args)).await;
+    // One claimed from the warm pool (its lifetime counts from the claim), one started cold.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(state.join("run/sandboxes")).map(|d| d.count()).unwrap_or(0) < 1 {
+        assert!(Instant::now() < deadline, "the warm pool did not fill");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!pid_alive(init), "the sandbox outlived its hard lifetime with no server");
-    // The next server cleans up what the dead sandbox left.
-    let next = Server::start_with(options(&state, &["--max-sandbox-lifetime", "3"])).await;
-    let (status, _) = next.call(reqwest::Method::GET, &format!("/sandboxes/{id}"), None).await;
-    assert_eq!(status, 404);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pooled = server.create_host().await;
+    let cold = server.create(json!({"image": "host", "sandbox_id": "cold-one"})).await;
+    let inits: Vec<i64> = [&pooled, &cold].iter().map(|id| server.record(id)["init_pid"].as_i64().unwrap()).collect();
+    server.crash();
+    assert!(inits.iter().all(|pid| pid_alive(*pid)), "the sandboxes died with their server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while inits.iter().any(|pid| pid_alive(*pid)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (id, pid) in [&pooled, &cold].iter().zip(&inits) {
+        assert!(!pid_alive(*pid), "{id} outlived its hard lifetime with no server");
+    }
+    // The next server cleans up what the dead sandboxes left.
+    let next = Server::start_with(options(&state, &args)).await;
+    for id in [&pooled, &cold] {
+        let (status, _) = next.call(reqwest::Method::GET, &format!("/sandboxes/{id}"), None).await;
+        assert_eq!(status, 404);
+    }
 }

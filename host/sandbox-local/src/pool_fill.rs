@@ -33,23 +33,29 @@ impl LocalBackend {
         Some(claimed.info())
     }
 
-    /// Gives a sandbox claimed from a pool its hard lifetime, counted from the claim: recorded,
-    /// and handed to its agent, which keeps it. `false` (and the sandbox deleted) when the agent
-    /// did not take it.
-    pub(crate) async fn limit_lifetime(&self, id: &str, lifetime: Option<u64>) -> bool {
+    /// Gives a sandbox claimed from a pool its hard lifetime, counted from the claim: recorded
+    /// at once (the reaper and a restarted server keep it from then on), and handed to its agent
+    /// behind the answer, off the claim's path (a round trip of ~0.3 ms); an agent that does not
+    /// take it gets its sandbox deleted.
+    pub(crate) fn limit_lifetime(&self, id: &str, lifetime: Option<u64>) -> bool {
         let Some(seconds) = lifetime else { return true };
         let Ok(sandbox) = self.find(id) else { return false };
         let die_at = (now() + seconds as f64).ceil();
-        if let Err(e) = sandbox.agent.set_lifetime(die_at as u64).await {
-            tracing::warn!(sandbox = %id, "a claimed sandbox refused its lifetime: {e}");
-            let _ = orchard_sandbox::Backend::delete(self, id).await;
-            return false;
+        {
+            let mut r = sandbox.record.lock().unwrap_or_else(|p| p.into_inner());
+            r.die_at = Some(die_at);
+            if let Err(e) = r.save(&sandbox.dir) {
+                tracing::warn!(sandbox = %id, "recording a claimed sandbox's lifetime: {e}");
+            }
         }
-        let mut r = sandbox.record.lock().unwrap_or_else(|p| p.into_inner());
-        r.die_at = Some(die_at);
-        if let Err(e) = r.save(&sandbox.dir) {
-            tracing::warn!(sandbox = %id, "recording a claimed sandbox's lifetime: {e}");
-        }
+        let Some(backend) = self.me.get().and_then(std::sync::Weak::upgrade) else { return true };
+        let id = id.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = sandbox.agent.set_lifetime(die_at as u64).await {
+                tracing::warn!(sandbox = %id, "a claimed sandbox refused its lifetime, deleting it: {e}");
+                let _ = orchard_sandbox::Backend::delete(backend.as_ref(), &id).await;
+            }
+        });
         true
     }
 
