@@ -67,6 +67,22 @@ impl Bucket {
         self.at = now;
     }
 
+    /// Refills, then refuses `n` creates when they can never pass (more than a burst) or when
+    /// they must wait; `who` and `whose` name the limit in the answer.
+    fn check(&mut self, rate: &Rate, now: Instant, n: f64, who: &str, whose: &str) -> Result<(), AdmissionError> {
+        self.refill(rate, now);
+        if n > rate.burst {
+            return Err(refused(format!(
+                "{n} creates at once are more than this server lets {who} start at once ({})",
+                rate.burst
+            )));
+        }
+        if self.tokens < n {
+            return Err(limited(whose, rate, self.wait_for(rate, n)));
+        }
+        Ok(())
+    }
+
     /// Seconds until `n` tokens are there (0 when they are).
     fn wait_for(&self, rate: &Rate, n: f64) -> f64 {
         ((n - self.tokens) / rate.per_second).max(0.0)
@@ -105,29 +121,11 @@ impl CreateRates {
                 tenants.retain(|_, b| now.saturating_duration_since(b.at).as_secs_f64() < IDLE_TENANT_SECONDS);
             }
             let bucket = tenants.entry(tenant.to_string()).or_insert_with(|| Bucket::full(rate));
-            bucket.refill(rate, now);
-            if n > rate.burst {
-                return Err(refused(format!(
-                    "{count} creates at once are more than this server lets one tenant start at once ({})",
-                    rate.burst
-                )));
-            }
-            if bucket.tokens < n {
-                return Err(limited("this tenant's", rate, bucket.wait_for(rate, n)));
-            }
+            bucket.check(rate, now, n, "one tenant", "this tenant's")?;
         }
         if let Some((rate, bucket)) = &self.global {
             let mut bucket = bucket.lock().unwrap_or_else(|p| p.into_inner());
-            bucket.refill(rate, now);
-            if n > rate.burst {
-                return Err(refused(format!(
-                    "{count} creates at once are more than this server starts at once ({})",
-                    rate.burst
-                )));
-            }
-            if bucket.tokens < n {
-                return Err(limited("the server's", rate, bucket.wait_for(rate, n)));
-            }
+            bucket.check(rate, now, n, "the whole server", "the server's")?;
             bucket.tokens -= n;
         }
         if let Some(bucket) = self.per_tenant.and(tenants.get_mut(tenant)) {
