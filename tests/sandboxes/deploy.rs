@@ -191,7 +191,6 @@ fn the_objects_the_backend_writes_validate_strictly() {
     let docs = [
         serde_json::to_value(spec::pod(&cluster, &plan)).unwrap(),
         serde_json::to_value(spec::network_policy(&cluster, &plan)).unwrap(),
-        serde_json::to_value(spec::token_secret(&cluster, &plan)).unwrap(),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (i, doc) in docs.iter().enumerate() {

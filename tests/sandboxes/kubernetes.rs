@@ -96,6 +96,10 @@ async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, mut 
     }
 }
 
+fn gone_now(r: Result<(), kube::Error>) -> bool {
+    matches!(r, Err(kube::Error::Api(e)) if e.code == 404)
+}
+
 #[tokio::test]
 async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it() {
     let cluster = Cluster::start().await;
@@ -136,12 +140,16 @@ async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it()
     assert_eq!(meta["labels"]["orchard.dev/sandbox"], "sb-direct");
     assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "orchard");
     assert_eq!(meta["annotations"]["orchard.dev/owner-host"], "host-a");
-    let (ip, token, _) = cluster.kubelet.agent("orchard-sb-direct").expect("the kubelet ran the agent");
-    assert_eq!(
-        meta["annotations"]["orchard.dev/token-sha256"],
-        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&token))
-    );
+    let (ip, token_hash, _) = cluster.kubelet.agent("orchard-sb-direct").expect("the kubelet ran the agent");
+    assert_eq!(meta["annotations"]["orchard.dev/token-sha256"], token_hash.as_str());
+    // The token is derived from the installation key; the pod (and so the sandbox) holds only
+    // its hash, and no Secret is made for it.
+    let key = std::fs::read(cluster.key_dir.path().join("key")).unwrap();
+    let nonce = meta["annotations"]["orchard.dev/token-nonce"].as_str().unwrap();
+    let token = orchard_sandbox_k8s::token::sandbox_token(&key, "sb-direct", nonce);
+    assert_eq!(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&token)), token_hash);
     assert!(!p.to_string().contains(&token), "the token is never in the pod");
+    assert!(gone_now(cluster.api::<Secret>().get("orchard-sb-direct").await.map(|_| ())), "a token Secret was made");
     let policy: NetworkPolicy = cluster.api().get("orchard-sb-direct").await.expect("network policy");
     let policy = serde_json::to_value(&policy).unwrap();
     assert_eq!(policy["spec"]["egress"], json!([]), "network blocked by default");
@@ -204,7 +212,7 @@ async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it()
     let direct = reqwest::get(format!("http://{ip}:{}/health", cluster.port)).await.unwrap();
     assert_eq!(direct.status(), 401, "the agent refuses requests without the sandbox's token");
 
-    // Delete: pod (grace 0), secret and policy go; the kubelet stops the agent.
+    // Delete: pod (grace 0) and policy go; the kubelet stops the agent.
     let (status, _) = server.call(reqwest::Method::DELETE, "/sandboxes/sb-direct", None).await;
     assert_eq!(status, 200);
     let gone = |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(e)) if e.code == 404);
@@ -370,7 +378,7 @@ async fn a_429_storm_on_create_is_ridden_out_with_backoff() {
     let cluster = Cluster::start().await;
     let server = cluster.host("host-a").await;
     cluster.api.inject_faults("POST", "/pods", 429, 6).await;
-    cluster.api.inject_faults("POST", "/secrets", 503, 2).await;
+    cluster.api.inject_faults("POST", "/networkpolicies", 503, 2).await;
     let creates = (0..3).map(|i| {
         let server = &server;
         async move {
@@ -386,8 +394,8 @@ async fn a_429_storm_on_create_is_ridden_out_with_backoff() {
     }
     let requests = cluster.api.requests().await;
     let pod_posts = requests.iter().filter(|(m, p)| m == "POST" && p.ends_with("/pods")).count();
-    let secret_posts = requests.iter().filter(|(m, p)| m == "POST" && p.ends_with("/secrets")).count();
-    assert_eq!((pod_posts, secret_posts), (3 + 6, 3 + 2), "each refused write retried, nothing created twice");
+    let policy_posts = requests.iter().filter(|(m, p)| m == "POST" && p.ends_with("/networkpolicies")).count();
+    assert_eq!((pod_posts, policy_posts), (3 + 6, 3 + 2), "each refused write retried, nothing created twice");
     assert_eq!(cluster.api::<Pod>().list(&Default::default()).await.unwrap().items.len(), 3);
     for i in 0..3 {
         assert_eq!(server.sh(&format!("sb-storm-{i}"), "echo ok").await.stdout.text, "ok\n");
@@ -549,6 +557,22 @@ async fn two_replicas_claim_from_one_warm_pool_and_never_the_same_pod() {
             >= 4
     })
     .await;
+    // One uncontended warm-pool lifecycle (claim, use, delete) costs the API server 3 writes:
+    // the claim's patch, and the pod's and its policy's deletes. No Secret: the pod holds only
+    // its token's hash.
+    let before = cluster.api.requests().await.len();
+    let id = create(&a, body.clone()).await["sandbox_id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("pool-"), "not claimed from the pool: {id}");
+    assert_eq!(a.sh(&id, "echo used").await.stdout.text, "used\n");
+    let (status, v) = a.call(reqwest::Method::DELETE, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(status, 200, "{v}");
+    let name = format!("orchard-{id}");
+    let writes: Vec<(String, String)> = cluster.api.requests().await[before..]
+        .iter()
+        .filter(|(method, path)| method != "GET" && path.ends_with(&name))
+        .cloned()
+        .collect();
+    assert_eq!(writes.len(), 3, "writes for one warm-pool lifecycle: {writes:?}");
 }
 
 /// `orchard eval TASKS ARGS` on the Kubernetes backend, the tasks' image a busybox pushed to a

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
@@ -119,7 +119,7 @@ impl Drop for ApiServer {
 pub type StartedPods = Arc<Mutex<Vec<(String, Vec<String>)>>>;
 
 /// Plays the kubelet: watches pods; for each new one, by its image, runs the real agent (on a
-/// fresh 127.x address, with the token from the Secret the pod mounts) and reports it Running
+/// fresh 127.x address, checking requests against the token hash the pod carries) and reports it Running
 /// and Ready, or reports it unschedulable, failing to pull, or exited.
 pub struct FakeKubelet {
     task: tokio::task::JoinHandle<()>,
@@ -130,7 +130,8 @@ pub struct FakeKubelet {
 
 pub struct RunningAgent {
     pub ip: String,
-    pub token: String,
+    /// The SHA-256 of the agent's token, as the pod gave it (`--token-sha256`).
+    pub token_hash: String,
     pub command: Vec<String>,
     _child: tokio::process::Child,
     _dir: tempfile::TempDir,
@@ -151,7 +152,6 @@ impl FakeKubelet {
         let history = started.clone();
         let task = tokio::spawn(async move {
             let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-            let secrets: Api<Secret> = Api::namespaced(client, NAMESPACE);
             let mut events = watcher::watcher(pods.clone(), watcher::Config::default()).boxed();
             let mut handled = std::collections::HashSet::new();
             while let Some(event) = events.next().await {
@@ -162,7 +162,7 @@ impl FakeKubelet {
                         if pod.status.is_some() || !handled.insert(key) {
                             continue;
                         }
-                        let status = match start_pod(&pod, &secrets, agent_port).await {
+                        let status = match start_pod(&pod, agent_port).await {
                             Ok(Some(agent)) => {
                                 let status = running_status(&agent.ip);
                                 history.lock().unwrap().push((name.clone(), agent.command.clone()));
@@ -188,7 +188,7 @@ impl FakeKubelet {
     }
 
     pub fn agent(&self, pod: &str) -> Option<(String, String, Vec<String>)> {
-        self.agents.lock().unwrap().get(pod).map(|a| (a.ip.clone(), a.token.clone(), a.command.clone()))
+        self.agents.lock().unwrap().get(pod).map(|a| (a.ip.clone(), a.token_hash.clone(), a.command.clone()))
     }
 }
 
@@ -203,9 +203,8 @@ fn image_of(pod: &Pod) -> String {
 }
 
 /// Runs the agent as the pod's command says, with the kubelet's part done by hand: the agent
-/// binary the init container would have installed, the token file the Secret volume would hold,
-/// and the pod's own IP.
-async fn start_pod(pod: &Pod, secrets: &Api<Secret>, agent_port: u16) -> Result<Option<RunningAgent>, String> {
+/// binary the init container would have installed, and the pod's own IP.
+async fn start_pod(pod: &Pod, agent_port: u16) -> Result<Option<RunningAgent>, String> {
     let image = image_of(pod);
     if ["unschedulable", "no-such-image", "exits"].iter().any(|k| image.contains(k)) {
         return Ok(None);
@@ -220,24 +219,13 @@ async fn start_pod(pod: &Pod, secrets: &Api<Secret>, agent_port: u16) -> Result<
             command.first()
         ));
     }
-    let secret_name = spec
-        .volumes
-        .iter()
-        .flatten()
-        .find_map(|v| v.secret.as_ref().and_then(|s| s.secret_name.clone()))
-        .ok_or("no secret volume")?;
-    let secret = secrets.get(&secret_name).await.map_err(|e| format!("secret {secret_name}: {e}"))?;
-    // A real API server turns stringData into data; the double keeps what was sent.
-    let token = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("token"))
-        .map(|b| String::from_utf8_lossy(&b.0).to_string())
-        .or_else(|| secret.string_data.as_ref().and_then(|d| d.get("token").cloned()))
-        .ok_or("secret has no token")?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, &token).map_err(|e| e.to_string())?;
+    // The pod carries only its token's hash, which the agent checks requests against.
+    let token_hash = command
+        .windows(2)
+        .find(|w| w[0] == "--token-sha256")
+        .map(|w| w[1].clone())
+        .ok_or("the agent's command has no --token-sha256")?;
     let ip = next_ip();
     let mut args: Vec<String> = vec!["--scratch-dir".into(), dir.path().join("scratch").display().to_string()];
     let mut rest = command[1..].iter();
@@ -250,18 +238,14 @@ async fn start_pod(pod: &Pod, secrets: &Api<Secret>, agent_port: u16) -> Result<
                 }
                 args.extend(["--listen".into(), format!("tcp:{ip}:{agent_port}")]);
             }
-            "--token-file" => {
-                rest.next();
-                args.extend(["--token-file".into(), token_file.display().to_string()]);
-            }
             other => args.push(other.to_string()),
         }
     }
     // The container: its own root (the host's /usr and /etc read-only, as an image would bring
     // them; empty /workspace, /logs, /tests, /solution), the agent where the init container puts
     // it, the pod's environment and working directory, its own pid namespace; the host's network,
-    // so that the agent listens on the pod's address. /tmp is shared: the kubelet's token file
-    // lives there.
+    // so that the agent listens on the pod's address. /tmp is shared, as
+    // between the containers of one node's pods.
     let env = spec.containers[0].env.iter().flatten().map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()));
     let workdir = spec.containers[0].working_dir.clone().unwrap_or_else(|| "/".into());
     let agent = crate::agent_bin().display().to_string();
@@ -296,7 +280,7 @@ async fn start_pod(pod: &Pod, secrets: &Api<Secret>, agent_port: u16) -> Result<
     let addr = format!("{ip}:{agent_port}");
     for _ in 0..200 {
         if tokio::net::TcpStream::connect(&addr).await.is_ok() {
-            return Ok(Some(RunningAgent { ip, token, command, _child: child, _dir: dir }));
+            return Ok(Some(RunningAgent { ip, token_hash, command, _child: child, _dir: dir }));
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

@@ -25,6 +25,10 @@ pub struct Args {
     /// Read the token from this file.
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Only the SHA-256 of the token, hex: the agent accepts whatever hashes to it and never
+    /// holds the token itself (how pods get theirs: the hash is no secret, so no Secret object).
+    #[arg(long, value_name = "HEX")]
+    token_sha256: Option<String>,
     /// The token itself. Prefer the other two: an environment variable is inherited by nothing
     /// (we remove it at start) but stays in the process's initial environment block.
     #[arg(long, env = "ORCHARD_AGENT_TOKEN", hide_env_values = true)]
@@ -77,10 +81,36 @@ pub enum Listen {
     Fd(i32),
 }
 
+/// What a request's bearer token is checked against.
+#[derive(Debug)]
+pub enum Credential {
+    /// The token itself.
+    Token(String),
+    /// Its SHA-256: the token is whatever hashes to it.
+    Sha256([u8; 32]),
+}
+
+impl Credential {
+    /// Whether `presented` is the token, compared in constant time.
+    pub fn accepts(&self, presented: &str) -> bool {
+        match self {
+            Credential::Token(token) => constant_time_eq(presented.as_bytes(), token.as_bytes()),
+            Credential::Sha256(hash) => {
+                use sha2::Digest;
+                constant_time_eq(&sha2::Sha256::digest(presented.as_bytes()), hash)
+            }
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 #[derive(Debug)]
 pub struct Config {
     pub listen: Vec<Listen>,
-    pub token: String,
+    pub token: Credential,
     pub roots: Vec<PathBuf>,
     pub scratch_dir: PathBuf,
     /// The shell that runs string commands: bash when the image has it, sh otherwise.
@@ -91,13 +121,22 @@ pub struct Config {
 impl Config {
     pub fn from_args(args: Args) -> anyhow::Result<Self> {
         let listen = args.listen.iter().map(|l| parse_listen(l)).collect::<anyhow::Result<Vec<_>>>()?;
-        let token = read_token(&args)?;
+        let token = match &args.token_sha256 {
+            Some(hex) => {
+                let bytes = hex::decode(hex.trim()).ok().and_then(|b| <[u8; 32]>::try_from(b).ok());
+                Credential::Sha256(bytes.context("--token-sha256: not 64 hex digits")?)
+            }
+            None => {
+                let token = read_token(&args)?;
+                if token.len() < 16 {
+                    bail!("the token must be at least 16 characters long");
+                }
+                Credential::Token(token)
+            }
+        };
         // Nothing we start may inherit the token.
         // SAFETY: called before the runtime starts, while the process has a single thread.
         unsafe { std::env::remove_var("ORCHARD_AGENT_TOKEN") };
-        if token.len() < 16 {
-            bail!("the token must be at least 16 characters long");
-        }
         let mut roots = args.roots;
         if roots.is_empty() {
             roots.push(PathBuf::from("/"));
@@ -153,4 +192,22 @@ fn detect_shell() -> PathBuf {
         .find(|p| p.exists())
         .unwrap_or(Path::new("/bin/sh"))
         .to_path_buf()
+}
+
+#[cfg(test)]
+mod credential_tests {
+    use super::Credential;
+
+    #[test]
+    fn a_hash_credential_accepts_exactly_its_preimage() {
+        use sha2::Digest;
+        let token = "a-sandbox-token-of-some-length";
+        let hash: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let credential = Credential::Sha256(hash);
+        assert!(credential.accepts(token));
+        assert!(!credential.accepts("a-sandbox-token-of-some-lengtH"));
+        assert!(!credential.accepts(&hex::encode(hash)), "the hash itself is no credential");
+        assert!(!credential.accepts(""));
+        assert!(Credential::Token(token.into()).accepts(token));
+    }
 }

@@ -102,7 +102,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if !constant_time_eq(presented.as_bytes(), state.config.token.as_bytes()) {
+    if !state.config.token.accepts(presented) {
         let body = orchard_protocol::ErrorBody {
             kind: orchard_protocol::ErrorKind::Denied,
             message: "missing or wrong sandbox token".into(),
@@ -110,10 +110,6 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
     }
     next.run(request).await
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A JSON body whose parse error names the field and position.

@@ -4,7 +4,10 @@
 //!   an `emptyDir`; the main container runs the user's image with its command set to the agent,
 //!   which serves on the agent port and starts the image's own entrypoint and command after
 //!   `--` — no per-image rebuild.
-//! - The token reaches the agent from a Secret mounted read-only; the pod only carries its hash.
+//! - The pod carries only the SHA-256 of its agent token (`--token-sha256`, and an annotation);
+//!   the agent accepts whatever hashes to it. The token itself is derived by any replica from
+//!   the installation key, so no Secret exists per sandbox: one API write less to create and one
+//!   less to delete, and nothing in the sandbox's filesystem a command could read the token from.
 //! - No service-account token, no privilege escalation, all capabilities dropped, the default
 //!   seccomp profile; optional runtime class (gVisor, Kata), non-root user, resources, node
 //!   selector and tolerations for a (spot) sandbox pool.
@@ -15,8 +18,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, Pod, PodSecurityContext, PodSpec, Probe,
-    ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, TCPSocketAction, Toleration,
-    Volume, VolumeMount,
+    ResourceRequirements, SeccompProfile, SecurityContext, TCPSocketAction, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -59,7 +61,6 @@ pub const MANAGED_BY: &str = "orchard";
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=orchard";
 
 const AGENT_DIR: &str = "/.orchard/bin";
-const TOKEN_DIR: &str = "/.orchard/token";
 
 /// How the cluster runs sandboxes: set once per backend.
 #[derive(Debug, Clone)]
@@ -184,8 +185,8 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
         agent.clone(),
         "--listen".to_string(),
         format!("tcp:0.0.0.0:{}", cluster.agent_port),
-        "--token-file".to_string(),
-        format!("{TOKEN_DIR}/token"),
+        "--token-sha256".to_string(),
+        token_hash(plan.token),
     ];
     if !plan.image_command.is_empty() {
         command.push("--".to_string());
@@ -302,47 +303,18 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
                     period_seconds: Some(1),
                     ..Default::default()
                 }),
-                volume_mounts: Some(vec![
-                    mount("orchard-bin", AGENT_DIR, true),
-                    mount("orchard-token", TOKEN_DIR, true),
-                ]),
+                volume_mounts: Some(vec![mount("orchard-bin", AGENT_DIR, true)]),
                 security_context: Some(locked_down),
                 ..Default::default()
             }],
-            volumes: Some(vec![
-                Volume {
-                    name: "orchard-bin".into(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Default::default()
-                },
-                Volume {
-                    name: "orchard-token".into(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(object_name(plan.id)),
-                        default_mode: Some(0o400),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            ]),
+            volumes: Some(vec![Volume {
+                name: "orchard-bin".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            }]),
             ..Default::default()
         }),
         status: None,
-    }
-}
-
-/// The Secret the agent reads its token from (mounted read-only; the pod holds only a hash).
-pub fn token_secret(cluster: &ClusterConfig, plan: &PodPlan) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(object_name(plan.id)),
-            namespace: Some(cluster.namespace.clone()),
-            labels: Some(labels(plan)),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([("token".to_string(), plan.token.to_string())])),
-        type_: Some("Opaque".into()),
-        ..Default::default()
     }
 }
 
@@ -531,8 +503,8 @@ mod tests {
                 "/.orchard/bin/orchard-agent",
                 "--listen",
                 "tcp:0.0.0.0:7070",
-                "--token-file",
-                "/.orchard/token/token",
+                "--token-sha256",
+                token_hash("secret-token"),
                 "--",
                 "python3",
                 "-m",
@@ -554,7 +526,7 @@ mod tests {
             assert_eq!((sc["runAsUser"].as_i64(), sc["runAsNonRoot"].as_bool()), (Some(1000), Some(true)));
         }
         assert_eq!(spec["volumes"][0]["emptyDir"], json!({}));
-        assert_eq!(spec["volumes"][1]["secret"]["secretName"], "orchard-sb-1");
+        assert_eq!(spec["volumes"].as_array().map(Vec::len), Some(1), "no Secret volume: the pod holds only a hash");
         // The record: labels select, annotations hold the full values; the token only hashed.
         let meta = &p["metadata"];
         assert_eq!(meta["labels"]["orchard.dev/tenant"], "team-a");

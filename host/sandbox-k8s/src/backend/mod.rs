@@ -186,11 +186,13 @@ impl KubernetesBackend {
             pool,
         };
         let cluster = &self.config.cluster;
-        let secret = &spec::token_secret(cluster, &plan);
-        // A 409 on the first write means the id is taken (nothing of ours to undo).
-        self.create_retried(&self.secrets, secret, |e| async move {
-            let existing = self.secrets.get(&spec::object_name(id)).await?;
-            if existing.metadata.labels == secret.metadata.labels && self.cache.get(id).is_none() {
+        let policy = &spec::network_policy(cluster, &plan);
+        // The policy first, so that the pod never runs without it. A 409 on this first write
+        // means the id is taken (nothing of ours to undo), unless it is this very write gone
+        // through before a 5xx answer.
+        self.create_retried(&self.policies, policy, |e| async move {
+            let existing = self.policies.get(&spec::object_name(id)).await?;
+            if existing.metadata.labels == policy.metadata.labels && self.cache.get(id).is_none() {
                 Ok(existing)
             } else {
                 Err(e)
@@ -199,15 +201,11 @@ impl KubernetesBackend {
         .await
         .map_err(|e| match api_code(&e) {
             Some(409) => SandboxError::AlreadyExists(id.to_string()),
-            _ => SandboxError::backend("creating the sandbox's token secret", e),
+            _ => SandboxError::backend("creating the sandbox's network policy", e),
         })?;
-        let policy = &spec::network_policy(cluster, &plan);
         let pod = &spec::pod(cluster, &plan);
         let nonce = &nonce;
         let rest = async {
-            self.create_retried(&self.policies, policy, |_| async { Ok(policy.clone()) })
-                .await
-                .map_err(|e| SandboxError::backend("creating the sandbox's network policy", e))?;
             if let Some(fqdn) = spec::cilium_fqdn_policy(cluster, &plan) {
                 let fqdn: &DynamicObject = &serde_json::from_value(fqdn).expect("a policy object");
                 self.create_retried(&self.cilium, fqdn, |_| async { Ok(fqdn.clone()) })
@@ -265,7 +263,8 @@ impl KubernetesBackend {
             .await
     }
 
-    /// Deletes the pod (grace 0), its token secret and its policy; `NotFound` is not an error.
+    /// Deletes the pod (grace 0) and its policies; `NotFound` is not an error. (Sandboxes of
+    /// earlier versions also had a token Secret: the reaper removes those whose pod is gone.)
     async fn delete_objects(&self, id: &str, pod: bool) -> bool {
         let name = spec::object_name(id);
         let mut pod_existed = false;
@@ -278,10 +277,7 @@ impl KubernetesBackend {
             }
         }
         let params = &DeleteParams::default();
-        let mut results = vec![
-            self.writes.run(|_| self.secrets.delete(&name, params)).await.map(|_| ()),
-            self.writes.run(|_| self.policies.delete(&name, params)).await.map(|_| ()),
-        ];
+        let mut results = vec![self.writes.run(|_| self.policies.delete(&name, params)).await.map(|_| ())];
         if self.config.cluster.cilium_fqdn {
             results.push(self.writes.run(|_| self.cilium.delete(&name, params)).await.map(|_| ()));
         }

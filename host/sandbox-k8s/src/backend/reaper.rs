@@ -5,7 +5,7 @@
 use kube::api::ListParams;
 use orchard_sandbox::SandboxStatus;
 
-use super::{KubernetesBackend, flush_interval, now};
+use super::{KubernetesBackend, NotFoundIsFine, flush_interval, now};
 use crate::replicas;
 use crate::spec::{self, MANAGED_SELECTOR};
 
@@ -49,7 +49,7 @@ impl KubernetesBackend {
         // Pods deleted behind our back (or by another replica): their objects go now.
         for id in self.cache.take_vanished() {
             if self.cache.get(&id).is_none() && mine(&id) {
-                tracing::info!(sandbox = %id, "its pod is gone: deleting its secret and policy");
+                tracing::info!(sandbox = %id, "its pod is gone: deleting its policy");
                 self.delete_objects(&id, false).await;
                 self.forget(&id);
             }
@@ -59,13 +59,21 @@ impl KubernetesBackend {
         reaped
     }
 
-    /// Secrets and policies whose pod is gone.
+    /// Policies whose pod is gone, and the token Secrets sandboxes of earlier versions had.
     async fn collect_orphans(&self, mine: &(dyn Fn(&str) -> bool + Sync), now: f64) {
         let list = ListParams::default().labels(MANAGED_SELECTOR);
-        let mut orphans = Vec::new();
         if let Ok(secrets) = self.secrets.list(&list).await {
-            orphans.extend(secrets.items.iter().filter_map(|s| orphan_id(&s.metadata, now)));
+            for id in secrets.items.iter().filter_map(|s| orphan_id(&s.metadata, now)) {
+                if self.cache.get(&id).is_none() && mine(&id) {
+                    let (name, params) = (spec::object_name(&id), &kube::api::DeleteParams::default());
+                    let deleted = self.writes.run(|_| self.secrets.delete(&name, params)).await.map(|_| ());
+                    if let Err(e) = deleted.filter_not_found() {
+                        tracing::warn!(sandbox = %id, "deleting an earlier version's token secret: {e}");
+                    }
+                }
+            }
         }
+        let mut orphans = Vec::new();
         if let Ok(policies) = self.policies.list(&list).await {
             orphans.extend(policies.items.iter().filter_map(|p| orphan_id(&p.metadata, now)));
         }
