@@ -379,9 +379,29 @@ fn setup() -> anyhow::Result<()> {
         run(Command::new("python3").args(["-m", "pip", "install", "--quiet", "--no-deps", MINIWOB]))?;
     }
     for (module, requirement) in PYTHON_TEST_TOOLS {
-        let present = Command::new("python3").args(["-c", &format!("import {module}")]).output();
+        let check = match *module {
+            // A llama.cpp built for this very CPU (GGML_NATIVE, pip's default) takes its AMX
+            // path where the CPU has AMX, and that path faults on the first request (seen on a
+            // Sapphire Rapids VM): built portable instead (AVX2, FMA, F16C; no AVX-512, no AMX),
+            // and one built natively is rebuilt.
+            "llama_cpp.server" => {
+                format!("import {module}, llama_cpp; assert b'AMX_INT8 = 1' not in llama_cpp.llama_print_system_info()")
+            }
+            _ => format!("import {module}"),
+        };
+        let present = Command::new("python3").args(["-c", &check]).output();
         if !present.is_ok_and(|o| o.status.success()) {
-            run(Command::new("python3").args(["-m", "pip", "install", "--quiet", requirement]))?;
+            let mut pip = Command::new("python3");
+            pip.args(["-m", "pip", "install", "--quiet", requirement]);
+            if *module == "llama_cpp.server" {
+                pip.env("CMAKE_ARGS", "-DGGML_NATIVE=OFF");
+                let imports = Command::new("python3").args(["-c", &format!("import {module}")]).output();
+                if imports.is_ok_and(|o| o.status.success()) {
+                    // Built natively earlier: only the package itself is rebuilt.
+                    pip.args(["--force-reinstall", "--no-deps", "--no-cache-dir"]);
+                }
+            }
+            run(&mut pip)?;
         }
     }
     for dir in foreign_plugin_dirs("package.json")? {
