@@ -226,3 +226,51 @@ fn the_first_eval_job_validates_and_uses_only_real_flags() {
         );
     }
 }
+
+#[test]
+fn orchard_kube_prepull_prints_daemonsets_that_validate_and_pull_every_image_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("images.txt");
+    let images: Vec<String> =
+        (0..120).map(|i| format!("docker.io/swebench/sweb.eval.x86_64.repo__task-{i}:latest")).collect();
+    std::fs::write(&list, format!("# a SWE-bench-sized set, in small\n{}\n{}\n", images.join("\n"), images[7]))
+        .unwrap();
+    let json = run(&mut orchard_tests::orchard_command(&[
+        "kube",
+        "prepull",
+        list.to_str().unwrap(),
+        "--name",
+        "swe-bench",
+        "--per-daemonset",
+        "50",
+        "--node-selector",
+        "pool=sandboxes",
+    ]));
+    let doc: Value = serde_json::from_str(&json).unwrap();
+    let items = doc["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3, "120 images, 50 a DaemonSet");
+    let mut pulled = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        assert_eq!(item["kind"], "DaemonSet");
+        assert_eq!(item["metadata"]["name"], format!("swe-bench-{i}"));
+        let pod = &item["spec"]["template"]["spec"];
+        assert_eq!(pod["nodeSelector"], json!({"pool": "sandboxes"}), "placed where sandboxes run");
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        let init = pod["initContainers"].as_array().unwrap();
+        assert_eq!(init[0]["command"][1], "--install", "the agent is installed first");
+        for c in &init[1..] {
+            assert_eq!(c["command"], json!(["/.orchard/bin/orchard-agent", "--version"]));
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+            pulled.push(c["image"].as_str().unwrap().to_string());
+        }
+        let file = dir.path().join(format!("ds-{i}.json"));
+        std::fs::write(&file, item.to_string()).unwrap();
+        validate(&file);
+    }
+    assert_eq!(pulled, images, "every image once, in order");
+    // A list with a line that is no image reference is refused, naming the line.
+    std::fs::write(&list, "ok/image:1\nrm -rf /\n").unwrap();
+    let out = orchard_tests::orchard_command(&["kube", "prepull", list.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -124,11 +124,6 @@ impl KubeArgs {
                 orchard_sandbox_k8s::token::random_hex(32).into_bytes()
             }
         };
-        let host_labels = if self.host_labels.is_empty() {
-            BTreeMap::from([("app.kubernetes.io/name".to_string(), "orchard-host".to_string())])
-        } else {
-            self.host_labels.iter().cloned().collect()
-        };
         let host_id = match &self.host_id {
             Some(id) => id.clone(),
             None => nix::unistd::gethostname()
@@ -136,20 +131,7 @@ impl KubeArgs {
                 .and_then(|h| h.into_string().ok())
                 .unwrap_or_else(|| "orchard-host".into()),
         };
-        let cluster = ClusterConfig {
-            namespace: self.kube_namespace.clone(),
-            agent_image: self.agent_image.clone(),
-            agent_port: self.agent_port,
-            host_pod_labels: host_labels,
-            host_namespace: self.host_namespace.clone().filter(|ns| *ns != self.kube_namespace),
-            runtime_class: self.runtime_class.clone(),
-            run_as_user: self.run_as_user,
-            node_selector: self.node_selector.iter().cloned().collect(),
-            tolerations: self.tolerations.clone(),
-            ephemeral_storage: self.ephemeral_storage.clone(),
-            user_namespaces: self.kube_user_namespaces,
-            cilium_fqdn: self.fqdn_policy == Some(FqdnPolicy::Cilium),
-        };
+        let cluster = self.cluster();
         let mut config = KubernetesConfig::new(cluster, host_id, token_key);
         config.max_sandboxes = max_sandboxes;
         config.default_ttl = default_ttl;
@@ -163,5 +145,28 @@ impl KubeArgs {
         let backend =
             KubernetesBackend::connect(config).await.map_err(|e| anyhow::anyhow!("kubernetes backend: {e}"))?;
         Ok(Arc::new(Kubernetes(backend)))
+    }
+
+    /// How the cluster runs sandboxes, from the flags.
+    pub fn cluster(&self) -> ClusterConfig {
+        let host_pod_labels = if self.host_labels.is_empty() {
+            BTreeMap::from([("app.kubernetes.io/name".to_string(), "orchard-host".to_string())])
+        } else {
+            self.host_labels.iter().cloned().collect()
+        };
+        ClusterConfig {
+            namespace: self.kube_namespace.clone(),
+            agent_image: self.agent_image.clone(),
+            agent_port: self.agent_port,
+            host_pod_labels,
+            host_namespace: self.host_namespace.clone().filter(|ns| *ns != self.kube_namespace),
+            runtime_class: self.runtime_class.clone(),
+            run_as_user: self.run_as_user,
+            node_selector: self.node_selector.iter().cloned().collect(),
+            tolerations: self.tolerations.clone(),
+            ephemeral_storage: self.ephemeral_storage.clone(),
+            user_namespaces: self.kube_user_namespaces,
+            cilium_fqdn: self.fqdn_policy == Some(FqdnPolicy::Cilium),
+        }
     }
 }

@@ -11,6 +11,7 @@ mod convert;
 mod eval;
 mod eval_remote;
 mod export;
+mod kube;
 mod plugins;
 mod run;
 mod serve;
@@ -40,6 +41,9 @@ enum Command {
     /// Convert datasets (SWE-bench rows, ...) into task folders.
     #[command(subcommand)]
     Convert(convert::ConvertCommand),
+    /// What to apply to a Kubernetes cluster beside the server (image pre-pulling).
+    #[command(subcommand)]
+    Kube(kube::KubeCommand),
 }
 
 fn main() {
@@ -84,6 +88,7 @@ fn run_command(cli: Cli) -> anyhow::Result<i32> {
             Command::Plugin(command) => plugins::run(command),
             Command::Export(args) => export::run(*args).await,
             Command::Convert(command) => convert::run(command),
+            Command::Kube(command) => kube::run(command),
         }
     })
 }

@@ -15,6 +15,7 @@
 mod backend;
 pub mod cache;
 mod config;
+pub mod prepull;
 pub mod record;
 pub mod replicas;
 pub mod spec;
