@@ -41,6 +41,9 @@ pub struct KubernetesBackend {
     agents: Mutex<HashMap<String, (String, Arc<AgentClient>)>>,
     /// Activity seen by this replica: (last active, last written to the pod).
     activity: Mutex<HashMap<String, (f64, f64)>>,
+    /// Pooled pods this replica is claiming right now: its own concurrent claims never race
+    /// for one pod (each race lost is a wasted write).
+    claiming: Mutex<std::collections::HashSet<String>>,
     /// Entrypoints read from image configs.
     entrypoints: tokio::sync::Mutex<HashMap<String, Vec<String>>>,
     last_reap: Mutex<Option<std::time::Instant>>,
@@ -84,6 +87,7 @@ impl KubernetesBackend {
             writes: Writes::new(config.write_rate, config.write_retries),
             agents: Mutex::new(HashMap::new()),
             activity: Mutex::new(HashMap::new()),
+            claiming: Mutex::new(std::collections::HashSet::new()),
             entrypoints: tokio::sync::Mutex::new(HashMap::new()),
             last_reap: Mutex::new(None),
             tasks: vec![watch],
@@ -349,56 +353,69 @@ impl KubernetesBackend {
             .into_iter()
             .filter(|r| r.pool.as_deref() == Some(key.as_str()) && r.status == SandboxStatus::Ready && !r.deleting)
             .collect();
-        // Spread concurrent claims (other replicas, other requests) over the pool.
+        // Spread concurrent claims over the pool: other replicas' by a random order, this
+        // replica's own by never trying a pod another of its claims is trying.
         use rand::seq::SliceRandom;
         candidates.shuffle(&mut rand::rng());
         let ttl = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
         for record in candidates {
-            let now = format!("{:.3}", now());
-            // The lifetime counts from the claim; the kubelet counts from the pod's start, which
-            // was about when it was created for the pool.
-            let deadline =
-                spec.lifetime_seconds.map(|s| (now_f() - record.created_at).max(0.0).ceil() as i64 + s as i64);
-            let mut patch = serde_json::json!({
-                "metadata": {
-                    "resourceVersion": record.resource_version,
-                    "labels": {LABEL_TENANT: spec.tenant},
-                    "annotations": {
-                        LABEL_TENANT: spec.tenant,
-                        spec::ANNOTATION_POOL: null,
-                        spec::ANNOTATION_TTL: ttl.to_string(),
-                        spec::ANNOTATION_CREATED: now,
-                        spec::ANNOTATION_LAST_ACTIVE: now,
-                    },
-                }
-            });
-            if let Some(deadline) = deadline {
-                patch["spec"] = serde_json::json!({ "activeDeadlineSeconds": deadline });
+            // Still pooled as far as the watch knows (another claim of ours may have taken it
+            // since the list was made), and not being claimed by another request of ours.
+            // Its newest version is the one claimed (a stale resourceVersion is a sure 409).
+            let Some(fresh) = self.cache.get(&record.id).filter(|r| r.pool.is_some() && !r.deleting) else { continue };
+            if !self.claiming.lock().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone()) {
+                continue;
             }
-            let name = spec::object_name(&record.id);
-            let (params, body) = (&PatchParams::default(), &Patch::Merge(&patch));
-            match self.writes.run(|_| self.pods.patch(&name, params, body)).await {
-                Ok(pod) => {
-                    self.cache.upsert(&pod);
-                    self.activity
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(record.id.clone(), (now_f(), now_f()));
-                    let claimed = self.cache.get(&record.id)?;
-                    tracing::debug!(sandbox = %record.id, tenant = %spec.tenant, "claimed from the warm pool");
-                    return Some(self.info(&claimed));
-                }
-                Err(e) if api_code(&e) == Some(409) => {
-                    tracing::debug!(sandbox = %record.id, "claimed by someone else first");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(sandbox = %record.id, "claiming a pooled pod: {e}");
-                    continue;
-                }
+            let claimed = self.claim_one(spec, &fresh, ttl).await;
+            self.claiming.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.id);
+            if claimed.is_some() {
+                return claimed;
             }
         }
         None
+    }
+
+    /// One claim attempt of `record` for `spec`'s tenant: `None` when another claim won it.
+    async fn claim_one(&self, spec: &SandboxSpec, record: &PodRecord, ttl: u64) -> Option<SandboxInfo> {
+        let now = format!("{:.3}", now());
+        // The lifetime counts from the claim; the kubelet counts from the pod's start, which
+        // was about when it was created for the pool.
+        let deadline = spec.lifetime_seconds.map(|s| (now_f() - record.created_at).max(0.0).ceil() as i64 + s as i64);
+        let mut patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": record.resource_version,
+                "labels": {LABEL_TENANT: spec.tenant},
+                "annotations": {
+                    LABEL_TENANT: spec.tenant,
+                    spec::ANNOTATION_POOL: null,
+                    spec::ANNOTATION_TTL: ttl.to_string(),
+                    spec::ANNOTATION_CREATED: now,
+                    spec::ANNOTATION_LAST_ACTIVE: now,
+                },
+            }
+        });
+        if let Some(deadline) = deadline {
+            patch["spec"] = serde_json::json!({ "activeDeadlineSeconds": deadline });
+        }
+        let name = spec::object_name(&record.id);
+        let (params, body) = (&PatchParams::default(), &Patch::Merge(&patch));
+        match self.writes.run(|_| self.pods.patch(&name, params, body)).await {
+            Ok(pod) => {
+                self.cache.upsert(&pod);
+                self.activity.lock().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone(), (now_f(), now_f()));
+                let claimed = self.cache.get(&record.id)?;
+                tracing::debug!(sandbox = %record.id, tenant = %spec.tenant, "claimed from the warm pool");
+                Some(self.info(&claimed))
+            }
+            Err(e) if api_code(&e) == Some(409) => {
+                tracing::debug!(sandbox = %record.id, "claimed by someone else first");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %record.id, "claiming a pooled pod: {e}");
+                None
+            }
+        }
     }
 
     /// Tops up the warm pools this replica owns (one owner per pool, by rendezvous over the live
