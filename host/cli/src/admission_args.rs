@@ -113,20 +113,15 @@ pub(crate) fn optional<T>(
     parse(&serde_json::Value::String(text.to_string())).map(Some).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
 }
 
-fn pids(value: &serde_json::Value) -> Result<u64, String> {
-    value
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("{value}: not a process count"))
+/// A parser of positive whole numbers whose error calls the value what it should be.
+fn positive(what: &'static str) -> impl Fn(&serde_json::Value) -> Result<u64, String> {
+    move |value| {
+        value.as_str().and_then(|s| s.parse().ok()).filter(|n| *n > 0).ok_or_else(|| format!("{value}: not {what}"))
+    }
 }
 
-fn seconds(value: &serde_json::Value) -> Result<u64, String> {
-    value
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("{value}: not a whole number of seconds"))
+fn rate(value: &serde_json::Value) -> Result<Rate, String> {
+    Rate::parse(value.as_str().unwrap_or_default())
 }
 
 impl AdmissionArgs {
@@ -159,11 +154,15 @@ impl AdmissionArgs {
             max_memory_bytes: optional("max-memory", &self.max_memory, parse_memory)?,
             default_cpu: optional("default-cpu", &self.default_cpu, parse_cpu)?,
             max_cpu: optional("max-cpu", &self.max_cpu, parse_cpu)?,
-            default_pids: optional("default-pids", &self.default_pids, pids)?,
-            max_pids: optional("max-pids", &self.max_pids, pids)?,
+            default_pids: optional("default-pids", &self.default_pids, positive("a process count"))?,
+            max_pids: optional("max-pids", &self.max_pids, positive("a process count"))?,
             default_disk_bytes: optional("default-disk", &self.default_disk, parse_memory)?,
             max_disk_bytes: optional("max-disk", &self.max_disk, parse_memory)?,
-            max_lifetime_seconds: optional("max-sandbox-lifetime", &self.max_sandbox_lifetime, seconds)?,
+            max_lifetime_seconds: optional(
+                "max-sandbox-lifetime",
+                &self.max_sandbox_lifetime,
+                positive("a whole number of seconds"),
+            )?,
         };
         resources.validate().map_err(anyhow::Error::msg)?;
         let mut default_quota = None;
@@ -186,15 +185,9 @@ impl AdmissionArgs {
         for (tenant, quota) in per_tenant {
             quotas.set(&tenant, quota);
         }
-        let rate = |flag: &str, text: &str| -> anyhow::Result<Option<Rate>> {
-            if text.eq_ignore_ascii_case("none") {
-                return Ok(None);
-            }
-            Rate::parse(text).map(Some).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
-        };
         let rates = CreateRates::new(
-            rate("create-rate", &self.create_rate)?,
-            rate("tenant-create-rate", &self.tenant_create_rate)?,
+            optional("create-rate", &self.create_rate, rate)?,
+            optional("tenant-create-rate", &self.tenant_create_rate, rate)?,
         );
         Ok(Admission { images, resources, quotas, rates })
     }
