@@ -149,16 +149,14 @@ impl Backend for LocalBackend {
             .unwrap_or_else(|p| p.into_inner())
             .values()
             .filter(|s| !s.deleting.load(Ordering::Relaxed))
-            .filter(|s| {
-                s.record.lock().unwrap_or_else(|p| p.into_inner()).past_lifetime() || {
-                    let i = s.info();
-                    i.tenant != pool::POOL_TENANT && i.expires_at() <= now
-                }
+            .filter_map(|s| {
+                let past_lifetime = s.record.lock().unwrap_or_else(|p| p.into_inner()).past_lifetime();
+                let i = s.info();
+                (past_lifetime || (i.tenant != pool::POOL_TENANT && i.expires_at() <= now)).then_some(i.id)
             })
-            .map(|s| s.info().id)
             .collect();
         for id in &expired {
-            tracing::info!(sandbox = %id, "idle timeout reached: deleting");
+            tracing::info!(sandbox = %id, "idle timeout or hard lifetime reached: deleting");
             let _ = self.delete(id).await;
         }
         expired

@@ -244,8 +244,10 @@ impl LocalBackend {
         let launched = launch::launch(
             launch::LaunchSpec {
                 disk_image: disk_image.as_deref(),
-                loop_index: prepared.as_ref().map(|p| p.loop_index).or(record.slot.map(ids::loop_index)),
-                loop_attached: prepared.is_some(),
+                loop_device: match &prepared {
+                    Some(p) => rootfs::LoopDevice::Attached(p.loop_index),
+                    None => rootfs::LoopDevice::Attach(record.slot.map(ids::loop_index)),
+                },
                 seed: disk_seed,
                 layer_dir: &layer_dir,
                 launcher: self.config.launcher.clone(),

@@ -83,19 +83,13 @@ impl DiskStock {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let image = self.dir.join(format!("{bytes}-{n}.img"));
         crate::disk::sparse_copy(template, &image).map_err(|e| format!("{}: {e}", image.display()))?;
-        let attached = crate::rootfs::attach_loop(&image, None);
-        let (path, device) = match attached {
+        let (loop_index, device) = match crate::rootfs::attach_loop(&image, None) {
             Ok(a) => a,
             Err(e) => {
                 let _ = std::fs::remove_file(&image);
                 return Err(format!("attaching {} to a loop device: {e}", image.display()));
             }
         };
-        let loop_index = path
-            .to_str()
-            .and_then(|p| p.strip_prefix("/dev/loop"))
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| format!("unexpected loop device {}", path.display()))?;
         let prepared = Prepared { image, loop_index, _device: device };
         self.ready.lock().unwrap_or_else(|p| p.into_inner()).entry(bytes).or_default().push(prepared);
         Ok(())

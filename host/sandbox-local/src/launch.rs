@@ -78,10 +78,8 @@ pub struct LaunchSpec<'a> {
     pub etc_files: [String; 3],
     /// The writable layer's own filesystem image, when the sandbox has a disk limit.
     pub disk_image: Option<&'a Path>,
-    /// The loop device for it (`None`: any free one).
-    pub loop_index: Option<u32>,
-    /// The host attached the image to `loop_index` already (a stocked disk).
-    pub loop_attached: bool,
+    /// Its loop device.
+    pub loop_device: crate::rootfs::LoopDevice,
     /// A forked child's layer to start from, when its upper lives inside the disk image.
     pub seed: Option<PathBuf>,
     /// The hard lifetime's end (Unix seconds), kept by the agent.
@@ -175,8 +173,7 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
             let disk = crate::rootfs::DiskMount {
                 image: image.to_path_buf(),
                 mount_point: mount_point.clone(),
-                loop_index: spec.loop_index,
-                attached: spec.loop_attached,
+                device: spec.loop_device,
             };
             (mount_point.join("upper"), mount_point.join("work"), Some(disk))
         }

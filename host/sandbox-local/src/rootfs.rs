@@ -123,12 +123,18 @@ fn bind(source: &Path, target: &Path, userns: Option<&OwnedFd>, read_only: bool)
 pub struct DiskMount {
     pub image: PathBuf,
     pub mount_point: PathBuf,
-    /// The loop device this sandbox uses (its own, derived from its slot: creates running at
-    /// once never race for one), or `None` to take any free one.
-    pub loop_index: Option<u32>,
-    /// The host attached the image to `loop_index` ahead (a stocked disk): mount the device.
-    #[serde(default)]
-    pub attached: bool,
+    /// The loop device holding the image.
+    pub device: LoopDevice,
+}
+
+/// The loop device of a sandbox's disk.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum LoopDevice {
+    /// The setup attaches the image: to this device (its own, derived from its slot: creates
+    /// running at once never race for one; any free one when it is held), or to any free one.
+    Attach(Option<u32>),
+    /// The host attached it ahead (a stocked disk): the setup mounts this device.
+    Attached(u32),
 }
 
 /// `struct loop_info64` and `struct loop_config` (linux/loop.h).
@@ -163,10 +169,15 @@ const LOOP_CTL_ADD: libc::c_ulong = 0x4C80;
 /// The device frees itself when its last user (the mount) goes.
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
 
-/// Attaches `image` to a free loop device; returns the device's path and an open descriptor of
-/// it, which must stay open until the mount holds the device (auto-clear frees a device at its
-/// last close).
-pub(crate) fn attach_loop(image: &Path, index: Option<u32>) -> std::io::Result<(PathBuf, std::fs::File)> {
+/// `/dev/loopN`.
+pub(crate) fn loop_path(n: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/loop{n}"))
+}
+
+/// Attaches `image` to a free loop device; returns the device's number and an open descriptor
+/// of it, which must stay open until the mount holds the device (auto-clear frees a device at
+/// its last close).
+pub(crate) fn attach_loop(image: &Path, index: Option<u32>) -> std::io::Result<(u32, std::fs::File)> {
     use std::os::unix::fs::OpenOptionsExt;
     let open =
         |path: &Path| std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(path);
@@ -183,13 +194,15 @@ pub(crate) fn attach_loop(image: &Path, index: Option<u32>) -> std::io::Result<(
                 if added < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
                     continue;
                 }
-                i64::from(n)
+                n
             }
-            // SAFETY: an ioctl without arguments on the loop control device.
-            None => check(unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) } as libc::c_long)?,
+            None => {
+                // SAFETY: an ioctl without arguments on the loop control device.
+                let free = check(unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) } as libc::c_long)?;
+                u32::try_from(free).map_err(std::io::Error::other)?
+            }
         };
-        let path = PathBuf::from(format!("/dev/loop{n}"));
-        let Ok(device) = open(&path) else { continue };
+        let Ok(device) = open(&loop_path(n)) else { continue };
         // SAFETY: a zeroed plain-data struct, then an ioctl that reads it.
         let result = unsafe {
             let mut config: LoopConfig = std::mem::zeroed();
@@ -200,7 +213,7 @@ pub(crate) fn attach_loop(image: &Path, index: Option<u32>) -> std::io::Result<(
             libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE, &config as *const LoopConfig)
         };
         if result == 0 {
-            return Ok((path, device));
+            return Ok((n, device));
         }
         match std::io::Error::last_os_error().raw_os_error() {
             // Another sandbox holds it (or took it between GET_FREE and CONFIGURE).
@@ -213,14 +226,15 @@ pub(crate) fn attach_loop(image: &Path, index: Option<u32>) -> std::io::Result<(
 
 /// Mounts the layer filesystem of a disk-limited sandbox.
 fn mount_disk(disk: &DiskMount) -> std::io::Result<()> {
-    let (device, _held) = match (disk.attached, disk.loop_index) {
-        (true, Some(n)) => (PathBuf::from(format!("/dev/loop{n}")), None),
-        _ => {
-            let (device, held) = attach_loop(&disk.image, disk.loop_index)
+    let (n, _held) = match disk.device {
+        LoopDevice::Attached(n) => (n, None),
+        LoopDevice::Attach(index) => {
+            let (n, held) = attach_loop(&disk.image, index)
                 .map_err(context(format!("attaching {} to a loop device", disk.image.display())))?;
-            (device, Some(held))
+            (n, Some(held))
         }
     };
+    let device = loop_path(n);
     mount(Some(&device), &disk.mount_point, Some("ext4"), MsFlags::MS_NOATIME, Some(crate::disk::MOUNT_OPTIONS))
         .map_err(std::io::Error::from)
         .map_err(context(format!("mounting {}", disk.image.display())))
