@@ -347,22 +347,19 @@ impl KubernetesBackend {
     async fn claim_pooled(&self, spec: &SandboxSpec) -> Option<SandboxInfo> {
         let (shape, _) = self.config.pools.iter().find(|(shape, _)| shape.serves(spec))?;
         let key = shape.key();
-        let mut candidates: Vec<PodRecord> = self
-            .cache
-            .all()
-            .into_iter()
-            .filter(|r| r.pool.as_deref() == Some(key.as_str()) && r.status == SandboxStatus::Ready && !r.deleting)
-            .collect();
+        let claimable =
+            |r: &PodRecord| r.pool.as_deref() == Some(key.as_str()) && r.status == SandboxStatus::Ready && !r.deleting;
+        let mut candidates: Vec<PodRecord> = self.cache.all().into_iter().filter(|r| claimable(r)).collect();
         // Spread concurrent claims over the pool: other replicas' by a random order, this
         // replica's own by never trying a pod another of its claims is trying.
         use rand::seq::SliceRandom;
         candidates.shuffle(&mut rand::rng());
         let ttl = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
         for record in candidates {
-            // Still pooled as far as the watch knows (another claim of ours may have taken it
+            // Still claimable as far as the watch knows (another claim of ours may have taken it
             // since the list was made), and not being claimed by another request of ours.
             // Its newest version is the one claimed (a stale resourceVersion is a sure 409).
-            let Some(fresh) = self.cache.get(&record.id).filter(|r| r.pool.is_some() && !r.deleting) else { continue };
+            let Some(fresh) = self.cache.get(&record.id).filter(|r| claimable(r)) else { continue };
             if !self.claiming.lock().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone()) {
                 continue;
             }
