@@ -19,25 +19,11 @@ async fn server() -> Server {
     Server::start_with(ServerOptions { api_keys: Some(KEYS.into()), ..Default::default() }).await
 }
 
-/// Runs the fixture script in `mode`; its JSON line.
+/// Runs the fixture script in `mode` as Alice; its JSON line.
 async fn run_tasks(server: &Server, mode: &str) -> Value {
     let python = orchard_tests::py312_tool("python").expect("the Python 3.12 venv (cargo xtask setup)");
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/desktop");
-    let cache = tempfile::tempdir().unwrap();
-    let run = tokio::process::Command::new(python)
-        .arg(fixtures.join("osworld_env.py"))
-        .arg(fixtures.join("osworld"))
-        .arg(cache.path())
-        .arg(mode)
-        .env("ORCHARD_URL", &server.url)
-        .env("ORCHARD_API_KEY", "alice-key-1234")
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(400), run).await.expect("the tasks took over 400 s").unwrap();
-    let said = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{said}\n{}", server.log());
-    let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
-    serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {said}"))
+    let alice = [("ORCHARD_API_KEY", "alice-key-1234")];
+    orchard_tests::osworld::run_fixture_tasks(&python, server, mode, &alice).await.0
 }
 
 #[test]

@@ -679,24 +679,12 @@ async fn osworlds_desktop_env_runs_on_kubernetes_pods() {
     let _one = ONE_DESKTOP.lock().await;
     let cluster = Cluster::start().await;
     let server = cluster.host("osworld-host").await;
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/desktop");
-    let cache = tempfile::tempdir().unwrap();
-    let run = tokio::process::Command::new(python)
-        .arg(fixtures.join("osworld_env.py"))
-        .arg(fixtures.join("osworld"))
-        .arg(cache.path())
-        .arg("act")
-        .env("ORCHARD_URL", &server.url)
-        .env("ORCHARD_OSWORLD_IMAGE", "registry.test/orchard-desktop:bookworm")
+    let env = [
+        ("ORCHARD_OSWORLD_IMAGE", "registry.test/orchard-desktop:bookworm"),
         // The double's registry is not a real one: the image's entrypoint is given (none).
-        .env("ORCHARD_OSWORLD_SANDBOX", r#"{"entrypoint": []}"#)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(400), run).await.expect("over 400 s").unwrap();
-    let said = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{said}\n{}", server.log());
-    let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
-    let got: Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {said}"));
+        ("ORCHARD_OSWORLD_SANDBOX", r#"{"entrypoint": []}"#),
+    ];
+    let (got, said) = orchard_tests::osworld::run_fixture_tasks(&python, &server, "act", &env).await;
     assert_eq!(got["scores"]["orchard-edit-notes"], 1.0, "{got:#}\n{said}");
     assert_eq!(got["scores"]["orchard-calc-totals"], 1.0, "{got:#}\n{said}");
     // Each task's machine was a pod of its own, and none is left.

@@ -4,6 +4,7 @@ pub mod evals;
 pub mod faithful;
 pub mod images;
 pub mod kube;
+pub mod osworld;
 pub mod postgres;
 pub mod tokens;
 
