@@ -285,8 +285,11 @@ impl LocalBackend {
 }
 
 impl LocalBackend {
-    /// Tops up the stock of disks of `bytes` in the background.
+    /// Tops up the stock of disks of `bytes` in the background (no task when it is full).
     fn refill_disks(&self, bytes: u64) {
+        if !self.disks.as_ref().is_ok_and(|d| d.stock_short(bytes)) {
+            return;
+        }
         let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else { return };
         tokio::task::spawn_blocking(move || {
             if let Ok(disks) = &me.disks

@@ -49,6 +49,11 @@ impl Disks {
         self.stock.take(bytes)
     }
 
+    /// Whether the stock of `bytes` is short of [`STOCK_PER_SIZE`].
+    pub fn stock_short(&self, bytes: u64) -> bool {
+        self.stock.count(bytes) < STOCK_PER_SIZE
+    }
+
     /// Fills the stock of `bytes` up to [`STOCK_PER_SIZE`] (blocking; one refill per size at
     /// a time, a second caller returns at once).
     pub fn refill(&self, bytes: u64) -> Result<(), String> {
@@ -57,7 +62,7 @@ impl Disks {
         }
         let filled = (|| {
             let template = self.template(bytes)?;
-            while self.stock.count(bytes) < STOCK_PER_SIZE {
+            while self.stock_short(bytes) {
                 self.stock.add(bytes, &template)?;
             }
             Ok(())
