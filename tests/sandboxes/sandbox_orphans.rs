@@ -237,7 +237,15 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pooled = server.create_host().await;
-    let cold = server.create(json!({"image": "host", "sandbox_id": "cold-one"})).await;
+    // A client cannot ask its way past the operator's lifetime, and a long idle timeout does
+    // not extend it.
+    for path in ["/sandboxes", "/v1/sandboxes"] {
+        let (status, v) =
+            server.call(reqwest::Method::POST, path, Some(json!({"image": "host", "lifetime_seconds": 999_999}))).await;
+        assert_eq!(status, 400, "{v}");
+        assert!(v["detail"].as_str().unwrap().contains("unknown field `lifetime_seconds`"), "{v}");
+    }
+    let cold = server.create(json!({"image": "host", "sandbox_id": "cold-one", "timeout": 86_400})).await;
     let inits: Vec<i64> = [&pooled, &cold].iter().map(|id| server.record(id)["init_pid"].as_i64().unwrap()).collect();
     server.crash();
     assert!(inits.iter().all(|pid| pid_alive(*pid)), "the sandboxes died with their server");
