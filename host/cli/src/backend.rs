@@ -75,9 +75,14 @@ pub struct KubeArgs {
     /// sandbox; without it they are refused (a NetworkPolicy filters by address only).
     #[arg(long, value_enum, help_heading = "Kubernetes")]
     fqdn_policy: Option<FqdnPolicy>,
-    /// API writes per second (creates, deletes, patches) from this replica.
+    /// API writes per second (creates, deletes, patches) from this replica, after a burst of
+    /// --kube-write-burst (client-go's QPS and Burst). Waiting writes go deletes first, then
+    /// claims, creates, and last warm-pool refills.
     #[arg(long, default_value_t = 50.0, help_heading = "Kubernetes")]
     kube_write_rate: f64,
+    /// API writes that may go at once before --kube-write-rate applies.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Kubernetes")]
+    kube_write_burst: u32,
     /// Seconds between reaper passes (and lease renewals).
     #[arg(long, default_value_t = 5.0, help_heading = "Kubernetes")]
     reap_interval: f64,
@@ -136,6 +141,7 @@ impl KubeArgs {
         config.max_sandboxes = max_sandboxes;
         config.default_ttl = default_ttl;
         config.write_rate = self.kube_write_rate;
+        config.write_burst = self.kube_write_burst;
         config.reap_interval = Duration::from_secs_f64(self.reap_interval.max(0.1));
         // Long enough that a replica slowed by load is not taken for dead (which would make two
         // replicas reap the same share for a while).

@@ -19,8 +19,11 @@ pub struct KubernetesConfig {
     pub max_sandboxes: usize,
     /// The idle TTL of sandboxes that name none.
     pub default_ttl: Duration,
-    /// API requests per second for writes (create, delete, patch); bursts queue behind it.
+    /// API writes (create, delete, patch) per second, after a burst of `write_burst`; more
+    /// wait, deletes first (see [`crate::writes`]).
     pub write_rate: f64,
+    /// Writes that may go at once before `write_rate` applies.
+    pub write_burst: u32,
     /// Retries of a write answered 429 or 5xx, with exponential backoff.
     pub write_retries: u32,
     /// How often this replica renews its lease and runs the reaper.
@@ -45,6 +48,7 @@ impl KubernetesConfig {
             pools: Vec::new(),
             default_ttl: Duration::from_secs(3600),
             write_rate: 50.0,
+            write_burst: 100,
             write_retries: 8,
             reap_interval: Duration::from_secs(5),
             lease_duration: Duration::from_secs(20),

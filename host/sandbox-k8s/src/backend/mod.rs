@@ -16,13 +16,15 @@ use orchard_sandbox::{
     Backend, INLINE_READY_WAIT, Result, SandboxError, SandboxInfo, SandboxSpec, SandboxStatus, valid_sandbox_id,
 };
 
+use futures::StreamExt;
+
 use crate::cache::PodCache;
 use crate::config::KubernetesConfig;
 use crate::record::PodRecord;
 use crate::replicas;
 use crate::spec::{self, ANNOTATION_LAST_ACTIVE, LABEL_TENANT, PodPlan};
 use crate::token::{random_hex, sandbox_token};
-use crate::writes::{Writes, api_code};
+use crate::writes::{Lane, Writes, api_code};
 
 mod reaper;
 
@@ -84,7 +86,7 @@ impl KubernetesBackend {
             cilium: Api::namespaced_with(client, ns, &cilium_resource()),
             pods,
             cache,
-            writes: Writes::new(config.write_rate, config.write_retries),
+            writes: Writes::new(config.write_rate, config.write_burst, config.write_retries),
             agents: Mutex::new(HashMap::new()),
             activity: Mutex::new(HashMap::new()),
             claiming: Mutex::new(std::collections::HashSet::new()),
@@ -190,11 +192,13 @@ impl KubernetesBackend {
             pool,
         };
         let cluster = &self.config.cluster;
+        // A create someone waits on goes before the warm pools' refills.
+        let lane = if pool.is_some() { Lane::Background } else { Lane::Create };
         let policy = &spec::network_policy(cluster, &plan);
         // The policy first, so that the pod never runs without it. A 409 on this first write
         // means the id is taken (nothing of ours to undo), unless it is this very write gone
         // through before a 5xx answer.
-        self.create_retried(&self.policies, policy, |e| async move {
+        self.create_retried(lane, &self.policies, policy, |e| async move {
             let existing = self.policies.get(&spec::object_name(id)).await?;
             if existing.metadata.labels == policy.metadata.labels && self.cache.get(id).is_none() {
                 Ok(existing)
@@ -212,11 +216,11 @@ impl KubernetesBackend {
         let rest = async {
             if let Some(fqdn) = spec::cilium_fqdn_policy(cluster, &plan) {
                 let fqdn: &DynamicObject = &serde_json::from_value(fqdn).expect("a policy object");
-                self.create_retried(&self.cilium, fqdn, |_| async { Ok(fqdn.clone()) })
+                self.create_retried(lane, &self.cilium, fqdn, |_| async { Ok(fqdn.clone()) })
                     .await
                     .map_err(|e| SandboxError::backend("creating the sandbox's CiliumNetworkPolicy", e))?;
             }
-            self.create_retried(&self.pods, pod, |e| async move {
+            self.create_retried(lane, &self.pods, pod, |e| async move {
                 let existing = self.pods.get(&spec::object_name(id)).await?;
                 let ours = PodRecord::from_pod(&existing).is_some_and(|r| r.nonce == *nonce);
                 if ours { Ok(existing) } else { Err(e) }
@@ -246,6 +250,7 @@ impl KubernetesBackend {
     /// a real conflict (the error).
     async fn create_retried<K, F, Fut>(
         &self,
+        lane: Lane,
         api: &Api<K>,
         object: &K,
         on_retry_conflict: F,
@@ -258,7 +263,7 @@ impl KubernetesBackend {
         let post = &PostParams::default();
         let on_retry_conflict = &on_retry_conflict;
         self.writes
-            .run(|attempt| async move {
+            .run(lane, |attempt| async move {
                 match api.create(post, object).await {
                     Err(e) if attempt > 0 && api_code(&e) == Some(409) => on_retry_conflict(e).await,
                     other => other,
@@ -274,16 +279,17 @@ impl KubernetesBackend {
         let mut pod_existed = false;
         if pod {
             let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
-            match self.writes.run(|_| self.pods.delete(&name, &params)).await {
+            match self.writes.run(Lane::Delete, |_| self.pods.delete(&name, &params)).await {
                 Ok(_) => pod_existed = true,
                 Err(e) if api_code(&e) == Some(404) => {}
                 Err(e) => tracing::warn!(sandbox = id, "deleting its pod: {e}"),
             }
         }
         let params = &DeleteParams::default();
-        let mut results = vec![self.writes.run(|_| self.policies.delete(&name, params)).await.map(|_| ())];
+        let mut results =
+            vec![self.writes.run(Lane::Delete, |_| self.policies.delete(&name, params)).await.map(|_| ())];
         if self.config.cluster.cilium_fqdn {
-            results.push(self.writes.run(|_| self.cilium.delete(&name, params)).await.map(|_| ()));
+            results.push(self.writes.run(Lane::Delete, |_| self.cilium.delete(&name, params)).await.map(|_| ()));
         }
         for result in results {
             if let Err(e) = result.filter_not_found() {
@@ -315,7 +321,7 @@ impl KubernetesBackend {
                 let patch =
                     serde_json::json!({"metadata": {"annotations": {ANNOTATION_LAST_ACTIVE: format!("{now:.3}")}}});
                 let (params, patch) = (&PatchParams::default(), &Patch::Merge(&patch));
-                if let Err(e) = this.writes.run(|_| this.pods.patch(&name, params, patch)).await {
+                if let Err(e) = this.writes.run(Lane::Background, |_| this.pods.patch(&name, params, patch)).await {
                     tracing::debug!(pod = %name, "recording activity: {e}");
                 }
             });
@@ -396,7 +402,7 @@ impl KubernetesBackend {
         }
         let name = spec::object_name(&record.id);
         let (params, body) = (&PatchParams::default(), &Patch::Merge(&patch));
-        match self.writes.run(|_| self.pods.patch(&name, params, body)).await {
+        match self.writes.run(Lane::Claim, |_| self.pods.patch(&name, params, body)).await {
             Ok(pod) => {
                 self.cache.upsert(&pod);
                 self.activity.lock().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone(), (now_f(), now_f()));
@@ -416,9 +422,11 @@ impl KubernetesBackend {
     }
 
     /// Tops up the warm pools this replica owns (one owner per pool, by rendezvous over the live
-    /// replicas), a few pods per pass.
+    /// replicas): per pass, as many pods as half the write budget of one reaper interval allows
+    /// (two writes each), made a few at a time in the background lane.
     pub(super) async fn refill_pools(&self, live: &[String]) {
-        const PER_PASS: usize = 8;
+        const AT_ONCE: usize = 32;
+        let per_pass = ((self.config.write_rate * self.config.reap_interval.as_secs_f64() / 4.0) as usize).max(8);
         for (shape, size) in &self.config.pools {
             let key = shape.key();
             if crate::replicas::owner_of(&format!("pool-{key}"), live) != Some(self.config.host_id.as_str()) {
@@ -427,18 +435,28 @@ impl KubernetesBackend {
             let have =
                 self.cache.all().iter().filter(|r| r.pool.as_deref() == Some(key.as_str()) && !r.deleting).count();
             let room = self.config.max_sandboxes.saturating_sub(self.cache.len());
-            let missing = size.saturating_sub(have).min(PER_PASS).min(room);
+            let missing = size.saturating_sub(have).min(per_pass).min(room);
+            if missing == 0 {
+                continue;
+            }
             let spec = shape.spec();
-            for _ in 0..missing {
-                let id = format!("pool-{}", random_hex(6));
-                let made = match self.image_command(&spec).await {
-                    Ok(command) => self.create_objects(&id, &spec, command, Some(&key)).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = made {
+            let command = match self.image_command(&spec).await {
+                Ok(command) => command,
+                Err(e) => {
                     tracing::warn!(image = %shape.image, "warm pool: {e}");
-                    break;
+                    continue;
                 }
+            };
+            let made = futures::stream::iter(0..missing)
+                .map(|_| {
+                    let id = format!("pool-{}", random_hex(6));
+                    let (spec, command, key) = (&spec, command.clone(), key.as_str());
+                    async move { self.create_objects(&id, spec, command, Some(key)).await }
+                })
+                .buffer_unordered(AT_ONCE);
+            let failed: Vec<SandboxError> = made.filter_map(|r| async { r.err() }).collect().await;
+            if let Some(e) = failed.first() {
+                tracing::warn!(image = %shape.image, failed = failed.len(), "warm pool: {e}");
             }
         }
     }

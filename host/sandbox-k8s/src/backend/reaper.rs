@@ -8,6 +8,7 @@ use orchard_sandbox::SandboxStatus;
 use super::{KubernetesBackend, NotFoundIsFine, flush_interval, now};
 use crate::replicas;
 use crate::spec::{self, MANAGED_SELECTOR};
+use crate::writes::Lane;
 
 /// Objects without their pod (a create that died half-way) are collected after this long.
 const ORPHAN_GRACE: f64 = 120.0;
@@ -66,7 +67,8 @@ impl KubernetesBackend {
             for id in secrets.items.iter().filter_map(|s| orphan_id(&s.metadata, now)) {
                 if self.cache.get(&id).is_none() && mine(&id) {
                     let (name, params) = (spec::object_name(&id), &kube::api::DeleteParams::default());
-                    let deleted = self.writes.run(|_| self.secrets.delete(&name, params)).await.map(|_| ());
+                    let deleted =
+                        self.writes.run(Lane::Delete, |_| self.secrets.delete(&name, params)).await.map(|_| ());
                     if let Err(e) = deleted.filter_not_found() {
                         tracing::warn!(sandbox = %id, "deleting an earlier version's token secret: {e}");
                     }
