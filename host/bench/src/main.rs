@@ -8,6 +8,7 @@ mod bar_real;
 mod browser;
 mod desktop;
 mod fork;
+mod kube;
 mod plugins;
 mod refs;
 mod service;
@@ -63,7 +64,7 @@ struct Args {
     /// Forks of a 50 MB writable layer timed in the fork suite (each way).
     #[arg(long, default_value_t = 20)]
     forks: usize,
-    /// Which benchmarks: sandboxes, plugins, service, startup, verifier, browser, desktop, fork, bar (simulated),
+    /// Which benchmarks: sandboxes, plugins, service, startup, verifier, browser, desktop, fork, kubernetes, bar (simulated),
     /// bar-real (through `orchard serve`), or all.
     #[arg(long, default_value = "all")]
     suite: String,
@@ -87,6 +88,40 @@ struct Args {
     bar_budget: u32,
     #[arg(long, default_value_t = 3)]
     bar_seeds: u64,
+    /// Kubernetes suite: a real cluster's kubeconfig; without it, the in-process API server
+    /// double with a kubelet that runs the real agent per pod.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubernetes suite: the namespace sandboxes go to, and the image they run (its registry
+    /// is allowed; the warm pool is of it).
+    #[arg(long, default_value = "orchard-sandboxes")]
+    kube_namespace: String,
+    #[arg(long, default_value = "registry.test/python:3.12")]
+    kube_image: String,
+    /// Kubernetes suite: live sandboxes at the peak, the warm pool, and the claims made from
+    /// it at once.
+    #[arg(long, default_value_t = 10_000)]
+    kube_sandboxes: usize,
+    #[arg(long, default_value_t = 3_700)]
+    kube_pool: usize,
+    #[arg(long, default_value_t = 3_600)]
+    kube_claims: usize,
+    /// Kubernetes suite, the double's costs: latency of each request, delay of each watch
+    /// event, and requests in flight past which it answers 429.
+    #[arg(long, default_value_t = 5)]
+    kube_latency_ms: u64,
+    #[arg(long, default_value_t = 10)]
+    kube_watch_delay_ms: u64,
+    #[arg(long, default_value_t = 400)]
+    kube_max_in_flight: usize,
+    /// Kubernetes suite: the server's API write rate and burst (--kube-write-rate/-burst).
+    #[arg(long, default_value_t = 1000.0)]
+    kube_write_rate: f64,
+    #[arg(long, default_value_t = 4000)]
+    kube_write_burst: u32,
+    /// Kubernetes suite: creates fired while every sandbox is deleted.
+    #[arg(long, default_value_t = 1000)]
+    kube_during_deletes: usize,
 }
 
 struct Server {
@@ -285,6 +320,23 @@ fn main() -> anyhow::Result<()> {
     if matches!(args.suite.as_str(), "all" | "fork") {
         rows.extend(runtime.block_on(fork::run(&bin, args.forks))?);
     }
+    if matches!(args.suite.as_str(), "all" | "kubernetes") {
+        let kube = kube::KubeBench {
+            kubeconfig: args.kubeconfig.clone(),
+            namespace: args.kube_namespace.clone(),
+            image: args.kube_image.clone(),
+            sandboxes: args.kube_sandboxes,
+            pool: args.kube_pool,
+            claims: args.kube_claims,
+            latency_ms: args.kube_latency_ms,
+            watch_delay_ms: args.kube_watch_delay_ms,
+            max_in_flight: args.kube_max_in_flight,
+            write_rate: args.kube_write_rate,
+            write_burst: args.kube_write_burst,
+            during_deletes: args.kube_during_deletes,
+        };
+        rows.extend(runtime.block_on(kube::run(&kube, &bin))?);
+    }
     if matches!(args.suite.as_str(), "all" | "bar") {
         rows.extend(bar::rows(&orchard_bar::sim::Setup::default()));
     }
@@ -293,7 +345,7 @@ fn main() -> anyhow::Result<()> {
     }
     anyhow::ensure!(
         !rows.is_empty(),
-        "--suite: sandboxes, plugins, service, startup, verifier, browser, desktop, fork, bar, bar-real or all"
+        "--suite: sandboxes, plugins, service, startup, verifier, browser, desktop, fork, kubernetes, bar, bar-real or all"
     );
     print_table(&rows);
     Ok(())

@@ -24,6 +24,12 @@ pub struct PodCache {
     /// Pods this replica deleted (id → nonce), until the watch reports them gone: an update
     /// still in flight must not bring them back.
     deleted: std::sync::Mutex<HashMap<String, String>>,
+    /// Pods this replica just wrote (id → the resourceVersion its write returned), until the
+    /// watch delivers that version: the watch's older events of them, still in flight, must not
+    /// take the view back (a claimed pod seen claimable again is claimed twice, and its tenant
+    /// answered 404). The watch sends a pod's versions in order, so everything before the one
+    /// written is older.
+    written: std::sync::Mutex<HashMap<String, String>>,
 }
 
 impl PodCache {
@@ -35,6 +41,7 @@ impl PodCache {
             synced: watch::Sender::new(false),
             vanished: std::sync::Mutex::new(HashSet::new()),
             deleted: std::sync::Mutex::new(HashMap::new()),
+            written: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -71,8 +78,31 @@ impl PodCache {
         self.version.send_modify(|v| *v += 1);
     }
 
-    /// Records what the watch said of a pod.
+    /// Records what this replica's write of a pod returned, before the watch reports it.
     pub fn upsert(&self, pod: &Pod) {
+        if let (Some(id), Some(version)) = (PodRecord::from_pod(pod).map(|r| r.id), &pod.metadata.resource_version) {
+            self.written.lock().unwrap_or_else(|p| p.into_inner()).insert(id, version.clone());
+        }
+        self.apply(pod);
+    }
+
+    /// Records what the watch said of a pod, unless it is older than this replica's own write.
+    fn watched(&self, pod: &Pod) {
+        let Some(id) = PodRecord::from_pod(pod).map(|r| r.id) else { return };
+        {
+            let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+            match written.get(&id) {
+                Some(version) if Some(version) == pod.metadata.resource_version.as_ref() => {
+                    written.remove(&id);
+                }
+                Some(_) => return,
+                None => {}
+            }
+        }
+        self.apply(pod);
+    }
+
+    fn apply(&self, pod: &Pod) {
         let Some(record) = PodRecord::from_pod(pod) else { return };
         let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner()).get(&record.id) == Some(&record.nonce);
         if !deleted {
@@ -111,12 +141,15 @@ impl PodCache {
                     }
                 }
                 Ok(Event::InitDone) => {
+                    // A fresh list is newer than any write made before it.
+                    self.written.lock().unwrap_or_else(|p| p.into_inner()).clear();
                     *self.pods.write().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut fresh);
                     self.synced.send_replace(true);
                 }
-                Ok(Event::Apply(pod)) => self.upsert(&pod),
+                Ok(Event::Apply(pod)) => self.watched(&pod),
                 Ok(Event::Delete(pod)) => {
                     if let Some(r) = PodRecord::from_pod(&pod) {
+                        self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(&r.id);
                         let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
                         if deleted.get(&r.id) == Some(&r.nonce) {
                             deleted.remove(&r.id);
@@ -137,5 +170,34 @@ impl PodCache {
             }
             self.version.send_modify(|v| *v += 1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(version: &str, tenant: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "orchard-a", "resourceVersion": version,
+                "labels": {crate::spec::LABEL_MANAGED: crate::spec::MANAGED_BY, crate::spec::LABEL_SANDBOX: "a"},
+                "annotations": {crate::spec::LABEL_TENANT: tenant}},
+            "spec": {"containers": [{"name": "sandbox", "image": "i"}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_watchs_older_versions_never_take_back_this_replicas_own_write() {
+        let cache = PodCache::new();
+        cache.watched(&pod("4", "pool"));
+        // This replica claims it: its write returned version 6.
+        cache.upsert(&pod("6", "alice"));
+        // The watch is behind: version 5 (the kubelet's status write) arrives after the claim.
+        cache.watched(&pod("5", "pool"));
+        assert_eq!(cache.get("a").unwrap().tenant, "alice", "a stale event undid the claim");
+        cache.watched(&pod("6", "alice"));
+        cache.watched(&pod("7", "alice-renamed"));
+        assert_eq!(cache.get("a").unwrap().tenant, "alice-renamed", "newer events apply again");
     }
 }
