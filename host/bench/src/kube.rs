@@ -22,6 +22,7 @@ pub struct KubeBench {
     pub sandboxes: usize,
     pub pool: usize,
     pub claims: usize,
+    pub claim_rate: f64,
     pub latency_ms: u64,
     pub watch_delay_ms: u64,
     pub max_in_flight: usize,
@@ -156,20 +157,24 @@ pub async fn run(args: &KubeBench, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
         met: None,
     });
 
-    // 2. Claims, all at once.
+    // 2. Claims arriving at a steady rate (open loop: each sent at its time, whatever the
+    // earlier ones are doing), then, once the pool is full again, all at once.
     let before = double.as_ref().map(|d| d.requests());
     let t = Instant::now();
-    let claimed = timed_creates(&server, args.claims, |_| json!({"image": args.image})).await;
-    let burst = t.elapsed();
-    let (claim_ids, claim_times) = split(claimed);
+    let steady = paced_creates(&server, args.claims, args.claim_rate, |_| json!({"image": args.image})).await;
+    let steady_took = t.elapsed();
+    let (steady_ids, steady_times) = split(steady);
     rows.push(Row {
-        what: format!("Kubernetes: {} warm-pool claims at once, create → answer p50 / p99", args.claims),
+        what: format!(
+            "Kubernetes: {} warm-pool claims at {}/s, create → answer p50 / p99",
+            args.claims, args.claim_rate
+        ),
         ours: format!(
-            "{} / {} ({} ok, all in {:.2} s)",
-            claim_times.fmt_ms(50.0),
-            claim_times.fmt_ms(99.0),
-            claim_ids.len(),
-            burst.as_secs_f64()
+            "{} / {} ({} ok in {:.1} s)",
+            steady_times.fmt_ms(50.0),
+            steady_times.fmt_ms(99.0),
+            steady_ids.len(),
+            steady_took.as_secs_f64()
         ),
         reference: format!(
             "one bare patch {} p50 / {} p99; agent-sandbox 851 ms p99 at 3,600",
@@ -177,8 +182,27 @@ pub async fn run(args: &KubeBench, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
             floor.fmt_ms(99.0)
         ),
         target: "p99 ≤ 100 ms".into(),
-        met: Some(claim_ids.len() == args.claims && claim_times.pct(99.0) <= Duration::from_millis(100)),
+        met: Some(steady_ids.len() == args.claims && steady_times.pct(99.0) <= Duration::from_millis(100)),
     });
+    wait_for_pool(&pods, args.pool, Duration::from_secs(600)).await?;
+    let t = Instant::now();
+    let claimed = timed_creates(&server, args.claims, |_| json!({"image": args.image})).await;
+    let burst = t.elapsed();
+    let (burst_ids, claim_times) = split(claimed);
+    rows.push(Row {
+        what: format!("Kubernetes: {} warm-pool claims at once, create → answer p50 / p99", args.claims),
+        ours: format!(
+            "{} / {} ({} ok, all in {:.2} s)",
+            claim_times.fmt_ms(50.0),
+            claim_times.fmt_ms(99.0),
+            burst_ids.len(),
+            burst.as_secs_f64()
+        ),
+        reference: "the bench, server, API server and agents share the machine's cores".into(),
+        target: "p99 ≤ 100 ms".into(),
+        met: Some(burst_ids.len() == args.claims && claim_times.pct(99.0) <= Duration::from_millis(100)),
+    });
+    let claim_ids: Vec<String> = steady_ids.into_iter().chain(burst_ids).collect();
     // ... and used: one command each, straight to its agent.
     let claims_ran = used(&server, &claim_ids).await;
     rows.push(Row {
@@ -269,11 +293,15 @@ pub async fn run(args: &KubeBench, bin: &PathBuf) -> anyhow::Result<Vec<Row>> {
 
     // 5. What the API server saw.
     if let (Some(double), Some(before)) = (&double, before) {
-        let per_claim: Vec<u32> = claim_ids.iter().map(|id| double.writes_on(&format!("orchard-{id}"))).collect();
-        let pool_made = 2; // the pool's create: policy + pod, before any claim
-        let claimed_writes: Vec<u32> = per_claim.iter().map(|w| w.saturating_sub(pool_made)).collect();
+        // The pool's create (policy + pod) came before any claim; what follows it is the claim's.
+        let logs: Vec<(String, Vec<String>)> =
+            claim_ids.iter().map(|id| (id.clone(), double.writes_on(&format!("orchard-{id}")))).collect();
+        let claimed_writes: Vec<usize> = logs.iter().map(|(_, log)| log.len().saturating_sub(2)).collect();
         let max = claimed_writes.iter().max().copied().unwrap_or(0);
-        let mean = claimed_writes.iter().sum::<u32>() as f64 / claimed_writes.len().max(1) as f64;
+        let mean = claimed_writes.iter().sum::<usize>() as f64 / claimed_writes.len().max(1) as f64;
+        for (id, log) in logs.iter().filter(|(_, log)| log.len() > 5).take(3) {
+            eprintln!("orchard-bench: sandbox {id} cost {} writes: {}", log.len(), log.join(", "));
+        }
         rows.push(Row {
             what: "Kubernetes: API writes from claim to gone, per warm-pool sandbox (mean / max)".into(),
             ours: format!("{mean:.2} / {max}"),
@@ -360,6 +388,31 @@ fn split(results: Timed) -> (Vec<String>, Samples) {
         eprintln!("orchard-bench: first failure: {e:#}");
     }
     (ids, times)
+}
+
+/// `n` creates sent `per_second` apart, each at its time; each one's id and time to its answer.
+async fn paced_creates(
+    server: &Arc<Server>,
+    n: usize,
+    per_second: f64,
+    body: impl Fn(usize) -> serde_json::Value,
+) -> Timed {
+    let bar = indicatif::ProgressBar::new(n as u64);
+    let start = tokio::time::Instant::now();
+    let futures = (0..n).map(|i| {
+        let (server, body) = (server.clone(), body(i));
+        let at = start + Duration::from_secs_f64(i as f64 / per_second.max(0.001));
+        async move {
+            tokio::time::sleep_until(at).await;
+            let t = Instant::now();
+            let v = server.post("/sandboxes", body).await?;
+            let id = v["sandbox_id"].as_str().context("no sandbox_id")?.to_string();
+            Ok((id, t.elapsed()))
+        }
+    });
+    let out = crate::join_all_counted(&bar, futures).await;
+    bar.finish_and_clear();
+    out
 }
 
 /// `n` creates fired at once; each one's id and time to its answer.

@@ -99,13 +99,16 @@ struct Args {
     #[arg(long, default_value = "registry.test/python:3.12")]
     kube_image: String,
     /// Kubernetes suite: live sandboxes at the peak, the warm pool, and the claims made from
-    /// it at once.
+    /// it in each of its two phases (steady, then at once).
     #[arg(long, default_value_t = 10_000)]
     kube_sandboxes: usize,
     #[arg(long, default_value_t = 3_700)]
     kube_pool: usize,
     #[arg(long, default_value_t = 3_600)]
     kube_claims: usize,
+    /// Kubernetes suite: claims a second in the steady phase (the burst phase sends them all at once).
+    #[arg(long, default_value_t = 400.0)]
+    kube_claim_rate: f64,
     /// Kubernetes suite, the double's costs: latency of each request, delay of each watch
     /// event, and requests in flight past which it answers 429.
     #[arg(long, default_value_t = 5)]
@@ -328,6 +331,7 @@ fn main() -> anyhow::Result<()> {
             sandboxes: args.kube_sandboxes,
             pool: args.kube_pool,
             claims: args.kube_claims,
+            claim_rate: args.kube_claim_rate,
             latency_ms: args.kube_latency_ms,
             watch_delay_ms: args.kube_watch_delay_ms,
             max_in_flight: args.kube_max_in_flight,

@@ -36,6 +36,10 @@ pub(crate) struct State {
     costs: Costs,
     in_flight: AtomicUsize,
     requests: Mutex<Requests>,
+    /// Writes (create, patch, delete; not the status subresource, which the kubelet writes)
+    /// by object name, over all resources but leases.
+    /// Each entry is "VERB resource STATUS".
+    writes: Mutex<std::collections::HashMap<String, Vec<String>>>,
     kubelet: Option<Arc<Kubelet>>,
 }
 
@@ -56,6 +60,7 @@ impl Double {
             costs,
             in_flight: AtomicUsize::new(0),
             requests: Mutex::default(),
+            writes: Mutex::default(),
             kubelet: kubelet.map(Arc::new),
         });
         let app = axum::Router::new().fallback(handle).with_state(state.clone());
@@ -68,6 +73,12 @@ impl Double {
     /// The requests answered so far.
     pub fn requests(&self) -> Requests {
         self.state.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Writes to objects named `name` (any resource but leases; the kubelet's status writes
+    /// not counted), answered or refused: "VERB resource STATUS" each, in order.
+    pub fn writes_on(&self, name: &str) -> Vec<String> {
+        self.state.writes.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned().unwrap_or_default()
     }
 
     /// Objects of a resource (e.g. `pods`) in all namespaces.
@@ -240,26 +251,53 @@ async fn handle(
         return response;
     }
     count(&what);
+    let written = match (&method, &target.name) {
+        (&Method::POST, None) => {
+            serde_json::from_slice::<Value>(&body).ok().and_then(|o| o["metadata"]["name"].as_str().map(String::from))
+        }
+        (&Method::PATCH | &Method::DELETE, Some(name)) if target.sub.is_none() => Some(name.clone()),
+        _ => None,
+    };
+    let written = written.filter(|_| target.plural != "leases");
     if !state.costs.latency.is_zero() {
         tokio::time::sleep(state.costs.latency).await;
     }
     let key = |name: &str| -> Key { (target.resource.clone(), target.namespace.clone(), name.to_string()) };
+    let response = answer(&state, &target, &path, &query, method, &headers, body, key).await;
+    if let Some(name) = written {
+        let entry = format!("{what} {}", response.status().as_u16());
+        state.writes.lock().unwrap_or_else(|p| p.into_inner()).entry(name).or_default().push(entry);
+    }
+    response
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn answer(
+    state: &Arc<State>,
+    target: &Target,
+    path: &str,
+    query: &BTreeMap<String, String>,
+    method: Method,
+    headers: &HeaderMap,
+    body: Bytes,
+    key: impl Fn(&str) -> Key,
+) -> Response {
     match (method, &target.name) {
-        (Method::GET, None) => list(&state, &target, &query),
+        (Method::GET, None) => list(state, target, query),
         (Method::GET, Some(name)) => {
             let store = state.store.lock().unwrap_or_else(|p| p.into_inner());
             match store.get(&key(name)) {
                 Some(object) => axum::Json(object.clone()).into_response(),
-                None => refused(&path, Refused::NotFound),
+                None => refused(path, Refused::NotFound),
             }
         }
         (Method::POST, None) => {
             let object: Value = match serde_json::from_slice(&body) {
                 Ok(Value::Object(o)) => Value::Object(o),
-                _ => return refused(&path, Refused::Invalid("the body is not a JSON object".into())),
+                _ => return refused(path, Refused::Invalid("the body is not a JSON object".into())),
             };
             let Some(name) = object["metadata"]["name"].as_str().map(String::from) else {
-                return refused(&path, Refused::Invalid("metadata.name is required".into()));
+                return refused(path, Refused::Invalid("metadata.name is required".into()));
             };
             let made = state.store.lock().unwrap_or_else(|p| p.into_inner()).create(key(&name), object);
             match made {
@@ -285,12 +323,12 @@ async fn handle(
                 );
             }
             let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
-                return refused(&path, Refused::Invalid("the patch is not JSON".into()));
+                return refused(path, Refused::Invalid("the patch is not JSON".into()));
             };
             let status_only = target.sub.as_deref() == Some("status");
             match state.store.lock().unwrap_or_else(|p| p.into_inner()).patch(key(name), &patch, status_only) {
                 Ok(object) => axum::Json(object).into_response(),
-                Err(why) => refused(&path, why),
+                Err(why) => refused(path, why),
             }
         }
         (Method::DELETE, Some(name)) => {
@@ -302,7 +340,7 @@ async fn handle(
                     }
                     axum::Json(object).into_response()
                 }
-                Err(why) => refused(&path, why),
+                Err(why) => refused(path, why),
             }
         }
         (method, _) => status(

@@ -55,6 +55,17 @@ impl PodCache {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
+    /// The ids of the records `keep` accepts, without copying the records (a claim among
+    /// thousands of pods looks at every one).
+    pub fn ids_where(&self, keep: impl Fn(&PodRecord) -> bool) -> Vec<String> {
+        self.pods.read().unwrap_or_else(|p| p.into_inner()).values().filter(|r| keep(r)).map(|r| r.id.clone()).collect()
+    }
+
+    /// How many records `keep` accepts.
+    pub fn count_where(&self, keep: impl Fn(&PodRecord) -> bool) -> usize {
+        self.pods.read().unwrap_or_else(|p| p.into_inner()).values().filter(|r| keep(r)).count()
+    }
+
     /// How many pods are known.
     pub fn len(&self) -> usize {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).len()

@@ -4,7 +4,8 @@
 //! never on other errors, which name a real problem.
 //!
 //! Invariants:
-//! - at most `burst` writes start at once, and at most `rate` a second after that;
+//! - at most `burst` writes start at once, and at most `rate` a second after that; at most
+//!   [`MAX_IN_FLIGHT`] await their answer at once;
 //! - a write waiting for a token is served by its [`Lane`]'s priority, first come first served
 //!   within a lane: deletes (they free capacity, and a storm of creates must never hold them
 //!   back), then claims (a caller is waiting), then creates, then background work (warm-pool
@@ -38,6 +39,10 @@ const LANES: usize = 4;
 /// Paces writes to the API server and retries the ones it pushed back.
 pub struct Writes {
     bucket: Arc<Mutex<Bucket>>,
+    /// Writes awaiting their answer, at most [`MAX_IN_FLIGHT`]: a burst larger than the API
+    /// server's concurrency share would be answered 429 (priority and fairness) and retried
+    /// after a backoff, slower than waiting here.
+    in_flight: tokio::sync::Semaphore,
     retries: u32,
     /// Writes retried so far (for operators and tests).
     pub retried: AtomicU64,
@@ -79,6 +84,9 @@ impl Bucket {
     }
 }
 
+/// Writes of one replica in flight at once.
+pub const MAX_IN_FLIGHT: usize = 128;
+
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -96,7 +104,12 @@ impl Writes {
             waiting: Default::default(),
             dispatching: false,
         };
-        Writes { bucket: Arc::new(Mutex::new(bucket)), retries, retried: AtomicU64::new(0) }
+        Writes {
+            bucket: Arc::new(Mutex::new(bucket)),
+            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            retries,
+            retried: AtomicU64::new(0),
+        }
     }
 
     /// Waits for a token in `lane`'s queue.
@@ -132,7 +145,11 @@ impl Writes {
         let mut attempt = 0;
         loop {
             self.pace(lane).await;
-            match write(attempt).await {
+            let answer = {
+                let _slot = self.in_flight.acquire().await.expect("never closed");
+                write(attempt).await
+            };
+            match answer {
                 Err(e) if retryable(&e) && attempt < self.retries => {
                     self.retried.fetch_add(1, Ordering::Relaxed);
                     let jitter = rand::rng().random_range(0.5..1.5);

@@ -355,22 +355,22 @@ impl KubernetesBackend {
         let key = shape.key();
         let claimable =
             |r: &PodRecord| r.pool.as_deref() == Some(key.as_str()) && r.status == SandboxStatus::Ready && !r.deleting;
-        let mut candidates: Vec<PodRecord> = self.cache.all().into_iter().filter(|r| claimable(r)).collect();
+        let mut candidates = self.cache.ids_where(claimable);
         // Spread concurrent claims over the pool: other replicas' by a random order, this
         // replica's own by never trying a pod another of its claims is trying.
         use rand::seq::SliceRandom;
         candidates.shuffle(&mut rand::rng());
         let ttl = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
-        for record in candidates {
+        for id in candidates {
             // Still claimable as far as the watch knows (another claim of ours may have taken it
             // since the list was made), and not being claimed by another request of ours.
             // Its newest version is the one claimed (a stale resourceVersion is a sure 409).
-            let Some(fresh) = self.cache.get(&record.id).filter(|r| claimable(r)) else { continue };
-            if !self.claiming.lock().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone()) {
+            let Some(fresh) = self.cache.get(&id).filter(|r| claimable(r)) else { continue };
+            if !self.claiming.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone()) {
                 continue;
             }
             let claimed = self.claim_one(spec, &fresh, ttl).await;
-            self.claiming.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.id);
+            self.claiming.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             if claimed.is_some() {
                 return claimed;
             }
@@ -432,8 +432,7 @@ impl KubernetesBackend {
             if crate::replicas::owner_of(&format!("pool-{key}"), live) != Some(self.config.host_id.as_str()) {
                 continue;
             }
-            let have =
-                self.cache.all().iter().filter(|r| r.pool.as_deref() == Some(key.as_str()) && !r.deleting).count();
+            let have = self.cache.count_where(|r| r.pool.as_deref() == Some(key.as_str()) && !r.deleting);
             let room = self.config.max_sandboxes.saturating_sub(self.cache.len());
             let missing = size.saturating_sub(have).min(per_pass).min(room);
             if missing == 0 {
