@@ -7,6 +7,7 @@ mod api_contract;
 mod deploy;
 mod hosted_security;
 mod kubernetes;
+mod kubernetes_scale;
 mod sandbox_admission;
 mod sandbox_exec;
 mod sandbox_files;

@@ -12,6 +12,9 @@ use hyper_util::rt::TokioIo;
 use crate::{AgentClientError, AgentStream, Body};
 
 const MAX_IDLE: usize = 16;
+/// An idle connection is closed after this long: a host talking to thousands of sandboxes
+/// would otherwise hold a descriptor and a connection's buffers for each one ever used.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where an agent listens.
@@ -34,12 +37,14 @@ impl std::fmt::Display for AgentAddr {
 
 pub(crate) struct Pool {
     addr: AgentAddr,
-    idle: Arc<Mutex<Vec<SendRequest<Body>>>>,
+    /// Idle connections, each with a number its closing timer knows it by.
+    idle: Arc<Mutex<Vec<(u64, SendRequest<Body>)>>>,
+    next_idle: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Pool {
     pub fn new(addr: AgentAddr) -> Self {
-        Pool { addr, idle: Arc::new(Mutex::new(Vec::new())) }
+        Pool { addr, idle: Arc::new(Mutex::new(Vec::new())), next_idle: Arc::default() }
     }
 
     pub fn addr(&self) -> &AgentAddr {
@@ -80,7 +85,7 @@ impl Pool {
 
     fn take_idle(&self) -> Option<SendRequest<Body>> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(sender) = idle.pop() {
+        while let Some((_, sender)) = idle.pop() {
             if sender.is_ready() {
                 return Some(sender);
             }
@@ -97,14 +102,22 @@ impl Pool {
         let response = sender.send_request(request).await.map_err(|e| self.unreachable(e))?;
         // HTTP/1: the connection is free again once the caller has read the response body.
         // Wait for that off the request path, then keep the connection warm for the next call.
-        let idle = self.idle.clone();
+        let (idle, next_idle) = (self.idle.clone(), self.next_idle.clone());
         tokio::spawn(async move {
-            if sender.ready().await.is_ok() {
-                let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
-                if idle.len() < MAX_IDLE {
-                    idle.push(sender);
-                }
+            if sender.ready().await.is_err() {
+                return;
             }
+            let number = next_idle.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            {
+                let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
+                if idle.len() >= MAX_IDLE {
+                    return;
+                }
+                idle.push((number, sender));
+            }
+            // Still idle then (not taken by a request since): dropping it closes it.
+            tokio::time::sleep(IDLE_TIMEOUT).await;
+            idle.lock().unwrap_or_else(|p| p.into_inner()).retain(|(n, _)| *n != number);
         });
         Ok(response)
     }

@@ -81,6 +81,12 @@ impl Double {
         self.state.writes.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned().unwrap_or_default()
     }
 
+    /// Every pod, in every namespace.
+    pub fn pods(&self) -> Vec<Value> {
+        let store = self.state.store.lock().unwrap_or_else(|p| p.into_inner());
+        store.all("api/v1/pods").cloned().collect()
+    }
+
     /// Objects of a resource (e.g. `pods`) in all namespaces.
     pub fn count(&self, resource: &str) -> usize {
         let store = self.state.store.lock().unwrap_or_else(|p| p.into_inner());

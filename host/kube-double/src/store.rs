@@ -61,6 +61,11 @@ impl Store {
         self.objects.range(start..).take_while(move |((r, n, _), _)| r == resource && n == namespace).map(|(_, v)| v)
     }
 
+    /// The objects of one resource in every namespace.
+    pub fn all<'a>(&'a self, resource: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.objects.iter().filter(move |((r, _, _), _)| r == resource).map(|(_, v)| v)
+    }
+
     pub fn count(&self, resource: &str) -> usize {
         self.objects.keys().filter(|(r, _, _)| r == resource).count()
     }

@@ -25,11 +25,12 @@ pub struct PodCache {
     /// still in flight must not bring them back.
     deleted: std::sync::Mutex<HashMap<String, String>>,
     /// Pods this replica just wrote (id → the resourceVersion its write returned), until the
-    /// watch delivers that version: the watch's older events of them, still in flight, must not
-    /// take the view back (a claimed pod seen claimable again is claimed twice, and its tenant
-    /// answered 404). The watch sends a pod's versions in order, so everything before the one
-    /// written is older.
+    /// watch delivers that version or a later one: the watch's older events of them, still in
+    /// flight, must not take the view back (a claimed pod seen claimable again is claimed twice,
+    /// and its tenant answered 404).
     written: std::sync::Mutex<HashMap<String, String>>,
+    /// Sandboxes this replica is deleting: their pod's going is no news (not "vanished").
+    deleting: std::sync::Mutex<HashSet<String>>,
 }
 
 impl PodCache {
@@ -42,6 +43,7 @@ impl PodCache {
             vanished: std::sync::Mutex::new(HashSet::new()),
             deleted: std::sync::Mutex::new(HashMap::new()),
             written: std::sync::Mutex::new(HashMap::new()),
+            deleting: std::sync::Mutex::new(HashSet::new()),
         })
     }
 
@@ -81,8 +83,14 @@ impl PodCache {
         self.version.subscribe()
     }
 
+    /// This replica is about to delete the sandbox's pod (until [`Self::forget`]).
+    pub fn deleting(&self, id: &str) {
+        self.deleting.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string());
+    }
+
     /// Records what this replica just did (a delete) before the watch reports it.
     pub fn forget(&self, id: &str) {
+        self.deleting.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
         if let Some(gone) = self.pods.write().unwrap_or_else(|p| p.into_inner()).remove(id) {
             self.deleted.lock().unwrap_or_else(|p| p.into_inner()).insert(gone.id, gone.nonce);
         }
@@ -102,12 +110,13 @@ impl PodCache {
         let Some(id) = PodRecord::from_pod(pod).map(|r| r.id) else { return };
         {
             let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-            match written.get(&id) {
-                Some(version) if Some(version) == pod.metadata.resource_version.as_ref() => {
-                    written.remove(&id);
+            if let Some(mine) = written.get(&id) {
+                match is_older(pod.metadata.resource_version.as_deref(), mine) {
+                    true => return,
+                    false => {
+                        written.remove(&id);
+                    }
                 }
-                Some(_) => return,
-                None => {}
             }
         }
         self.apply(pod);
@@ -170,7 +179,9 @@ impl PodCache {
                         // A delete of an older pod must not remove a newer one under the same id.
                         if pods.get(&r.id).is_some_and(|known| known.nonce == r.nonce) {
                             pods.remove(&r.id);
-                            self.vanished.lock().unwrap_or_else(|p| p.into_inner()).insert(r.id);
+                            if !self.deleting.lock().unwrap_or_else(|p| p.into_inner()).contains(&r.id) {
+                                self.vanished.lock().unwrap_or_else(|p| p.into_inner()).insert(r.id);
+                            }
                         }
                     }
                 }
@@ -181,6 +192,17 @@ impl PodCache {
             }
             self.version.send_modify(|v| *v += 1);
         }
+    }
+}
+
+/// Whether the watch's `seen` version of a pod is older than `mine`, the one this replica's
+/// write returned. Versions are opaque to clients in principle; every API server in use
+/// (etcd's revisions, and the doubles) counts them up, so numbers compare. One that is not a
+/// number is taken as not older: the view follows the watch, as it did before.
+fn is_older(seen: Option<&str>, mine: &str) -> bool {
+    match (seen.and_then(|v| v.parse::<u64>().ok()), mine.parse::<u64>().ok()) {
+        (Some(seen), Some(mine)) => seen < mine,
+        _ => false,
     }
 }
 

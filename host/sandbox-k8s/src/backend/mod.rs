@@ -279,6 +279,9 @@ impl KubernetesBackend {
         let mut pod_existed = false;
         if pod {
             let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+            // Its going, when the watch reports it, is ours: not a pod deleted behind our back
+            // (whose policy the reaper would delete a second time).
+            self.cache.deleting(id);
             match self.writes.run(Lane::Delete, |_| self.pods.delete(&name, &params)).await {
                 Ok(_) => pod_existed = true,
                 Err(e) if api_code(&e) == Some(404) => {}
