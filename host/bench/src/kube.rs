@@ -351,7 +351,17 @@ async fn patch_floor(pods: &kube::Api<Pod>, n: usize) -> anyhow::Result<Samples>
         "metadata": {"name": "orchard-bench-floor", "labels": {"app": "orchard-bench"}},
         "spec": {"containers": [{"name": "c", "image": "registry.test/pause:3", "command": ["/pause"]}]}
     }))?;
-    let mut current = pods.create(&PostParams::default(), &pod).await.context("creating the floor's pod")?;
+    pods.create(&PostParams::default(), &pod).await.context("creating the floor's pod")?;
+    // Once the kubelet has written its status, nothing but us writes it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut current = loop {
+        let pod = pods.get("orchard-bench-floor").await?;
+        if pod.status.as_ref().and_then(|s| s.phase.as_ref()).is_some() {
+            break pod;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the floor's pod got no status from the kubelet in 60 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let mut samples = Samples::default();
     for i in 0..n {
         let version = current.metadata.resource_version.clone();

@@ -33,7 +33,7 @@ pub enum Refused {
 }
 
 /// Events kept for watches that start from an older version; older starts get 410.
-const HISTORY: usize = 200_000;
+const HISTORY: usize = 50_000;
 
 pub struct Store {
     version: u64,

@@ -10,12 +10,13 @@ use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
+use crate::pods::Pods;
 use crate::record::PodRecord;
 use crate::spec::MANAGED_SELECTOR;
 
 /// What the pod watch last said of every sandbox pod, and a signal for each change.
 pub struct PodCache {
-    pods: RwLock<HashMap<String, PodRecord>>,
+    pods: RwLock<Pods>,
     /// Bumped on every change; waiters subscribe.
     version: watch::Sender<u64>,
     synced: watch::Sender<bool>,
@@ -37,7 +38,7 @@ impl PodCache {
     /// An empty cache.
     pub fn new() -> Arc<Self> {
         Arc::new(PodCache {
-            pods: RwLock::new(HashMap::new()),
+            pods: RwLock::new(Pods::default()),
             version: watch::Sender::new(0),
             synced: watch::Sender::new(false),
             vanished: std::sync::Mutex::new(HashSet::new()),
@@ -61,6 +62,11 @@ impl PodCache {
     /// thousands of pods looks at every one).
     pub fn ids_where(&self, keep: impl Fn(&PodRecord) -> bool) -> Vec<String> {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).values().filter(|r| keep(r)).map(|r| r.id.clone()).collect()
+    }
+
+    /// Up to `n` ready pods of warm pool `pool`, picked at random.
+    pub fn sample_ready(&self, pool: &str, n: usize) -> Vec<String> {
+        self.pods.read().unwrap_or_else(|p| p.into_inner()).sample_ready(pool, n)
     }
 
     /// How many records `keep` accepts.
@@ -126,7 +132,7 @@ impl PodCache {
         let Some(record) = PodRecord::from_pod(pod) else { return };
         let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner()).get(&record.id) == Some(&record.nonce);
         if !deleted {
-            self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone(), record);
+            self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(record);
             self.version.send_modify(|v| *v += 1);
         }
     }
@@ -163,7 +169,8 @@ impl PodCache {
                 Ok(Event::InitDone) => {
                     // A fresh list is newer than any write made before it.
                     self.written.lock().unwrap_or_else(|p| p.into_inner()).clear();
-                    *self.pods.write().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut fresh);
+                    *self.pods.write().unwrap_or_else(|p| p.into_inner()) =
+                        Pods::from_records(std::mem::take(&mut fresh));
                     self.synced.send_replace(true);
                 }
                 Ok(Event::Apply(pod)) => self.watched(&pod),

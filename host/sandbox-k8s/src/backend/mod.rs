@@ -358,24 +358,33 @@ impl KubernetesBackend {
         let key = shape.key();
         let claimable =
             |r: &PodRecord| r.pool.as_deref() == Some(key.as_str()) && r.status == SandboxStatus::Ready && !r.deleting;
-        let mut candidates = self.cache.ids_where(claimable);
-        // Spread concurrent claims over the pool: other replicas' by a random order, this
-        // replica's own by never trying a pod another of its claims is trying.
+        // A few candidates at random (spreading concurrent claims over the pool: other
+        // replicas' by chance, this replica's own by never trying a pod another of its claims
+        // is trying); when they are all taken, every ready pod in a random order.
         use rand::seq::SliceRandom;
-        candidates.shuffle(&mut rand::rng());
         let ttl = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
-        for id in candidates {
-            // Still claimable as far as the watch knows (another claim of ours may have taken it
-            // since the list was made), and not being claimed by another request of ours.
-            // Its newest version is the one claimed (a stale resourceVersion is a sure 409).
-            let Some(fresh) = self.cache.get(&id).filter(|r| claimable(r)) else { continue };
-            if !self.claiming.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone()) {
-                continue;
-            }
-            let claimed = self.claim_one(spec, &fresh, ttl).await;
-            self.claiming.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-            if claimed.is_some() {
-                return claimed;
+        for round in 0..2 {
+            let candidates = if round == 0 {
+                self.cache.sample_ready(&key, 16)
+            } else {
+                let mut everyone = self.cache.ids_where(claimable);
+                everyone.shuffle(&mut rand::rng());
+                everyone
+            };
+            for id in candidates {
+                // Still claimable as far as the watch knows (another claim of ours may have
+                // taken it since the list was made), and not being claimed by another request of
+                // ours. Its newest version is the one claimed (a stale resourceVersion is a sure
+                // 409).
+                let Some(fresh) = self.cache.get(&id).filter(|r| claimable(r)) else { continue };
+                if !self.claiming.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone()) {
+                    continue;
+                }
+                let claimed = self.claim_one(spec, &fresh, ttl).await;
+                self.claiming.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                if claimed.is_some() {
+                    return claimed;
+                }
             }
         }
         None

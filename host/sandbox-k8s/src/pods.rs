@@ -1,0 +1,152 @@
+//! The records of a replica's view, with the ready pooled pods kept aside by pool so that a
+//! claim picks candidates at random without looking at every pod (a claim among 13,700 pods
+//! that scanned them all cost ~0.3 ms of CPU, and 3,600 at once a second of it).
+//!
+//! Invariant: a pod is in `ready[pool]` exactly when its record has that pool, is Ready and
+//! is not being deleted.
+
+use std::collections::HashMap;
+
+use orchard_sandbox::SandboxStatus;
+
+use crate::record::PodRecord;
+
+#[derive(Default)]
+pub struct Pods {
+    by_id: HashMap<String, PodRecord>,
+    ready: HashMap<String, IdSet>,
+}
+
+/// A set of ids with random picks: a vector, and each id's place in it.
+#[derive(Default)]
+struct IdSet {
+    ids: Vec<String>,
+    at: HashMap<String, usize>,
+}
+
+impl IdSet {
+    fn insert(&mut self, id: &str) {
+        if !self.at.contains_key(id) {
+            self.at.insert(id.to_string(), self.ids.len());
+            self.ids.push(id.to_string());
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(place) = self.at.remove(id) {
+            self.ids.swap_remove(place);
+            if let Some(moved) = self.ids.get(place) {
+                self.at.insert(moved.clone(), place);
+            }
+        }
+    }
+}
+
+fn ready_pool(record: &PodRecord) -> Option<&str> {
+    record.pool.as_deref().filter(|_| record.status == SandboxStatus::Ready && !record.deleting)
+}
+
+impl Pods {
+    pub fn from_records(records: HashMap<String, PodRecord>) -> Pods {
+        let mut pods = Pods::default();
+        for (_, record) in records {
+            pods.insert(record);
+        }
+        pods
+    }
+
+    pub fn get(&self, id: &str) -> Option<&PodRecord> {
+        self.by_id.get(id)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &PodRecord> {
+        self.by_id.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn insert(&mut self, record: PodRecord) {
+        if let Some(old) = self.by_id.get(&record.id)
+            && let Some(pool) = ready_pool(old)
+            && ready_pool(&record) != Some(pool)
+            && let Some(set) = self.ready.get_mut(pool)
+        {
+            set.remove(&record.id);
+        }
+        if let Some(pool) = ready_pool(&record) {
+            self.ready.entry(pool.to_string()).or_default().insert(&record.id);
+        }
+        self.by_id.insert(record.id.clone(), record);
+    }
+
+    pub fn remove(&mut self, id: &str) -> Option<PodRecord> {
+        let gone = self.by_id.remove(id)?;
+        if let Some(pool) = ready_pool(&gone)
+            && let Some(set) = self.ready.get_mut(pool)
+        {
+            set.remove(id);
+        }
+        Some(gone)
+    }
+
+    /// Up to `n` ready pods of `pool`, picked at random (distinct).
+    pub fn sample_ready(&self, pool: &str, n: usize) -> Vec<String> {
+        let Some(set) = self.ready.get(pool) else { return Vec::new() };
+        if set.ids.len() <= n {
+            return set.ids.clone();
+        }
+        rand::seq::index::sample(&mut rand::rng(), set.ids.len(), n).into_iter().map(|i| set.ids[i].clone()).collect()
+    }
+
+    /// Ready pods of `pool`.
+    #[cfg(test)]
+    pub fn ready_count(&self, pool: &str) -> usize {
+        self.ready.get(pool).map_or(0, |s| s.ids.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, pool: Option<&str>, status: SandboxStatus) -> PodRecord {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("orchard-{id}"),
+                "labels": {crate::spec::LABEL_MANAGED: crate::spec::MANAGED_BY, crate::spec::LABEL_SANDBOX: id}},
+            "spec": {"containers": [{"name": "sandbox", "image": "i"}]}
+        }))
+        .unwrap();
+        let mut r = PodRecord::from_pod(&pod).unwrap();
+        r.pool = pool.map(String::from);
+        r.status = status;
+        r
+    }
+
+    #[test]
+    fn the_ready_set_follows_every_change() {
+        let mut pods = Pods::default();
+        for i in 0..50 {
+            pods.insert(record(&format!("p{i}"), Some("a"), SandboxStatus::Pending));
+        }
+        assert_eq!(pods.ready_count("a"), 0);
+        for i in 0..50 {
+            pods.insert(record(&format!("p{i}"), Some("a"), SandboxStatus::Ready));
+        }
+        assert_eq!(pods.ready_count("a"), 50);
+        // Claimed (no pool), deleted, being deleted: each leaves the set.
+        pods.insert(record("p0", None, SandboxStatus::Ready));
+        pods.remove("p1");
+        let mut deleting = record("p2", Some("a"), SandboxStatus::Ready);
+        deleting.deleting = true;
+        pods.insert(deleting);
+        assert_eq!(pods.ready_count("a"), 47);
+        let picked = pods.sample_ready("a", 10);
+        let distinct: std::collections::HashSet<&String> = picked.iter().collect();
+        assert_eq!((picked.len(), distinct.len()), (10, 10));
+        assert!(picked.iter().all(|id| !["p0", "p1", "p2"].contains(&id.as_str())), "{picked:?}");
+        assert!(picked.iter().all(|id| pods.get(id).is_some_and(|r| ready_pool(r) == Some("a"))));
+        assert_eq!(pods.sample_ready("a", 100).len(), 47);
+    }
+}
