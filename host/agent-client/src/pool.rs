@@ -35,10 +35,13 @@ impl std::fmt::Display for AgentAddr {
     }
 }
 
+/// An idle connection and the number its closing timer knows it by.
+type Idle = (u64, SendRequest<Body>);
+
 pub(crate) struct Pool {
     addr: AgentAddr,
     /// Idle connections, each with a number its closing timer knows it by.
-    idle: Arc<Mutex<Vec<(u64, SendRequest<Body>)>>>,
+    idle: Arc<Mutex<Vec<Idle>>>,
     next_idle: Arc<std::sync::atomic::AtomicU64>,
 }
 
