@@ -172,7 +172,10 @@ async fn the_web_ui_in_chromium() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(js::<bool>(&page, "window.__notReloaded === true").await, "the page reloaded");
-    assert!(seen.len() >= 3, "the counts did not tick on the page: {seen:?}");
+    // Without a reload the count moved from where it was to the job's end. Steps in between
+    // are usual but not certain: on a loaded machine the last rollouts can finish within one
+    // of the page's updates (seen once in a full suite run: [0, 7]).
+    assert!(seen.len() >= 2 && seen.last() > seen.first(), "the counts did not tick on the page: {seen:?}");
     // The matrix and the per-harness table arrive too (fetched as rollouts finish).
     until(&page, "document.querySelectorAll('#matrix tbody tr').length === 5", Duration::from_secs(10)).await;
     let per_harness = text(&page, "#per-harness").await;

@@ -174,37 +174,7 @@ fn refused(path: &str, why: Refused) -> Response {
 }
 
 fn query(uri: &Uri) -> BTreeMap<String, String> {
-    uri.query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-        .filter(|(k, _)| !k.is_empty())
-        .map(|(k, v)| (k.to_string(), percent_decode(v)))
-        .collect()
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 3 <= bytes.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    axum::extract::Query::<BTreeMap<String, String>>::try_from_uri(uri).map(|q| q.0).unwrap_or_default()
 }
 
 /// Counts a request in flight while it lives.

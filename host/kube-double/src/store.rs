@@ -152,19 +152,9 @@ impl Store {
 
 /// Now as RFC 3339 in UTC, to the second, as `creationTimestamp` is written.
 fn rfc3339_now() -> String {
+    use k8s_openapi::chrono::{DateTime, SecondsFormat};
     let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest / 60 % 60, rest % 60)
+    DateTime::from_timestamp(secs as i64, 0).unwrap_or_default().to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 #[cfg(test)]
