@@ -187,6 +187,8 @@ fn the_objects_the_backend_writes_validate_strictly() {
         nonce: "n",
         image_command: vec!["python3".into()],
         pool: None,
+        // Validated with the rest: the preferred node affinity --image-locality writes.
+        prefer_nodes: vec!["node-a".into(), "node-b".into()],
     };
     let docs = [
         serde_json::to_value(spec::pod(&cluster, &plan)).unwrap(),

@@ -694,3 +694,38 @@ async fn osworlds_desktop_env_runs_on_kubernetes_pods() {
         assert!(left.is_err() || left.unwrap().metadata.deletion_timestamp.is_some(), "{name} is left");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_image_locality_a_pod_prefers_the_nodes_that_hold_its_image() {
+    use k8s_openapi::api::core::v1::Node;
+    let cluster = Cluster::start().await;
+    let nodes: Api<Node> = Api::all(cluster.api.client());
+    for (name, held) in [
+        ("node-a", ["docker.io/library/busybox@sha256:00", "registry.test/python:3.12"]),
+        ("node-b", ["registry.test/python:3.11", "registry.test/other:1"]),
+        ("node-c", ["registry.test/python:3.12", "registry.test/other:1"]),
+    ] {
+        let node = json!({"metadata": {"name": name}, "status": {"images": [{"names": held, "sizeBytes": 1}]}});
+        nodes.create(&Default::default(), &serde_json::from_value(node).unwrap()).await.expect("node");
+    }
+    let server = cluster.host_with("host-a", &["--image-locality"]).await;
+    // The node watch lists them at start; give it a moment past the pod watch's sync.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    create(&server, json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-near", "entrypoint": []})).await;
+    create(&server, json!({"image": "registry.test/python:3.13", "sandbox_id": "sb-far", "entrypoint": []})).await;
+    let pods = cluster.api::<Pod>();
+    let affinity = |pod: Pod| serde_json::to_value(pod.spec.expect("spec").affinity).expect("json");
+    let near = affinity(pods.get("orchard-sb-near").await.expect("pod"));
+    let preferred = &near["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(preferred["weight"], 100, "{near}");
+    assert_eq!(
+        preferred["preference"]["matchFields"][0],
+        json!({"key": "metadata.name", "operator": "In", "values": ["node-a", "node-c"]}),
+        "{near}"
+    );
+    assert_eq!(affinity(pods.get("orchard-sb-far").await.expect("pod")), Value::Null, "no node holds python:3.13");
+    // A replica without the flag prefers nothing.
+    let plain = cluster.host("host-b").await;
+    create(&plain, json!({"image": "registry.test/python:3.12", "sandbox_id": "sb-plain", "entrypoint": []})).await;
+    assert_eq!(affinity(pods.get("orchard-sb-plain").await.expect("pod")), Value::Null);
+}

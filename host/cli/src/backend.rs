@@ -83,6 +83,10 @@ pub struct KubeArgs {
     /// API writes that may go at once before --kube-write-rate applies.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Kubernetes")]
     kube_write_burst: u32,
+    /// Prefer, for each sandbox's pod, the nodes that already hold its image (from a watch on
+    /// the nodes' `status.images`; needs get, list and watch on nodes: a ClusterRole).
+    #[arg(long, help_heading = "Kubernetes")]
+    image_locality: bool,
     /// Seconds between reaper passes (and lease renewals).
     #[arg(long, default_value_t = 5.0, help_heading = "Kubernetes")]
     reap_interval: f64,
@@ -142,6 +146,7 @@ impl KubeArgs {
         config.default_ttl = default_ttl;
         config.write_rate = self.kube_write_rate;
         config.write_burst = self.kube_write_burst;
+        config.image_locality = self.image_locality;
         config.reap_interval = Duration::from_secs_f64(self.reap_interval.max(0.1));
         // Long enough that a replica slowed by load is not taken for dead (which would make two
         // replicas reap the same share for a while).

@@ -32,6 +32,9 @@ pub struct KubernetesConfig {
     pub lease_duration: Duration,
     /// Registries read over plain HTTP when looking up an image's entrypoint.
     pub insecure_registries: Vec<String>,
+    /// Prefer, for each pod, the nodes that already hold its image (a watch on the nodes;
+    /// needs get/list/watch on nodes): see [`crate::locality`].
+    pub image_locality: bool,
     /// Warm pools: ready pods kept per shape (by the replica that owns each pool), claimed by a
     /// create of that shape with a resourceVersion precondition.
     pub pools: Vec<(orchard_sandbox::PoolShape, usize)>,
@@ -46,6 +49,7 @@ impl KubernetesConfig {
             token_key,
             max_sandboxes: 10_000,
             pools: Vec::new(),
+            image_locality: false,
             default_ttl: Duration::from_secs(3600),
             write_rate: 50.0,
             write_burst: 100,

@@ -15,6 +15,7 @@
 mod backend;
 pub mod cache;
 mod config;
+pub mod locality;
 mod pods;
 pub mod prepull;
 pub mod record;

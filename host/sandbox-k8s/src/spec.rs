@@ -116,6 +116,36 @@ pub struct PodPlan<'a> {
     pub image_command: Vec<String>,
     /// The warm pool this pod waits in, if any.
     pub pool: Option<&'a str>,
+    /// Nodes that hold the image already: preferred (`--image-locality`).
+    pub prefer_nodes: Vec<String>,
+}
+
+/// A preferred node affinity (weight 100) to the nodes named, by node name.
+fn prefer_nodes(nodes: &[String]) -> Option<k8s_openapi::api::core::v1::Affinity> {
+    use k8s_openapi::api::core::v1::{
+        Affinity, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, PreferredSchedulingTerm,
+    };
+    if nodes.is_empty() {
+        return None;
+    }
+    let term = NodeSelectorTerm {
+        match_fields: Some(vec![NodeSelectorRequirement {
+            key: "metadata.name".into(),
+            operator: "In".into(),
+            values: Some(nodes.to_vec()),
+        }]),
+        match_expressions: None,
+    };
+    Some(Affinity {
+        node_affinity: Some(NodeAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![PreferredSchedulingTerm {
+                weight: 100,
+                preference: term,
+            }]),
+            required_during_scheduling_ignored_during_execution: None,
+        }),
+        ..Default::default()
+    })
 }
 
 /// Every object of a sandbox is named after it.
@@ -265,6 +295,7 @@ pub fn pod(cluster: &ClusterConfig, plan: &PodPlan) -> Pod {
             runtime_class_name: cluster.runtime_class.clone(),
             node_selector: (!cluster.node_selector.is_empty()).then(|| cluster.node_selector.clone()),
             tolerations: (!cluster.tolerations.is_empty()).then(|| cluster.tolerations.clone()),
+            affinity: prefer_nodes(&plan.prefer_nodes),
             termination_grace_period_seconds: Some(0),
             host_users: cluster.user_namespaces.then_some(false),
             security_context: Some(PodSecurityContext {
@@ -481,6 +512,7 @@ mod tests {
             nonce: "n1",
             image_command: vec!["python3".into(), "-m".into(), "http.server".into()],
             pool: None,
+            prefer_nodes: Vec::new(),
         };
         let p = as_json(&pod(&cluster(), &plan));
         let spec = &p["spec"];
@@ -549,6 +581,7 @@ mod tests {
             nonce: "n",
             image_command: vec![],
             pool: None,
+            prefer_nodes: Vec::new(),
         };
         let closed = spec(true, &[]);
         let n = as_json(&network_policy(&cluster(), &plan(&closed)));
@@ -602,6 +635,7 @@ mod tests {
             nonce: "n",
             image_command: vec![],
             pool: None,
+            prefer_nodes: Vec::new(),
         };
         let cnp = cilium_fqdn_policy(&cilium, &plan).expect("a policy");
         assert_eq!(cnp["spec"]["endpointSelector"]["matchLabels"], json!({"orchard.dev/sandbox": "sb-3"}));

@@ -50,6 +50,8 @@ pub struct KubernetesBackend {
     entrypoints: tokio::sync::Mutex<HashMap<String, Vec<String>>>,
     last_reap: Mutex<Option<std::time::Instant>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// What each node holds, when `image_locality` is on.
+    node_images: Option<Arc<crate::locality::NodeImages>>,
 }
 
 impl KubernetesBackend {
@@ -79,6 +81,12 @@ impl KubernetesBackend {
                  and may this identity list pods there?)"
             )));
         }
+        let mut tasks = vec![watch];
+        let node_images = config.image_locality.then(crate::locality::NodeImages::new);
+        if let Some(images) = &node_images {
+            let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+            tasks.push(tokio::spawn(images.clone().run(nodes)));
+        }
         let backend = KubernetesBackend {
             secrets: Api::namespaced(client.clone(), ns),
             policies: Api::namespaced(client.clone(), ns),
@@ -92,7 +100,8 @@ impl KubernetesBackend {
             claiming: Mutex::new(std::collections::HashSet::new()),
             entrypoints: tokio::sync::Mutex::new(HashMap::new()),
             last_reap: Mutex::new(None),
-            tasks: vec![watch],
+            tasks,
+            node_images,
             config,
         };
         let backend = Arc::new(backend);
@@ -190,6 +199,7 @@ impl KubernetesBackend {
             nonce: &nonce,
             image_command: command,
             pool,
+            prefer_nodes: self.node_images.as_ref().map(|n| n.nodes_with(&spec.image)).unwrap_or_default(),
         };
         let cluster = &self.config.cluster;
         // A create someone waits on goes before the warm pools' refills.
