@@ -57,10 +57,27 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 #[test]
 fn every_overlay_renders_validates_and_grants_least_privilege() {
     let serve_help = run(Command::new(orchard_tests::orchard_bin()).args(["serve", "--help"]));
-    for overlay in ["dev", "production", "cilium"] {
+    for overlay in ["dev", "production", "cilium", "image-locality"] {
         let docs = render(overlay);
-        // RBAC: a namespaced Role on the sandbox namespace, named verbs and resources only.
-        assert!(docs.iter().all(|d| d["kind"] != "ClusterRole" && d["kind"] != "ClusterRoleBinding"), "{overlay}");
+        // RBAC: a namespaced Role on the sandbox namespace, named verbs and resources only;
+        // with --image-locality also reading nodes, and nothing else cluster-wide.
+        let cluster_wide: Vec<&Value> =
+            docs.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding").collect();
+        if overlay == "image-locality" {
+            let reader = find(&docs, "ClusterRole", "orchard-host-nodes-reader");
+            assert_eq!(
+                reader["rules"],
+                json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}])
+            );
+            let binding = find(&docs, "ClusterRoleBinding", "orchard-host-nodes-reader");
+            assert_eq!(
+                binding["subjects"],
+                json!([{"kind": "ServiceAccount", "name": "orchard-host", "namespace": "orchard"}])
+            );
+            assert_eq!(cluster_wide.len(), 2, "{overlay}: {cluster_wide:?}");
+        } else {
+            assert!(cluster_wide.is_empty(), "{overlay}: {cluster_wide:?}");
+        }
         let role = find(&docs, "Role", "orchard-host");
         assert_eq!(role["metadata"]["namespace"], "orchard-sandboxes");
         for rule in role["rules"].as_array().unwrap() {
