@@ -53,7 +53,7 @@ impl NodeImages {
         self.nodes.write().unwrap_or_else(|p| p.into_inner()).remove(node);
     }
 
-    /// The nodes holding `image` (sorted, at most [`MOST_NODES`]).
+    /// The nodes holding `image` (sorted, at most 100).
     pub fn nodes_with(&self, image: &str) -> Vec<String> {
         let Some(wanted) = normalize(image) else { return Vec::new() };
         let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
