@@ -92,6 +92,17 @@ pub fn status_kb(pid: i32, field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// CPU seconds (user + system) a process has used: /proc/PID/stat's utime and stime, in the
+/// kernel's fixed USER_HZ of 100 ticks a second.
+pub fn cpu_seconds(pid: i32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) start after its closing parenthesis.
+    let rest = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 /// Idle RSS of the smallest Python HTTP agent: `python3 -m http.server`.
 pub fn python_http_server_rss_kb() -> Option<u64> {
     let mut child = Command::new("python3")
