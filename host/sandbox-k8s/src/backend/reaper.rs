@@ -31,21 +31,26 @@ impl KubernetesBackend {
         let mine = |id: &str| replicas::owner_of(id, &live) == Some(self.config.host_id.as_str());
         let now = now();
         let mut reaped = Vec::new();
-        for record in self.cache.all() {
+        // Which are due is decided under the cache's lock, without copying every record (a
+        // pass runs every reaper interval over all of them).
+        let due = self.cache.ids_where(|record| {
             if record.deleting || !mine(&record.id) {
-                continue;
+                return false;
             }
-            let info = self.info(&record);
+            let info = self.info(record);
             // Other replicas write activity at most every flush interval: allow for it.
             let expired = info.expires_at() + flush_interval(record.ttl_seconds) <= now;
             let failed_long_ago = info.status == SandboxStatus::Failed && info.last_active + ORPHAN_GRACE <= now;
-            if expired || failed_long_ago {
-                tracing::info!(sandbox = %record.id, expired, "reaping");
-                if self.delete_objects(&record.id, true).await {
-                    reaped.push(record.id.clone());
-                }
-                self.forget(&record.id);
+            expired || failed_long_ago
+        });
+        for id in due {
+            let Some(record) = self.cache.get(&id) else { continue };
+            let expired = self.info(&record).expires_at() + flush_interval(record.ttl_seconds) <= now;
+            tracing::info!(sandbox = %record.id, expired, "reaping");
+            if self.delete_objects(&record.id, true).await {
+                reaped.push(record.id.clone());
             }
+            self.forget(&record.id);
         }
         // Pods deleted behind our back (or by another replica): their objects go now.
         for id in self.cache.take_vanished() {
