@@ -353,8 +353,7 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
                 .await
         })
     };
-    let listener =
-        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    let listener = listen(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!(
         "orchard {} serving on http://{} (backend {})",
         env!("CARGO_PKG_VERSION"),
@@ -394,4 +393,17 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+/// Connections the kernel queues for accept before dropping new ones: tokio's `bind` asks for
+/// 1,024, and a burst of thousands of clients (a benchmark, a fleet of trainers starting
+/// together) overflowed it, each dropped connection retried by its client a second later. The
+/// kernel caps it at `net.core.somaxconn`.
+const ACCEPT_BACKLOG: u32 = 8192;
+
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_BACKLOG)
 }

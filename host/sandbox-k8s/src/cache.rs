@@ -94,6 +94,12 @@ impl PodCache {
         self.deleting.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string());
     }
 
+    /// Whether this replica is deleting the sandbox (between [`Self::deleting`] and
+    /// [`Self::forget`]).
+    pub fn is_deleting(&self, id: &str) -> bool {
+        self.deleting.lock().unwrap_or_else(|p| p.into_inner()).contains(id)
+    }
+
     /// Records what this replica just did (a delete) before the watch reports it.
     pub fn forget(&self, id: &str) {
         self.deleting.lock().unwrap_or_else(|p| p.into_inner()).remove(id);

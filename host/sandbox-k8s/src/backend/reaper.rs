@@ -87,7 +87,9 @@ impl KubernetesBackend {
         orphans.sort();
         orphans.dedup();
         for id in orphans {
-            if self.cache.get(&id).is_none() && mine(&id) {
+            // A sandbox this replica is deleting has its pod gone and its policy's delete still
+            // queued: not an orphan (deleting it here too was a second, 404 write).
+            if self.cache.get(&id).is_none() && !self.cache.is_deleting(&id) && mine(&id) {
                 tracing::info!(sandbox = %id, "collecting objects left without their pod");
                 self.delete_objects(&id, false).await;
             }
