@@ -430,6 +430,31 @@ fn split(results: Timed) -> (Vec<String>, Samples) {
     (ids, times)
 }
 
+/// One create, timed from its sending to its answer (to Ready, with `wait_ready`): its id too.
+async fn create_one(server: &Server, body: serde_json::Value, wait_ready: bool) -> anyhow::Result<(String, Duration)> {
+    let t = Instant::now();
+    let v = server.post("/sandboxes", body).await?;
+    let id = v["sandbox_id"].as_str().context("no sandbox_id")?.to_string();
+    if wait_ready {
+        // A create answers within 10 s, Ready or not; this waits for the rest.
+        let url = format!("{}/sandboxes/{id}/wait?timeout=300", server.url);
+        let ready: serde_json::Value = server.http.get(url).send().await?.error_for_status()?.json().await?;
+        anyhow::ensure!(ready["status"] == "ready", "{id} is not ready: {ready}");
+    }
+    Ok((id, t.elapsed()))
+}
+
+/// Runs the requests as tasks, all at once, behind a progress bar.
+async fn counted(
+    n: usize,
+    requests: impl Iterator<Item = impl std::future::Future<Output = anyhow::Result<(String, Duration)>> + Send + 'static>,
+) -> Timed {
+    let bar = indicatif::ProgressBar::new(n as u64);
+    let out = crate::join_all_counted(&bar, requests).await;
+    bar.finish_and_clear();
+    out
+}
+
 /// `n` creates sent `per_second` apart, each at its time; each one's id and time to its answer.
 async fn paced_creates(
     server: &Arc<Server>,
@@ -437,22 +462,16 @@ async fn paced_creates(
     per_second: f64,
     body: impl Fn(usize) -> serde_json::Value,
 ) -> Timed {
-    let bar = indicatif::ProgressBar::new(n as u64);
     let start = tokio::time::Instant::now();
-    let futures = (0..n).map(|i| {
+    let requests = (0..n).map(|i| {
         let (server, body) = (server.clone(), body(i));
         let at = start + Duration::from_secs_f64(i as f64 / per_second.max(0.001));
         async move {
             tokio::time::sleep_until(at).await;
-            let t = Instant::now();
-            let v = server.post("/sandboxes", body).await?;
-            let id = v["sandbox_id"].as_str().context("no sandbox_id")?.to_string();
-            Ok((id, t.elapsed()))
+            create_one(&server, body, false).await
         }
     });
-    let out = crate::join_all_counted(&bar, futures).await;
-    bar.finish_and_clear();
-    out
+    counted(n, requests).await
 }
 
 /// Requests the bench has in flight at most: a client holds a descriptor for each, and so does
@@ -467,31 +486,18 @@ async fn timed_creates(
     wait_ready: bool,
     body: impl Fn(usize) -> serde_json::Value,
 ) -> Timed {
-    let bar = indicatif::ProgressBar::new(n as u64);
-    let futures = (0..n).map(|i| {
+    let requests = (0..n).map(|i| {
         let (server, body) = (server.clone(), body(i));
         async move {
             let _sending = IN_FLIGHT.acquire().await?;
-            let t = Instant::now();
-            let v = server.post("/sandboxes", body).await?;
-            let id = v["sandbox_id"].as_str().context("no sandbox_id")?.to_string();
-            if wait_ready {
-                // A create answers within 10 s, Ready or not; this waits for the rest.
-                let url = format!("{}/sandboxes/{id}/wait?timeout=300", server.url);
-                let ready: serde_json::Value = server.http.get(url).send().await?.error_for_status()?.json().await?;
-                anyhow::ensure!(ready["status"] == "ready", "{id} is not ready: {ready}");
-            }
-            Ok((id, t.elapsed()))
+            create_one(&server, body, wait_ready).await
         }
     });
-    let out = crate::join_all_counted(&bar, futures).await;
-    bar.finish_and_clear();
-    out
+    counted(n, requests).await
 }
 
 async fn timed_deletes(server: &Arc<Server>, ids: &[String]) -> Timed {
-    let bar = indicatif::ProgressBar::new(ids.len() as u64);
-    let futures = ids.iter().cloned().map(|id| {
+    let requests = ids.iter().cloned().map(|id| {
         let server = server.clone();
         async move {
             let _sending = IN_FLIGHT.acquire().await?;
@@ -500,9 +506,7 @@ async fn timed_deletes(server: &Arc<Server>, ids: &[String]) -> Timed {
             Ok((id, t.elapsed()))
         }
     });
-    let out = crate::join_all_counted(&bar, futures).await;
-    bar.finish_and_clear();
-    out
+    counted(ids.len(), requests).await
 }
 
 static FAILED_ECHO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -87,12 +87,6 @@ impl Double {
         store.all("api/v1/pods").cloned().collect()
     }
 
-    /// Objects of a resource (e.g. `pods`) in all namespaces.
-    pub fn count(&self, resource: &str) -> usize {
-        let store = self.state.store.lock().unwrap_or_else(|p| p.into_inner());
-        store.count(&format!("api/v1/{resource}")) + store.count(&format!("apis/networking.k8s.io/v1/{resource}"))
-    }
-
     /// Agents the kubelet runs now.
     pub fn running_agents(&self) -> usize {
         self.state.kubelet.as_ref().map_or(0, |k| k.running())

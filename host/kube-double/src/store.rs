@@ -66,10 +66,6 @@ impl Store {
         self.objects.iter().filter(move |((r, _, _), _)| r == resource).map(|(_, v)| v)
     }
 
-    pub fn count(&self, resource: &str) -> usize {
-        self.objects.keys().filter(|(r, _, _)| r == resource).count()
-    }
-
     pub fn create(&mut self, key: Key, mut object: Value) -> Result<Value, Refused> {
         if self.objects.contains_key(&key) {
             return Err(Refused::AlreadyExists);
