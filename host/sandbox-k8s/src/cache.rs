@@ -20,8 +20,10 @@ pub struct PodCache {
     /// Bumped on every change; waiters subscribe.
     version: watch::Sender<u64>,
     synced: watch::Sender<bool>,
-    /// Sandboxes whose pod went away (deleted by anyone): their secret and policy are due.
-    vanished: std::sync::Mutex<HashSet<String>>,
+    /// Sandboxes whose pod went away not by this replica's hand, and when this replica saw it:
+    /// their policy is due, once the replica that deleted the pod (if one did) had its time to
+    /// delete the policy itself.
+    vanished: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     /// Pods this replica deleted (id → nonce), until the watch reports them gone: an update
     /// still in flight must not bring them back.
     deleted: std::sync::Mutex<HashMap<String, String>>,
@@ -41,7 +43,7 @@ impl PodCache {
             pods: RwLock::new(Pods::default()),
             version: watch::Sender::new(0),
             synced: watch::Sender::new(false),
-            vanished: std::sync::Mutex::new(HashSet::new()),
+            vanished: std::sync::Mutex::new(HashMap::new()),
             deleted: std::sync::Mutex::new(HashMap::new()),
             written: std::sync::Mutex::new(HashMap::new()),
             deleting: std::sync::Mutex::new(HashSet::new()),
@@ -134,6 +136,25 @@ impl PodCache {
         self.apply(pod);
     }
 
+    /// Records that the watch saw a pod deleted; one this replica did not delete is vanished.
+    fn gone(&self, pod: &Pod) {
+        let Some(r) = PodRecord::from_pod(pod) else { return };
+        self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(&r.id);
+        let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+        if deleted.get(&r.id) == Some(&r.nonce) {
+            deleted.remove(&r.id);
+        }
+        drop(deleted);
+        let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+        // A delete of an older pod must not remove a newer one under the same id.
+        if pods.get(&r.id).is_some_and(|known| known.nonce == r.nonce) {
+            pods.remove(&r.id);
+            if !self.deleting.lock().unwrap_or_else(|p| p.into_inner()).contains(&r.id) {
+                self.vanished.lock().unwrap_or_else(|p| p.into_inner()).insert(r.id, std::time::Instant::now());
+            }
+        }
+    }
+
     fn apply(&self, pod: &Pod) {
         let Some(record) = PodRecord::from_pod(pod) else { return };
         let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner()).get(&record.id) == Some(&record.nonce);
@@ -143,9 +164,16 @@ impl PodCache {
         }
     }
 
-    /// The sandboxes whose pods went away since the last call.
-    pub fn take_vanished(&self) -> Vec<String> {
-        self.vanished.lock().unwrap_or_else(|p| p.into_inner()).drain().collect()
+    /// The sandboxes whose pods went away at least `grace` ago (and not by this replica's
+    /// hand), taken out of the set; the younger ones stay for a later call.
+    pub fn take_vanished(&self, grace: std::time::Duration) -> Vec<String> {
+        let mut vanished = self.vanished.lock().unwrap_or_else(|p| p.into_inner());
+        let due: Vec<String> =
+            vanished.iter().filter(|(_, at)| at.elapsed() >= grace).map(|(id, _)| id.clone()).collect();
+        for id in &due {
+            vanished.remove(id);
+        }
+        due
     }
 
     /// Resolves once the first full list has arrived.
@@ -180,24 +208,7 @@ impl PodCache {
                     self.synced.send_replace(true);
                 }
                 Ok(Event::Apply(pod)) => self.watched(&pod),
-                Ok(Event::Delete(pod)) => {
-                    if let Some(r) = PodRecord::from_pod(&pod) {
-                        self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(&r.id);
-                        let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
-                        if deleted.get(&r.id) == Some(&r.nonce) {
-                            deleted.remove(&r.id);
-                        }
-                        drop(deleted);
-                        let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
-                        // A delete of an older pod must not remove a newer one under the same id.
-                        if pods.get(&r.id).is_some_and(|known| known.nonce == r.nonce) {
-                            pods.remove(&r.id);
-                            if !self.deleting.lock().unwrap_or_else(|p| p.into_inner()).contains(&r.id) {
-                                self.vanished.lock().unwrap_or_else(|p| p.into_inner()).insert(r.id);
-                            }
-                        }
-                    }
-                }
+                Ok(Event::Delete(pod)) => self.gone(&pod),
                 Err(e) => {
                     tracing::warn!("watching sandbox pods: {e}; retrying");
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -245,5 +256,22 @@ mod tests {
         cache.watched(&pod("6", "alice"));
         cache.watched(&pod("7", "alice-renamed"));
         assert_eq!(cache.get("a").unwrap().tenant, "alice-renamed", "newer events apply again");
+    }
+
+    #[test]
+    fn a_pod_this_replica_did_not_delete_is_vanished_once_its_grace_is_over() {
+        let (grace, none) = (std::time::Duration::from_secs(3600), std::time::Duration::ZERO);
+        let cache = PodCache::new();
+        cache.watched(&pod("4", "alice"));
+        cache.gone(&pod("5", "alice"));
+        assert!(cache.get("a").is_none());
+        assert!(cache.take_vanished(grace).is_empty(), "taken before its grace");
+        assert_eq!(cache.take_vanished(none), ["a"]);
+        assert!(cache.take_vanished(none).is_empty(), "taken twice");
+        // One this replica deletes is not news.
+        cache.watched(&pod("6", "alice"));
+        cache.deleting("a");
+        cache.gone(&pod("7", "alice"));
+        assert!(cache.take_vanished(none).is_empty(), "its own delete taken as vanished");
     }
 }

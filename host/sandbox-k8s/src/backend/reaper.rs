@@ -13,6 +13,12 @@ use crate::writes::Lane;
 /// Objects without their pod (a create that died half-way) are collected after this long.
 const ORPHAN_GRACE: f64 = 120.0;
 
+/// The policy of a pod another hand deleted is collected this long after the watch said so.
+/// When that hand is another replica, the policy's delete is its own next write: collecting it
+/// here at once raced it (two deletes, one answered 404). When the other replica's deletes are
+/// queued longer than this, the second delete still happens, harmlessly.
+const VANISHED_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl KubernetesBackend {
     /// One reaper pass over this replica's share: expired and failed sandboxes, and objects
     /// left behind by creates that died half-way or pods deleted behind our back.
@@ -52,24 +58,24 @@ impl KubernetesBackend {
             }
             self.forget(&record.id);
         }
-        // Pods deleted behind our back (or by another replica): their objects go now.
-        for id in self.cache.take_vanished() {
-            if self.cache.get(&id).is_none() && mine(&id) {
-                tracing::info!(sandbox = %id, "its pod is gone: deleting its policy");
-                self.delete_objects(&id, false).await;
-                self.forget(&id);
-            }
+        // Pods deleted behind our back, or by another replica: their policies go with the
+        // orphans below, once that replica had its time to delete them itself.
+        let vanished = self.cache.take_vanished(VANISHED_GRACE);
+        for id in vanished.iter().filter(|id| self.cache.get(id).is_none()) {
+            self.forget(id);
         }
-        self.collect_orphans(&mine, now).await;
+        self.collect_orphans(&mine, &vanished, now).await;
         self.refill_pools(&live).await;
         reaped
     }
 
     /// Policies whose pod is gone, and the token Secrets sandboxes of earlier versions had.
-    async fn collect_orphans(&self, mine: &(dyn Fn(&str) -> bool + Sync), now: f64) {
+    /// A policy is an orphan when its pod vanished (`vanished`, already past its grace) or when
+    /// it is older than [`ORPHAN_GRACE`] with no pod (a create that died half-way).
+    async fn collect_orphans(&self, mine: &(dyn Fn(&str) -> bool + Sync), vanished: &[String], now: f64) {
         let list = ListParams::default().labels(MANAGED_SELECTOR);
         if let Ok(secrets) = self.secrets.list(&list).await {
-            for id in secrets.items.iter().filter_map(|s| orphan_id(&s.metadata, now)) {
+            for id in secrets.items.iter().filter_map(|s| orphan_id(&s.metadata, vanished, now)) {
                 if self.cache.get(&id).is_none() && mine(&id) {
                     let (name, params) = (spec::object_name(&id), &kube::api::DeleteParams::default());
                     let deleted =
@@ -82,7 +88,7 @@ impl KubernetesBackend {
         }
         let mut orphans = Vec::new();
         if let Ok(policies) = self.policies.list(&list).await {
-            orphans.extend(policies.items.iter().filter_map(|p| orphan_id(&p.metadata, now)));
+            orphans.extend(policies.items.iter().filter_map(|p| orphan_id(&p.metadata, vanished, now)));
         }
         orphans.sort();
         orphans.dedup();
@@ -97,10 +103,15 @@ impl KubernetesBackend {
     }
 }
 
-/// The sandbox id of a managed object created more than [`ORPHAN_GRACE`] ago.
-fn orphan_id(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, now: f64) -> Option<String> {
+/// The sandbox id of a managed object whose pod vanished, or that was created more than
+/// [`ORPHAN_GRACE`] ago (the caller checks that no pod is known).
+fn orphan_id(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    vanished: &[String],
+    now: f64,
+) -> Option<String> {
     let labels = meta.labels.as_ref()?;
     let id = labels.get(spec::LABEL_SANDBOX)?.clone();
     let created = meta.creation_timestamp.as_ref().map(|t| t.0.timestamp() as f64).unwrap_or(0.0);
-    (created + ORPHAN_GRACE <= now).then_some(id)
+    (created + ORPHAN_GRACE <= now || vanished.contains(&id)).then_some(id)
 }
