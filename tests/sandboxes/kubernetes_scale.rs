@@ -204,3 +204,26 @@ async fn deletes_go_before_creates_when_writes_queue() {
         created[created.len() / 2]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_beyond_the_ready_pool_wait_for_its_starting_pods() {
+    // The watch a second late: when the claims come, the server knows the pool's pods only as
+    // starting (from its own creates' answers), none as ready.
+    let costs = Costs { watch_delay: Duration::from_secs(1), ..Costs::default() };
+    let scale = start(costs, 30, 1000, 1000).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while scale.double.pods().iter().filter(|p| p["metadata"]["annotations"].get("orchard.dev/pool").is_some()).count()
+        < 30
+    {
+        assert!(Instant::now() < deadline, "the pool's pods were never made");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // No entrypoint in the body and none readable from the image: a claim that went cold
+    // instead of waiting would be refused.
+    let claimed = creates(&scale.server, 30, |_| json!({"image": IMAGE})).await;
+    let ids: std::collections::HashSet<&str> = claimed.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids.len(), 30, "a pod was claimed twice");
+    assert!(ids.iter().all(|id| id.starts_with("pool-")), "{ids:?}");
+    let r = scale.server.sh(&claimed[0].0, "echo waited").await;
+    assert_eq!(r.stdout.text.trim(), "waited");
+}

@@ -17,6 +17,7 @@ pub mod cache;
 mod config;
 pub mod locality;
 mod pods;
+mod pool_wait;
 pub mod prepull;
 pub mod record;
 pub mod replicas;

@@ -20,6 +20,7 @@ use futures::StreamExt;
 
 use crate::cache::PodCache;
 use crate::config::KubernetesConfig;
+use crate::pool_wait::{POOL_START_WAIT, PoolWaiter, Waiters};
 use crate::record::PodRecord;
 use crate::replicas;
 use crate::spec::{self, ANNOTATION_LAST_ACTIVE, LABEL_TENANT, PodPlan};
@@ -46,6 +47,8 @@ pub struct KubernetesBackend {
     /// Pooled pods this replica is claiming right now: its own concurrent claims never race
     /// for one pod (each race lost is a wasted write).
     claiming: Mutex<std::collections::HashSet<String>>,
+    /// Claims waiting for a starting warm-pool pod, per pool.
+    pool_waiters: Arc<Waiters>,
     /// Entrypoints read from image configs.
     entrypoints: tokio::sync::Mutex<HashMap<String, Vec<String>>>,
     last_reap: Mutex<Option<std::time::Instant>>,
@@ -98,6 +101,7 @@ impl KubernetesBackend {
             agents: Mutex::new(HashMap::new()),
             activity: Mutex::new(HashMap::new()),
             claiming: Mutex::new(std::collections::HashSet::new()),
+            pool_waiters: Arc::default(),
             entrypoints: tokio::sync::Mutex::new(HashMap::new()),
             last_reap: Mutex::new(None),
             tasks,
@@ -366,16 +370,50 @@ impl KubernetesBackend {
     async fn claim_pooled(&self, spec: &SandboxSpec) -> Option<SandboxInfo> {
         let (shape, _) = self.config.pools.iter().find(|(shape, _)| shape.serves(spec))?;
         let key = shape.key();
+        let ttl = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
+        let deadline = tokio::time::Instant::now() + POOL_START_WAIT;
+        let mut changes = self.cache.subscribe();
+        let mut waiting: Option<PoolWaiter> = None;
+        loop {
+            if let Some(claimed) = self.claim_ready(spec, &key, ttl, &mut waiting).await {
+                return Some(claimed);
+            }
+            // None ready to take: wait for a pool pod already starting (it is ready sooner than
+            // a cold create would be), while the pool's starting and ready pods outnumber the
+            // claims that waited longer (each of those takes one).
+            let coming = self.cache.count_where(|r| {
+                r.pool.as_deref() == Some(key.as_str())
+                    && matches!(r.status, SandboxStatus::Pending | SandboxStatus::Ready)
+                    && !r.deleting
+            });
+            let waiter = waiting.get_or_insert_with(|| PoolWaiter::join(&self.pool_waiters, &key));
+            if waiter.ahead() >= coming || tokio::time::Instant::now() >= deadline {
+                tracing::debug!(pool = %key, ahead = waiter.ahead(), coming, "no warm-pool pod to wait for");
+                return None;
+            }
+            tokio::time::timeout_at(deadline, changes.changed()).await.ok()?.ok()?;
+        }
+    }
+
+    /// A claim of one of warm pool `key`'s ready pods, when there is one. A claim that wins its
+    /// pod stops `waiting` before the cache counts the pod as taken: the claims behind it then
+    /// never see one pod fewer coming while it still stands ahead of them.
+    async fn claim_ready(
+        &self,
+        spec: &SandboxSpec,
+        key: &str,
+        ttl: u64,
+        waiting: &mut Option<PoolWaiter>,
+    ) -> Option<SandboxInfo> {
         let claimable =
-            |r: &PodRecord| r.pool.as_deref() == Some(key.as_str()) && r.status == SandboxStatus::Ready && !r.deleting;
+            |r: &PodRecord| r.pool.as_deref() == Some(key) && r.status == SandboxStatus::Ready && !r.deleting;
         // A few candidates at random (spreading concurrent claims over the pool: other
         // replicas' by chance, this replica's own by never trying a pod another of its claims
         // is trying); when they are all taken, every ready pod in a random order.
         use rand::seq::SliceRandom;
-        let ttl = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
         for round in 0..2 {
             let candidates = if round == 0 {
-                self.cache.sample_ready(&key, 16)
+                self.cache.sample_ready(key, 16)
             } else {
                 let mut everyone = self.cache.ids_where(claimable);
                 everyone.shuffle(&mut rand::rng());
@@ -390,7 +428,7 @@ impl KubernetesBackend {
                 if !self.claiming.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone()) {
                     continue;
                 }
-                let claimed = self.claim_one(spec, &fresh, ttl).await;
+                let claimed = self.claim_one(spec, &fresh, ttl, waiting).await;
                 self.claiming.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 if claimed.is_some() {
                     return claimed;
@@ -401,7 +439,14 @@ impl KubernetesBackend {
     }
 
     /// One claim attempt of `record` for `spec`'s tenant: `None` when another claim won it.
-    async fn claim_one(&self, spec: &SandboxSpec, record: &PodRecord, ttl: u64) -> Option<SandboxInfo> {
+    /// A win ends `waiting` first.
+    async fn claim_one(
+        &self,
+        spec: &SandboxSpec,
+        record: &PodRecord,
+        ttl: u64,
+        waiting: &mut Option<PoolWaiter>,
+    ) -> Option<SandboxInfo> {
         let now = format!("{:.3}", now());
         // The lifetime counts from the claim; the kubelet counts from the pod's start, which
         // was about when it was created for the pool.
@@ -426,6 +471,7 @@ impl KubernetesBackend {
         let (params, body) = (&PatchParams::default(), &Patch::Merge(&patch));
         match self.writes.run(Lane::Claim, |_| self.pods.patch(&name, params, body)).await {
             Ok(pod) => {
+                waiting.take();
                 self.cache.upsert(&pod);
                 self.activity.lock().unwrap_or_else(|p| p.into_inner()).insert(record.id.clone(), (now_f(), now_f()));
                 let claimed = self.cache.get(&record.id)?;
