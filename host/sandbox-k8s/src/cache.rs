@@ -34,6 +34,8 @@ pub struct PodCache {
     written: std::sync::Mutex<HashMap<String, String>>,
     /// Sandboxes this replica is deleting: their pod's going is no news (not "vanished").
     deleting: std::sync::Mutex<HashSet<String>>,
+    /// Per pool, one wake-up per pod that became ready: one waiting claim each, not all.
+    pool_ready: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
 }
 
 impl PodCache {
@@ -47,6 +49,7 @@ impl PodCache {
             deleted: std::sync::Mutex::new(HashMap::new()),
             written: std::sync::Mutex::new(HashMap::new()),
             deleting: std::sync::Mutex::new(HashSet::new()),
+            pool_ready: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -159,9 +162,32 @@ impl PodCache {
         let Some(record) = PodRecord::from_pod(pod) else { return };
         let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner()).get(&record.id) == Some(&record.nonce);
         if !deleted {
-            self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(record);
+            let pool = record.pool.clone();
+            let newly_ready = self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(record);
+            if newly_ready && let Some(pool) = pool {
+                self.pool_notify(&pool).notify_one();
+            }
             self.version.send_modify(|v| *v += 1);
         }
+    }
+
+    /// Pods of warm pool `pool` starting or ready.
+    pub fn pool_coming(&self, pool: &str) -> usize {
+        self.pods.read().unwrap_or_else(|p| p.into_inner()).coming(pool)
+    }
+
+    fn pool_notify(&self, pool: &str) -> Arc<tokio::sync::Notify> {
+        self.pool_ready.lock().unwrap_or_else(|p| p.into_inner()).entry(pool.to_string()).or_default().clone()
+    }
+
+    /// Resolves when a pod of warm pool `pool` has become ready (one waiter per pod that did).
+    pub async fn pool_pod_ready(&self, pool: &str) {
+        self.pool_notify(pool).notified().await;
+    }
+
+    /// Passes a wake-up of `pool` on to its next waiter (this one could not use it).
+    pub fn pass_pool_ready(&self, pool: &str) {
+        self.pool_notify(pool).notify_one();
     }
 
     /// The sandboxes whose pods went away at least `grace` ago (and not by this replica's

@@ -2,8 +2,9 @@
 //! claim picks candidates at random without looking at every pod (a claim among 13,700 pods
 //! that scanned them all cost ~0.3 ms of CPU, and 3,600 at once a second of it).
 //!
-//! Invariant: a pod is in `ready[pool]` exactly when its record has that pool, is Ready and
-//! is not being deleted.
+//! Invariants: a pod is in `ready[pool]` exactly when its record has that pool, is Ready and
+//! is not being deleted; `coming[pool]` counts the records of that pool that are Pending or
+//! Ready and not being deleted (what claims waiting for the pool can still get).
 
 use std::collections::HashMap;
 
@@ -15,6 +16,7 @@ use crate::record::PodRecord;
 pub struct Pods {
     by_id: HashMap<String, PodRecord>,
     ready: HashMap<String, IdSet>,
+    coming: HashMap<String, usize>,
 }
 
 /// A set of ids with random picks: a vector, and each id's place in it.
@@ -46,6 +48,13 @@ fn ready_pool(record: &PodRecord) -> Option<&str> {
     record.pool.as_deref().filter(|_| record.status == SandboxStatus::Ready && !record.deleting)
 }
 
+fn coming_pool(record: &PodRecord) -> Option<&str> {
+    record
+        .pool
+        .as_deref()
+        .filter(|_| matches!(record.status, SandboxStatus::Pending | SandboxStatus::Ready) && !record.deleting)
+}
+
 impl Pods {
     pub fn from_records(records: HashMap<String, PodRecord>) -> Pods {
         let mut pods = Pods::default();
@@ -67,7 +76,18 @@ impl Pods {
         self.by_id.len()
     }
 
-    pub fn insert(&mut self, record: PodRecord) {
+    /// Stores `record`; `true` when it is a ready pool pod that was not one before.
+    pub fn insert(&mut self, record: PodRecord) -> bool {
+        let old = self.by_id.get(&record.id);
+        let newly_ready = ready_pool(&record).is_some() && old.and_then(ready_pool).is_none();
+        if let Some(pool) = old.and_then(coming_pool)
+            && let Some(count) = self.coming.get_mut(pool)
+        {
+            *count -= 1;
+        }
+        if let Some(pool) = coming_pool(&record) {
+            *self.coming.entry(pool.to_string()).or_default() += 1;
+        }
         if let Some(old) = self.by_id.get(&record.id)
             && let Some(pool) = ready_pool(old)
             && ready_pool(&record) != Some(pool)
@@ -79,10 +99,16 @@ impl Pods {
             self.ready.entry(pool.to_string()).or_default().insert(&record.id);
         }
         self.by_id.insert(record.id.clone(), record);
+        newly_ready
     }
 
     pub fn remove(&mut self, id: &str) -> Option<PodRecord> {
         let gone = self.by_id.remove(id)?;
+        if let Some(pool) = coming_pool(&gone)
+            && let Some(count) = self.coming.get_mut(pool)
+        {
+            *count -= 1;
+        }
         if let Some(pool) = ready_pool(&gone)
             && let Some(set) = self.ready.get_mut(pool)
         {
@@ -98,6 +124,11 @@ impl Pods {
             return set.ids.clone();
         }
         rand::seq::index::sample(&mut rand::rng(), set.ids.len(), n).into_iter().map(|i| set.ids[i].clone()).collect()
+    }
+
+    /// Pods of `pool` starting or ready (not being deleted).
+    pub fn coming(&self, pool: &str) -> usize {
+        self.coming.get(pool).copied().unwrap_or(0)
     }
 
     /// Ready pods of `pool`.
@@ -128,20 +159,24 @@ mod tests {
     fn the_ready_set_follows_every_change() {
         let mut pods = Pods::default();
         for i in 0..50 {
-            pods.insert(record(&format!("p{i}"), Some("a"), SandboxStatus::Pending));
+            assert!(!pods.insert(record(&format!("p{i}"), Some("a"), SandboxStatus::Pending)));
         }
-        assert_eq!(pods.ready_count("a"), 0);
+        assert_eq!((pods.ready_count("a"), pods.coming("a")), (0, 50));
         for i in 0..50 {
-            pods.insert(record(&format!("p{i}"), Some("a"), SandboxStatus::Ready));
+            assert!(pods.insert(record(&format!("p{i}"), Some("a"), SandboxStatus::Ready)), "newly ready");
         }
-        assert_eq!(pods.ready_count("a"), 50);
+        assert!(!pods.insert(record("p3", Some("a"), SandboxStatus::Ready)), "ready again is no news");
+        assert_eq!((pods.ready_count("a"), pods.coming("a")), (50, 50));
         // Claimed (no pool), deleted, being deleted: each leaves the set.
         pods.insert(record("p0", None, SandboxStatus::Ready));
         pods.remove("p1");
         let mut deleting = record("p2", Some("a"), SandboxStatus::Ready);
         deleting.deleting = true;
         pods.insert(deleting);
-        assert_eq!(pods.ready_count("a"), 47);
+        assert_eq!((pods.ready_count("a"), pods.coming("a")), (47, 47));
+        pods.insert(record("p4", Some("a"), SandboxStatus::Failed));
+        assert_eq!((pods.ready_count("a"), pods.coming("a")), (46, 46));
+        pods.insert(record("p4", Some("a"), SandboxStatus::Ready));
         let picked = pods.sample_ready("a", 10);
         let distinct: std::collections::HashSet<&String> = picked.iter().collect();
         assert_eq!((picked.len(), distinct.len()), (10, 10));

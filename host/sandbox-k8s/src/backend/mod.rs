@@ -372,8 +372,8 @@ impl KubernetesBackend {
         let key = shape.key();
         let ttl = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
         let deadline = tokio::time::Instant::now() + POOL_START_WAIT;
-        let mut changes = self.cache.subscribe();
         let mut waiting: Option<PoolWaiter> = None;
+        let mut woken = false;
         loop {
             if let Some(claimed) = self.claim_ready(spec, &key, ttl, &mut waiting).await {
                 return Some(claimed);
@@ -381,17 +381,21 @@ impl KubernetesBackend {
             // None ready to take: wait for a pool pod already starting (it is ready sooner than
             // a cold create would be), while the pool's starting and ready pods outnumber the
             // claims that waited longer (each of those takes one).
-            let coming = self.cache.count_where(|r| {
-                r.pool.as_deref() == Some(key.as_str())
-                    && matches!(r.status, SandboxStatus::Pending | SandboxStatus::Ready)
-                    && !r.deleting
-            });
+            let coming = self.cache.pool_coming(&key);
             let waiter = waiting.get_or_insert_with(|| PoolWaiter::join(&self.pool_waiters, &key));
-            if waiter.ahead() >= coming || tokio::time::Instant::now() >= deadline {
+            let now = tokio::time::Instant::now();
+            if waiter.ahead() >= coming || now >= deadline {
                 tracing::debug!(pool = %key, ahead = waiter.ahead(), coming, "no warm-pool pod to wait for");
+                // A wake-up this claim could not use goes on to the next waiter.
+                if woken && !self.cache.sample_ready(&key, 1).is_empty() {
+                    self.cache.pass_pool_ready(&key);
+                }
                 return None;
             }
-            tokio::time::timeout_at(deadline, changes.changed()).await.ok()?.ok()?;
+            // Woken by one pod becoming ready (not by every change: thousands may wait), and
+            // counting again every second (a starting pod may fail instead).
+            let wait = (deadline - now).min(Duration::from_secs(1));
+            woken = tokio::time::timeout(wait, self.cache.pool_pod_ready(&key)).await.is_ok();
         }
     }
 
