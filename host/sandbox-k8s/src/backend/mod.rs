@@ -413,13 +413,15 @@ impl KubernetesBackend {
             |r: &PodRecord| r.pool.as_deref() == Some(key) && r.status == SandboxStatus::Ready && !r.deleting;
         // A few candidates at random (spreading concurrent claims over the pool: other
         // replicas' by chance, this replica's own by never trying a pod another of its claims
-        // is trying); when they are all taken, every ready pod in a random order.
+        // is trying); when they are all taken, every ready pod in a random order. Both come from
+        // the cache's index of ready pool pods: waiting claims try again often, and must not
+        // look at every record each time.
         use rand::seq::SliceRandom;
         for round in 0..2 {
             let candidates = if round == 0 {
                 self.cache.sample_ready(key, 16)
             } else {
-                let mut everyone = self.cache.ids_where(claimable);
+                let mut everyone = self.cache.sample_ready(key, usize::MAX);
                 everyone.shuffle(&mut rand::rng());
                 everyone
             };
