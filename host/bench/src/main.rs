@@ -203,7 +203,13 @@ impl Server {
     }
 
     async fn delete(&self, id: &str) -> anyhow::Result<()> {
-        let resp = self.http.delete(format!("{}/sandboxes/{id}", self.url)).send().await?;
+        let url = format!("{}/sandboxes/{id}", self.url);
+        // A delete is idempotent: one sent on a kept-alive connection the server was closing
+        // just then ("connection closed before message completed") is sent again, once.
+        let resp = match self.http.delete(&url).send().await {
+            Err(e) if e.is_request() && !e.is_timeout() => self.http.delete(&url).send().await?,
+            other => other?,
+        };
         if !resp.status().is_success() {
             bail!("DELETE {id}: {}", resp.status());
         }
