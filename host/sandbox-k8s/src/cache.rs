@@ -192,14 +192,9 @@ impl PodCache {
 
     /// The sandboxes whose pods went away at least `grace` ago (and not by this replica's
     /// hand), taken out of the set; the younger ones stay for a later call.
-    pub fn take_vanished(&self, grace: std::time::Duration) -> Vec<String> {
+    pub fn take_vanished(&self, grace: std::time::Duration) -> HashSet<String> {
         let mut vanished = self.vanished.lock().unwrap_or_else(|p| p.into_inner());
-        let due: Vec<String> =
-            vanished.iter().filter(|(_, at)| at.elapsed() >= grace).map(|(id, _)| id.clone()).collect();
-        for id in &due {
-            vanished.remove(id);
-        }
-        due
+        vanished.extract_if(|_, at| at.elapsed() >= grace).map(|(id, _)| id).collect()
     }
 
     /// Resolves once the first full list has arrived.
@@ -292,7 +287,7 @@ mod tests {
         cache.gone(&pod("5", "alice"));
         assert!(cache.get("a").is_none());
         assert!(cache.take_vanished(grace).is_empty(), "taken before its grace");
-        assert_eq!(cache.take_vanished(none), ["a"]);
+        assert_eq!(cache.take_vanished(none), HashSet::from(["a".to_string()]));
         assert!(cache.take_vanished(none).is_empty(), "taken twice");
         // One this replica deletes is not news.
         cache.watched(&pod("6", "alice"));

@@ -78,43 +78,44 @@ impl Pods {
 
     /// Stores `record`; `true` when it is a ready pool pod that was not one before.
     pub fn insert(&mut self, record: PodRecord) -> bool {
-        let old = self.by_id.get(&record.id);
-        let newly_ready = ready_pool(&record).is_some() && old.and_then(ready_pool).is_none();
-        if let Some(pool) = old.and_then(coming_pool)
-            && let Some(count) = self.coming.get_mut(pool)
-        {
-            *count -= 1;
+        let old = self.by_id.remove(&record.id);
+        if let Some(old) = &old {
+            self.unindex(old);
         }
-        if let Some(pool) = coming_pool(&record) {
-            *self.coming.entry(pool.to_string()).or_default() += 1;
-        }
-        if let Some(old) = self.by_id.get(&record.id)
-            && let Some(pool) = ready_pool(old)
-            && ready_pool(&record) != Some(pool)
-            && let Some(set) = self.ready.get_mut(pool)
-        {
-            set.remove(&record.id);
-        }
-        if let Some(pool) = ready_pool(&record) {
-            self.ready.entry(pool.to_string()).or_default().insert(&record.id);
-        }
+        self.index(&record);
+        let newly_ready = ready_pool(&record).is_some() && old.as_ref().and_then(ready_pool).is_none();
         self.by_id.insert(record.id.clone(), record);
         newly_ready
     }
 
     pub fn remove(&mut self, id: &str) -> Option<PodRecord> {
         let gone = self.by_id.remove(id)?;
-        if let Some(pool) = coming_pool(&gone)
+        self.unindex(&gone);
+        Some(gone)
+    }
+
+    /// Counts `record` into the indexes it belongs to.
+    fn index(&mut self, record: &PodRecord) {
+        if let Some(pool) = coming_pool(record) {
+            *self.coming.entry(pool.to_string()).or_default() += 1;
+        }
+        if let Some(pool) = ready_pool(record) {
+            self.ready.entry(pool.to_string()).or_default().insert(&record.id);
+        }
+    }
+
+    /// Takes `record` out of the indexes it was counted into.
+    fn unindex(&mut self, record: &PodRecord) {
+        if let Some(pool) = coming_pool(record)
             && let Some(count) = self.coming.get_mut(pool)
         {
             *count -= 1;
         }
-        if let Some(pool) = ready_pool(&gone)
+        if let Some(pool) = ready_pool(record)
             && let Some(set) = self.ready.get_mut(pool)
         {
-            set.remove(id);
+            set.remove(&record.id);
         }
-        Some(gone)
     }
 
     /// Up to `n` ready pods of `pool`, picked at random (distinct).

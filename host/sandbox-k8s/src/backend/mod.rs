@@ -384,8 +384,9 @@ impl KubernetesBackend {
             let coming = self.cache.pool_coming(&key);
             let waiter = waiting.get_or_insert_with(|| PoolWaiter::join(&self.pool_waiters, &key));
             let now = tokio::time::Instant::now();
-            if waiter.ahead() >= coming || now >= deadline {
-                tracing::debug!(pool = %key, ahead = waiter.ahead(), coming, "no warm-pool pod to wait for");
+            let ahead = waiter.ahead();
+            if ahead >= coming || now >= deadline {
+                tracing::debug!(pool = %key, ahead, coming, "no warm-pool pod to wait for");
                 // A wake-up this claim could not use goes on to the next waiter.
                 if woken && !self.cache.sample_ready(&key, 1).is_empty() {
                     self.cache.pass_pool_ready(&key);

@@ -2,6 +2,8 @@
 //! the live replicas' leases), deleting the expired and the long-failed, and the objects left
 //! behind by creates that died half-way or by pods deleted behind our back.
 
+use std::collections::HashSet;
+
 use kube::api::ListParams;
 use orchard_sandbox::SandboxStatus;
 
@@ -72,7 +74,7 @@ impl KubernetesBackend {
     /// Policies whose pod is gone, and the token Secrets sandboxes of earlier versions had.
     /// A policy is an orphan when its pod vanished (`vanished`, already past its grace) or when
     /// it is older than [`ORPHAN_GRACE`] with no pod (a create that died half-way).
-    async fn collect_orphans(&self, mine: &(dyn Fn(&str) -> bool + Sync), vanished: &[String], now: f64) {
+    async fn collect_orphans(&self, mine: &(dyn Fn(&str) -> bool + Sync), vanished: &HashSet<String>, now: f64) {
         let list = ListParams::default().labels(MANAGED_SELECTOR);
         if let Ok(secrets) = self.secrets.list(&list).await {
             for id in secrets.items.iter().filter_map(|s| orphan_id(&s.metadata, vanished, now)) {
@@ -107,7 +109,7 @@ impl KubernetesBackend {
 /// [`ORPHAN_GRACE`] ago (the caller checks that no pod is known).
 fn orphan_id(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    vanished: &[String],
+    vanished: &HashSet<String>,
     now: f64,
 ) -> Option<String> {
     let labels = meta.labels.as_ref()?;
