@@ -537,7 +537,19 @@ async fn two_replicas_claim_from_one_warm_pool_and_never_the_same_pod() {
     let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
     assert_eq!(distinct.len(), 8, "a pod was handed out twice: {ids:?}");
     let claimed: Vec<&String> = ids.iter().filter(|id| id.starts_with("pool-")).collect();
-    assert!(!claimed.is_empty() && claimed.len() <= 4, "claimed {claimed:?}");
+    // Claims beyond the four ready pods wait for the pods the pool's owner starts next, so more
+    // than four may come from the pool; each is a pod of the cluster, handed out once (above).
+    assert!(!claimed.is_empty(), "claimed {claimed:?}");
+    let existing: std::collections::BTreeSet<String> = cluster
+        .api::<Pod>()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert!(claimed.iter().all(|id| existing.contains(&format!("orchard-{id}"))), "claimed {claimed:?}");
     // Each claimed pod now belongs to the tenant and works from either replica.
     let first = claimed[0];
     assert_eq!(b.sh(first, "echo claimed").await.stdout.text, "claimed\n");
