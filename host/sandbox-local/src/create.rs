@@ -208,7 +208,18 @@ impl LocalBackend {
                 let image = layer_dir.join("disk.img");
                 prepared = disks.take_prepared(bytes).filter(|p| std::fs::rename(&p.image, &image).is_ok());
                 if prepared.is_none() {
-                    disks.make(bytes, &image).map_err(SandboxError::Backend)?;
+                    // The stock ran out (a storm of creates): copy the template here, off the
+                    // async workers (a few MiB each; on them it stalled every other request).
+                    let me = self.me.get().and_then(std::sync::Weak::upgrade);
+                    let me = me.ok_or_else(|| SandboxError::Backend("the backend is shutting down".into()))?;
+                    let to = image.clone();
+                    tokio::task::spawn_blocking(move || match &me.disks {
+                        Ok(disks) => disks.make(bytes, &to),
+                        Err(e) => Err(e.clone()),
+                    })
+                    .await
+                    .map_err(|e| SandboxError::backend("making the disk", e))?
+                    .map_err(SandboxError::Backend)?;
                 }
                 self.refill_disks(bytes);
                 Some(image)

@@ -14,7 +14,10 @@
 //! Formatting costs ~15 ms, so each size is formatted once into a template, and a sandbox's
 //! image is a sparse copy of it (a few MiB of metadata). The filesystems have no journal (a
 //! sandbox's layer does not outlive a crash of its host) and are mounted with `noinit_itable`
-//! (a sparse file's inode tables read as zeros already: nothing to initialise).
+//! (a sparse file's inode tables read as zeros already: nothing to initialise) and `nobarrier`:
+//! for the same reason no write needs to reach the host's disk in order, and with barriers every
+//! mount and unmount made the loop device fsync its backing file and flush the host's disk
+//! (~1 ms an unmount measured alone, and queued behind other sandboxes' flushes in a storm).
 
 use std::os::fd::AsRawFd;
 
@@ -24,7 +27,7 @@ use std::path::{Path, PathBuf};
 /// Smallest limit that makes sense for a root filesystem's changes.
 pub const MIN_DISK_BYTES: u64 = 16 << 20;
 /// Mount options of a sandbox's layer filesystem.
-pub const MOUNT_OPTIONS: &str = "noinit_itable";
+pub const MOUNT_OPTIONS: &str = "noinit_itable,nobarrier";
 
 pub struct Disks {
     templates: PathBuf,
