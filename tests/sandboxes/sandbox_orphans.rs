@@ -59,20 +59,7 @@ fn survey(state: &Path, groups: &[PathBuf]) -> Holdings {
             }
         }
     }
-    let group_names: BTreeSet<String> =
-        groups.iter().filter_map(|g| g.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path().join("cgroup")) else { continue };
-        for line in text.lines() {
-            let path = line.rsplit(':').next().unwrap_or("");
-            let mut parts = path.split('/').skip_while(|p| !group_names.contains(*p));
-            if parts.next().is_some()
-                && let Some(id) = parts.next()
-            {
-                h.processes.insert(id.to_string());
-            }
-        }
-    }
+    h.processes = running_in(groups);
     let state_text = state.display().to_string();
     for entry in std::fs::read_dir("/sys/block").unwrap().flatten() {
         let Ok(backing) = std::fs::read_to_string(entry.path().join("loop/backing_file")) else { continue };
@@ -100,6 +87,26 @@ fn survey(state: &Path, groups: &[PathBuf]) -> Holdings {
     h
 }
 
+/// Sandboxes any live process of the host runs in, by the instance's cgroups.
+fn running_in(groups: &[PathBuf]) -> BTreeSet<String> {
+    let group_names: BTreeSet<String> =
+        groups.iter().filter_map(|g| g.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+    let mut running = BTreeSet::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("cgroup")) else { continue };
+        for line in text.lines() {
+            let path = line.rsplit(':').next().unwrap_or("");
+            let mut parts = path.split('/').skip_while(|p| !group_names.contains(*p));
+            if parts.next().is_some()
+                && let Some(id) = parts.next()
+            {
+                running.insert(id.to_string());
+            }
+        }
+    }
+    running
+}
+
 /// Nothing the host holds lacks a live record; every record's sandbox answers.
 async fn assert_nothing_unowned(server: &Server, groups: &[PathBuf], must_live: &BTreeSet<String>) -> Holdings {
     // Cleanups of what reconciliation removed finish just behind its start.
@@ -122,6 +129,34 @@ async fn assert_nothing_unowned(server: &Server, groups: &[PathBuf], must_live: 
     }
     assert!(must_live.is_subset(&h.records), "answered sandboxes removed: {:?}", must_live.difference(&h.records));
     h
+}
+
+/// A server stopped (SIGTERM) while its warm pool is still filling leaves no sandbox running:
+/// the pool's refill stops before the last pass of deletes, so none lands after it (one that did
+/// would outlive the host with its record on the unmounted run directory).
+#[tokio::test]
+async fn a_server_stopped_while_its_pool_fills_leaves_no_sandbox_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let mut server = Server::start_with(options(&state, &["--warm-pool", "host=200"])).await;
+    // A named sandbox is started cold (not from the pool): its record names the cgroup groups.
+    let probe = server.create(json!({"image": "host", "sandbox_id": "probe"})).await;
+    let groups = instance_groups(&server.record(&probe));
+    assert!(!groups.is_empty(), "no cgroups on this host");
+    let records = state.join("run/sandboxes");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(&records).map(|d| d.count()).unwrap_or(0) < 6 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pooled = std::fs::read_dir(&records).unwrap().count() - 1;
+    assert!((5..200).contains(&pooled), "the stop did not land while the pool filled: {pooled} pooled");
+    server.stop();
+    // What the host started is gone once its processes are: give the kernel a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !running_in(&groups).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(running_in(&groups), BTreeSet::new(), "sandboxes still running after the server stopped");
 }
 
 #[tokio::test]

@@ -169,6 +169,10 @@ impl Backend for LocalBackend {
     }
 
     async fn shutdown(&self) {
+        // No pool refill from here on, and none still creating: a pooled sandbox made after
+        // the passes below would outlive the host, its record on the unmounted run directory.
+        self.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(self.refilling.lock().await);
         // A create still in flight when the stop came lands after the first pass: a few passes.
         for _ in 0..3 {
             let ids: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();

@@ -121,6 +121,11 @@ pub struct LocalBackend {
     pools: Vec<pool::Pool>,
     /// Wakes the refill task.
     refill: tokio::sync::Notify,
+    /// Set by `shutdown`: pools are no longer refilled.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Held while a refill pass creates sandboxes: `shutdown` waits for it, so that no pooled
+    /// sandbox lands after its last pass (and outlives the host with its record unmounted).
+    refilling: tokio::sync::Mutex<()>,
     /// This backend, for the cleanups it leaves running behind a delete.
     me: std::sync::OnceLock<std::sync::Weak<LocalBackend>>,
     /// Cleanups still running behind deletes, and their end (waited for at shutdown).
@@ -291,6 +296,8 @@ impl LocalBackend {
             network_lock: tokio::sync::Mutex::new(()),
             pools: config.pools.iter().map(|(shape, size)| pool::Pool::new(shape.clone(), *size)).collect(),
             refill: tokio::sync::Notify::new(),
+            stopping: Default::default(),
+            refilling: tokio::sync::Mutex::new(()),
             me: std::sync::OnceLock::new(),
             cleanups: Default::default(),
             seeds: Mutex::new(HashMap::new()),

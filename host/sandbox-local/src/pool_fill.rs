@@ -5,6 +5,7 @@ use crate::*;
 use orchard_agent_client::SandboxAgent;
 use orchard_sandbox::{SandboxInfo, SandboxSpec, SandboxStatus};
 use record::now;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 impl LocalBackend {
@@ -61,8 +62,9 @@ impl LocalBackend {
 
     /// Creates what the pools lack, one sandbox at a time per pool, within capacity.
     pub(crate) async fn refill_once(&self) {
+        let _refilling = self.refilling.lock().await;
         for pool in &self.pools {
-            while pool.len() < pool.size && self.free_slots_now() > 0 {
+            while !self.stopping.load(Ordering::Relaxed) && pool.len() < pool.size && self.free_slots_now() > 0 {
                 let spec = pool.shape.spec();
                 let created = match self.reserve(&spec) {
                     Ok(id) => {
@@ -106,6 +108,9 @@ pub(crate) async fn refill_pools(backend: std::sync::Weak<LocalBackend>) {
     const QUIET: Duration = Duration::from_millis(100);
     loop {
         let Some(strong) = backend.upgrade() else { return };
+        if strong.stopping.load(Ordering::Relaxed) {
+            return;
+        }
         strong.refill_once().await;
         if tokio::time::timeout(Duration::from_secs(5), strong.refill.notified()).await.is_ok() {
             while tokio::time::timeout(QUIET, strong.refill.notified()).await.is_ok() {}
