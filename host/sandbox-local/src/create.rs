@@ -73,6 +73,7 @@ impl LocalBackend {
         match result {
             Ok((monitor, init_pid)) => {
                 record.init_pid = init_pid;
+                let init = record::open_pidfd(init_pid);
                 record.init_start = record::process_start(init_pid).unwrap_or(0);
                 record.save(&dir).map_err(SandboxError::Backend)?;
                 let agent = Arc::new(AgentClient::new(AgentAddr::Unix(dir.join(record::SOCKET_FILE)), &record.token));
@@ -84,6 +85,7 @@ impl LocalBackend {
                     status: Mutex::new((SandboxStatus::Pending, None)),
                     exited,
                     deleting: AtomicBool::new(false),
+                    init,
                 });
                 let watched = sandbox.clone();
                 tokio::spawn(async move {

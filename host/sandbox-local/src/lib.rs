@@ -151,25 +151,26 @@ struct LocalSandbox {
     /// Becomes true when the sandbox's process tree is gone.
     exited: watch::Receiver<bool>,
     deleting: AtomicBool,
+    /// A pidfd on the sandbox's init (opened once its start time matched the record's), so
+    /// that asking whether it still runs is one `poll`; `None` falls back to /proc.
+    init: Option<std::os::fd::OwnedFd>,
 }
 
 impl LocalSandbox {
     /// A sandbox asked about by itself answers with what is true now: the watching task can be
     /// a moment late on a loaded host (its init killed, a caller already told 503 by the agent's
-    /// socket), so a ready sandbox whose init is gone is failed from here on. One /proc read, on
-    /// the single-sandbox query only.
+    /// socket), so a ready sandbox whose init is gone is failed from here on. One `poll` of the
+    /// init's pidfd (every exec asks), on the single-sandbox query only.
     fn notice_death(&self) {
-        let (pid, start) = {
-            let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
-            (r.init_pid, r.init_start)
+        let gone = || match &self.init {
+            Some(pidfd) => record::has_exited(pidfd),
+            None => {
+                let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+                r.init_pid > 0 && r.init_start > 0 && !record::is_alive(r.init_pid, r.init_start)
+            }
         };
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        if status.0 == SandboxStatus::Ready
-            && pid > 0
-            && start > 0
-            && !record::is_alive(pid, start)
-            && !self.deleting.load(Ordering::Relaxed)
-        {
+        if status.0 == SandboxStatus::Ready && !self.deleting.load(Ordering::Relaxed) && gone() {
             *status = (SandboxStatus::Failed, Some("the sandbox exited unexpectedly".into()));
         }
     }

@@ -97,6 +97,7 @@ async fn adopt(backend: &Arc<LocalBackend>, dir: &std::path::Path, record: &Reco
         status: Mutex::new((SandboxStatus::Ready, None)),
         exited,
         deleting: AtomicBool::new(false),
+        init: record::open_pidfd(record.init_pid),
     });
     // Not our child any more: a pidfd tells us when it exits.
     let Some(pidfd) = record::pidfd(record.init_pid) else { return false };

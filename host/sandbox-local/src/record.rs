@@ -68,24 +68,26 @@ impl Record {
     }
 }
 
-/// The start time (field 22 of /proc/PID/stat) of a live process.
-pub fn process_start(pid: i32) -> Option<u64> {
+/// The state letter and start time (fields 3 and 22 of /proc/PID/stat) of a process.
+fn stat_of(pid: i32) -> Option<(u8, u64)> {
+    if pid <= 0 {
+        return None;
+    }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: skip past its last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
+    Some((*rest.as_bytes().first()?, rest.split(' ').nth(19)?.parse().ok()?))
 }
 
-/// True while the process that the record names is still the one running.
+/// The start time (field 22 of /proc/PID/stat) of a live process.
+pub fn process_start(pid: i32) -> Option<u64> {
+    stat_of(pid).map(|(_, start)| start)
+}
+
+/// True while the process that the record names is still the one running (and not a zombie):
+/// one read of /proc/PID/stat.
 pub fn is_alive(pid: i32, start: u64) -> bool {
-    pid > 0 && process_start(pid) == Some(start) && !is_zombie(pid)
-}
-
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
-        .unwrap_or(true)
+    stat_of(pid).is_some_and(|(state, started)| state != b'Z' && started == start)
 }
 
 pub fn now() -> f64 {
@@ -94,14 +96,60 @@ pub fn now() -> f64 {
 
 /// A pidfd for `pid`, readable once the process has exited.
 pub fn pidfd(pid: i32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    let owned = open_pidfd(pid)?;
+    // SAFETY: the OwnedFd moves into the AsyncFd and stays open as long as it does.
+    unsafe { tokio::io::unix::AsyncFd::register(owned) }.ok()
+}
+
+/// A plain (blocking-mode) pidfd for `pid`, for [`has_exited`].
+pub fn open_pidfd(pid: i32) -> Option<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
+    if pid <= 0 {
+        return None;
+    }
     // SAFETY: pidfd_open takes a pid and flags; a non-negative result is a new fd we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
         return None;
     }
     // SAFETY: the fd was just returned to us and is owned by nothing else.
-    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
-    // SAFETY: the OwnedFd moves into the AsyncFd and stays open as long as it does.
-    unsafe { tokio::io::unix::AsyncFd::register(owned) }.ok()
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether the process behind `pidfd` has exited (a zombie counts): one `poll` that does not
+/// wait, where reading /proc would open, format and parse two files.
+pub fn has_exited(pidfd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, a zero timeout.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready > 0 && poll.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child killed but not yet reaped is a zombie: gone for both checks, before any wait.
+    #[test]
+    fn a_killed_process_has_exited_even_as_a_zombie() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let start = process_start(pid).unwrap();
+        let pidfd = open_pidfd(pid).unwrap();
+        assert!(!has_exited(&pidfd));
+        assert!(is_alive(pid, start));
+        assert!(!is_alive(pid, start + 1), "another process under a reused pid is not ours");
+        child.kill().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !has_exited(&pidfd) {
+            assert!(std::time::Instant::now() < deadline, "the pidfd never said the child exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!is_alive(pid, start), "a zombie is not alive");
+        child.wait().unwrap();
+        assert!(has_exited(&pidfd));
+        assert!(!is_alive(pid, start));
+        assert!(open_pidfd(0).is_none() && !is_alive(0, 0));
+    }
 }
