@@ -1,11 +1,8 @@
 //! The runtime: one engine, a linker per world, an on-disk cache of compiled components, and the
-//! thread that ticks epochs for CPU limits.
+//! thread that ticks epochs for CPU limits (see `ticker`).
 
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
@@ -13,9 +10,6 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use crate::host::HostState;
 use crate::manifest::{Contract, PluginKind};
-
-/// How often the epoch advances: the granularity of CPU accounting and of cooperative yields.
-pub const TICK: Duration = Duration::from_millis(2);
 
 #[derive(Debug, Clone)]
 /// How the WebAssembly engine is set up.
@@ -43,14 +37,8 @@ pub struct Runtime {
     linkers: Vec<Linker<HostState>>,
     cache_dir: Option<PathBuf>,
     compat: String,
-    stop: Arc<AtomicBool>,
+    pub(crate) ticker: crate::ticker::Ticker,
     pooling: bool,
-}
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 fn engine_config(pool: Option<&RuntimeConfig>) -> Config {
@@ -99,20 +87,8 @@ impl Runtime {
         if let Some(dir) = &config.cache_dir {
             std::fs::create_dir_all(dir).map_err(|e| format!("cache {}: {e}", dir.display()))?;
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        {
-            let (engine, stop) = (engine.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("epoch-ticker".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        std::thread::sleep(TICK);
-                        engine.increment_epoch();
-                    }
-                })
-                .map_err(|e| format!("epoch thread: {e}"))?;
-        }
-        Ok(Runtime { engine, linkers, cache_dir: config.cache_dir, compat, stop, pooling })
+        let ticker = crate::ticker::Ticker::start(engine.clone())?;
+        Ok(Runtime { engine, linkers, cache_dir: config.cache_dir, compat, ticker, pooling })
     }
 
     /// Whether instances come from a pooling allocator.

@@ -20,6 +20,7 @@ mod plugin;
 mod registry;
 mod rollout;
 mod session;
+mod ticker;
 mod trajectory;
 
 pub use contract::v0_1::ToolSpec;

@@ -161,6 +161,7 @@ impl Runtime {
             ctx.clone(),
             store_limits,
             limits.cpu,
+            self.ticker.ticking(),
         );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);

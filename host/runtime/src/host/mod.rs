@@ -85,6 +85,8 @@ pub struct HostState {
     pub(crate) meter: CpuMeter,
     pub(crate) stdout: MemoryOutputPipe,
     pub(crate) stderr: MemoryOutputPipe,
+    /// Keeps the epoch advancing while this store lives.
+    _ticking: crate::ticker::Ticking,
 }
 
 impl WasiView for HostState {
@@ -101,6 +103,7 @@ impl HostState {
         run: Arc<RolloutContext>,
         limits: StoreLimits,
         cpu_budget: std::time::Duration,
+        ticking: crate::ticker::Ticking,
     ) -> Self {
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPTURE);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPTURE);
@@ -118,6 +121,7 @@ impl HostState {
             meter: CpuMeter { used_ns: 0, budget_ns: cpu_budget.as_nanos() as u64, last: None },
             stdout,
             stderr,
+            _ticking: ticking,
         }
     }
 
