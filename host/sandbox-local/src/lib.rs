@@ -151,8 +151,9 @@ struct LocalSandbox {
     /// Becomes true when the sandbox's process tree is gone.
     exited: watch::Receiver<bool>,
     deleting: AtomicBool,
-    /// A pidfd on the sandbox's init (opened once its start time matched the record's), so
-    /// that asking whether it still runs is one `poll`; `None` falls back to /proc.
+    /// A pidfd on the sandbox's init (opened as its start time is recorded after launch, or on
+    /// adoption just before the start-time check), so that asking whether it still runs is one
+    /// `poll`; `None` falls back to /proc.
     init: Option<std::os::fd::OwnedFd>,
 }
 
