@@ -141,3 +141,88 @@ async fn osworlds_client_drives_an_orchard_desktop() {
     }
     let _ = again.kill().await;
 }
+
+/// An opener that ends like a crashed first start, then shows a window named by the file.
+const FLAKY_OPENER: &str = r#"#!/bin/sh
+count="$(dirname "$0")/count-$(basename "$1")"
+echo x >> "$count"
+case "$(basename "$1")" in
+  never.bin) echo "no application for $1" >&2; exit 4 ;;
+esac
+if [ "$(wc -l < "$count")" -lt 2 ]; then echo "crashed at its first start" >&2; exit 1; fi
+exec xmessage -title "$(basename "$1") - Viewer" opened
+"#;
+
+/// OSWorld's `/setup/open_file` runs the opener again when no window shows (an app that died
+/// on a slow first start), and when none ever does, answers within the tries — not after the
+/// full wait — with how each opener ended and what it printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn open_file_asks_again_when_no_window_shows_and_says_why_it_failed() {
+    if !Path::new("/usr/bin/Xvfb").exists() || !Path::new("/usr/bin/xmessage").exists() {
+        panic!("Xvfb and xmessage are missing: `cargo xtask setup` installs them");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let opener = bin.join("xdg-open");
+    std::fs::write(&opener, FLAKY_OPENER).unwrap();
+    std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let display = 1000 + std::process::id() % 800;
+    let port_file = dir.path().join("port");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut service = tokio::process::Command::new(orchard_tests::agent_bin())
+        .args(["desktop", "--listen", "127.0.0.1:0", "--size", "640x480", "--display", &display.to_string()])
+        .arg("--port-file")
+        .arg(&port_file)
+        .env("PATH", path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let port = loop {
+        if let Ok(text) = std::fs::read_to_string(&port_file) {
+            break text;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the desktop did not start");
+        assert!(service.try_wait().unwrap().is_none(), "the desktop service exited at start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let http = orchard_tests::http_client();
+    let open = |file: String| {
+        let http = http.clone();
+        let url = format!("http://127.0.0.1:{}/setup/open_file", port.trim());
+        async move {
+            let started = Instant::now();
+            let response = http.post(url).json(&serde_json::json!({"path": file})).send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap(), started.elapsed())
+        }
+    };
+    let file = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, "data").unwrap();
+        path.display().to_string()
+    };
+
+    // The first opener fails; the second shows the window: one answer, after two tries.
+    let (status, body, _) = open(file("report.txt")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(std::fs::read_to_string(bin.join("count-report.txt")).unwrap().lines().count(), 2);
+
+    // No opener ever succeeds: three tries, answered well before the two-minute wait.
+    let (status, body, took) = open(file("never.bin")).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(took < Duration::from_secs(30), "took {took:?}: {body}");
+    assert_eq!(std::fs::read_to_string(bin.join("count-never.bin")).unwrap().lines().count(), 3);
+    for said in ["no window for never.bin", "xdg-open try 3: exit status: 4", "no application for"] {
+        assert!(body.contains(said), "{said:?} missing from {body}");
+    }
+
+    // A file that is not there is named, and nothing is run.
+    let (status, body, _) = open(dir.path().join("absent.txt").display().to_string()).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("absent.txt"), "{body}");
+    assert!(!bin.join("count-absent.txt").exists());
+    let _ = service.kill().await;
+}

@@ -6,6 +6,7 @@
 //! this service's children and end with the sandbox. What a bare X desktop cannot do (a GNOME
 //! wallpaper) is answered 501 naming it, never pretended.
 
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, Multipart, State};
@@ -23,6 +24,12 @@ use super::windows::{self, Pick, Request};
 const MAX_UPLOAD: usize = 256 * 1024 * 1024;
 /// How long `/setup/open_file` waits for the file's window.
 const OPEN_WAIT: Duration = Duration::from_secs(120);
+/// How long an app may take to show the file's window before it is asked to open it again.
+const REOPEN_AFTER: Duration = Duration::from_secs(30);
+/// How many times `/setup/open_file` runs the opener at most.
+const OPEN_TRIES: usize = 3;
+/// How much of an opener's output a failed open reports (its last bytes).
+const OPENER_OUTPUT: usize = 2048;
 
 pub fn routes() -> Router<Shared> {
     Router::new()
@@ -93,20 +100,67 @@ async fn launch(State(s): State<Shared>, Json(body): Json<LaunchBody>) -> Respon
 
 /// Starts `argv` on the display in its own process group; a task reaps it.
 fn spawn(s: &super::osworld::Service, argv: &[String]) -> Result<(), String> {
-    let (program, args) = argv.split_first().ok_or("the command is empty")?;
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .envs(s.env.iter().map(|(k, v)| (k, v)))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("{program}: {e}"))?;
+    let mut child =
+        command(s, argv)?.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| spawn_error(argv, e))?;
     tokio::spawn(async move {
         let _ = child.wait().await;
     });
     Ok(())
+}
+
+/// `argv` as a command on the display, in its own process group, reading nothing.
+fn command(s: &super::osworld::Service, argv: &[String]) -> Result<tokio::process::Command, String> {
+    let (program, args) = argv.split_first().ok_or("the command is empty")?;
+    let mut command = tokio::process::Command::new(program);
+    command.args(args).envs(s.env.iter().map(|(k, v)| (k, v))).stdin(Stdio::null()).process_group(0);
+    Ok(command)
+}
+
+fn spawn_error(argv: &[String], e: std::io::Error) -> String {
+    format!("{}: {e}", argv.first().map(String::as_str).unwrap_or_default())
+}
+
+/// One run of the opener (`xdg-open FILE`, which waits for the app it starts): how it ended,
+/// and the tail of what it and the app printed — what a failed open is explained by.
+#[derive(Default)]
+struct OpenerRun {
+    exit: Option<std::process::ExitStatus>,
+    output: Vec<u8>,
+}
+
+/// Starts the opener on `path`, its output (both streams, the last [`OPENER_OUTPUT`] bytes)
+/// and its end recorded in the returned run; a task drains and reaps it.
+fn open_with_default_app(
+    s: &super::osworld::Service,
+    path: &std::path::Path,
+) -> Result<std::sync::Arc<std::sync::Mutex<OpenerRun>>, String> {
+    use tokio::io::AsyncReadExt;
+    let argv = ["xdg-open".to_string(), path.display().to_string()];
+    let mut child =
+        command(s, &argv)?.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| spawn_error(&argv, e))?;
+    let run = std::sync::Arc::new(std::sync::Mutex::new(OpenerRun::default()));
+    let streams = [
+        child.stdout.take().map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        child.stderr.take().map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+    ];
+    for mut stream in streams.into_iter().flatten() {
+        let run = run.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                let mut run = run.lock().unwrap_or_else(|p| p.into_inner());
+                run.output.extend_from_slice(&buf[..n]);
+                let excess = run.output.len().saturating_sub(OPENER_OUTPUT);
+                run.output.drain(..excess);
+            }
+        });
+    }
+    let ended = run.clone();
+    tokio::spawn(async move {
+        let status = child.wait().await.ok();
+        ended.lock().unwrap_or_else(|p| p.into_inner()).exit = status;
+    });
+    Ok(run)
 }
 
 #[derive(Deserialize)]
@@ -115,19 +169,32 @@ struct OpenBody {
 }
 
 /// `{path}` → the file opened with its default app (`xdg-open`), answered once a window whose
-/// title names the file shows (at most [`OPEN_WAIT`]).
+/// title names the file shows (at most [`OPEN_WAIT`]). An app that shows no window within
+/// [`REOPEN_AFTER`] is asked again (a running instance takes the file over; one that died on
+/// a slow first start is started anew), at most [`OPEN_TRIES`] times; a failure says what
+/// each opener printed and how it ended, and which windows were open.
 async fn open_file(State(s): State<Shared>, Json(body): Json<OpenBody>) -> Response {
     let path = std::path::PathBuf::from(expand_home(&body.path));
     if !path.exists() {
         return error(StatusCode::NOT_FOUND, format!("File not found: {}", body.path));
     }
-    if let Err(e) = spawn(&s, &["xdg-open".into(), path.display().to_string()]) {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("opening {}: {e}", body.path));
-    }
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let stem = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let started = Instant::now();
+    let mut runs = Vec::new();
+    let mut last_try = started;
     loop {
+        let failed = |run: &std::sync::Arc<std::sync::Mutex<OpenerRun>>| {
+            run.lock().unwrap_or_else(|p| p.into_inner()).exit.is_some_and(|status| !status.success())
+        };
+        let last_failed = runs.last().is_some_and(failed);
+        if runs.is_empty() || ((last_failed || last_try.elapsed() > REOPEN_AFTER) && runs.len() < OPEN_TRIES) {
+            match open_with_default_app(&s, &path) {
+                Ok(run) => runs.push(run),
+                Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("opening {}: {e}", body.path)),
+            }
+            last_try = Instant::now();
+        }
         let display = s.display.clone();
         let open = tokio::task::spawn_blocking(move || windows::list(&display)).await;
         let titles: Vec<String> = match open {
@@ -137,14 +204,30 @@ async fn open_file(State(s): State<Shared>, Json(body): Json<OpenBody>) -> Respo
         if titles.iter().any(|t| t.contains(&name) || (!stem.is_empty() && t.contains(&stem))) {
             return "File opened and window activated successfully".into_response();
         }
-        if started.elapsed() > OPEN_WAIT {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("no window for {name} opened within {OPEN_WAIT:?} (open: {titles:?})"),
-            );
+        // Out of time, or out of tries with the last opener failed: nothing more will open it.
+        if started.elapsed() > OPEN_WAIT || (runs.len() >= OPEN_TRIES && runs.last().is_some_and(failed)) {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, open_failure(&name, started, &titles, &runs));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Why no window for `name` showed: how long was waited, which windows were open, and how
+/// each opener ended and what it printed.
+fn open_failure(
+    name: &str,
+    started: Instant,
+    titles: &[String],
+    runs: &[std::sync::Arc<std::sync::Mutex<OpenerRun>>],
+) -> String {
+    let mut why = format!("no window for {name} opened in {:.1?} (open: {titles:?})", started.elapsed());
+    for (i, run) in runs.iter().enumerate() {
+        let run = run.lock().unwrap_or_else(|p| p.into_inner());
+        let ended = run.exit.map_or("still running".to_string(), |status| status.to_string());
+        let said = String::from_utf8_lossy(&run.output);
+        why.push_str(&format!("; xdg-open try {}: {ended}, printed {:?}", i + 1, said.trim()));
+    }
+    why
 }
 
 #[derive(Deserialize)]
