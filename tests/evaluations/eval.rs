@@ -232,7 +232,8 @@ fn a_killed_eval_resumes_without_redoing_finished_rollouts() {
     let rollouts = out_dir.join("rollouts");
     let done = || std::fs::read_dir(&rollouts).map(|d| d.count()).unwrap_or(0);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
-    while done() < 6 {
+    // Killed early (at 3 of 30, with room for a slow poll): what is done is whole, the rest not.
+    while done() < 3 {
         assert!(std::time::Instant::now() < deadline, "no progress before the kill");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -243,7 +244,7 @@ fn a_killed_eval_resumes_without_redoing_finished_rollouts() {
         .flatten()
         .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read_to_string(e.path()).unwrap()))
         .collect();
-    assert!(before.len() >= 6 && before.len() < 30, "{} rollouts done at the kill", before.len());
+    assert!(before.len() >= 3 && before.len() < 30, "{} rollouts done at the kill", before.len());
 
     // Other arguments on the same directory are refused, naming the difference.
     let mut other = args.clone();

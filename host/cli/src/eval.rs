@@ -376,8 +376,8 @@ async fn follow(runner: &Arc<Runner>, eval_id: &str, out: &std::path::Path) -> b
                         bar.suspend(|| eprintln!("{}: {e}", r.rollout_id));
                     }
                     // Each result is also a file as soon as it is done.
-                    let path = out.join("rollouts").join(format!("{}.json", r.rollout_id));
-                    let _ = std::fs::write(path, serde_json::to_vec_pretty(&**r).unwrap_or_default());
+                    let json = serde_json::to_vec_pretty(&**r).unwrap_or_default();
+                    let _ = orchard_eval::write_rollout(out, &r.rollout_id, &json);
                 }
             }
             _ = tokio::signal::ctrl_c() => {

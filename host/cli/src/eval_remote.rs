@@ -296,8 +296,8 @@ async fn save_rollout(client: &Client, eval: &str, rollout: &str, out: &Path) {
     if let Ok(mut v) = client.json("reading a rollout", r).await {
         let result = v["result"].take();
         if result.is_object() {
-            let path = out.join("rollouts").join(format!("{rollout}.json"));
-            let _ = std::fs::write(path, serde_json::to_vec_pretty(&result).unwrap_or_default());
+            let json = serde_json::to_vec_pretty(&result).unwrap_or_default();
+            let _ = orchard_eval::write_rollout(out, rollout, &json);
         }
     }
 }

@@ -21,7 +21,7 @@ pub use job::{BrowserPlacement, Job, Placement, rollout};
 pub use metrics::{pass_at_k, pass_hat_k};
 pub use orchard_task_files::TaskFiles;
 pub use report::trajectory_line;
-pub use report::{DomainSummary, HarnessSummary, Summary, TaskSummary, summarize, write_outputs};
+pub use report::{DomainSummary, HarnessSummary, Summary, TaskSummary, summarize, write_outputs, write_rollout};
 pub use result::{FailureClass, RolloutResult, RolloutStatus, VerifierRecord};
 pub use separate::verifier_id;
 pub use steps::{StepRecord, TaskStep};

@@ -228,12 +228,20 @@ pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
     }
 }
 
+/// Writes `DIR/rollouts/<id>.json` whole or not at all (a temporary file in `DIR`, renamed):
+/// a run killed mid-write leaves no half file for a reader or a resume to take as a result.
+pub fn write_rollout(dir: &Path, id: &str, json: &[u8]) -> std::io::Result<()> {
+    let temporary = dir.join(format!(".rollout-{id}.json.partial"));
+    std::fs::write(&temporary, json)?;
+    std::fs::rename(&temporary, dir.join("rollouts").join(format!("{id}.json")))
+}
+
 /// `DIR/rollouts/<task>__<attempt>.json`, `DIR/trajectories.jsonl`, `DIR/summary.json`.
 pub fn write_outputs(dir: &Path, results: &[RolloutResult], summary: &Summary) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("rollouts"))?;
     let mut trajectories = std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.jsonl"))?);
     for r in results {
-        std::fs::write(dir.join("rollouts").join(format!("{}.json", r.rollout_id)), serde_json::to_vec_pretty(r)?)?;
+        write_rollout(dir, &r.rollout_id, &serde_json::to_vec_pretty(r)?)?;
         serde_json::to_writer(&mut trajectories, &trajectory_line(r))?;
         trajectories.write_all(b"\n")?;
     }
