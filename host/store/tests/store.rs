@@ -132,6 +132,13 @@ async fn pages_cells_secrets_and_blobs() {
         }
         let cells = store.cells(&id).await.unwrap();
         assert_eq!(cells.iter().map(|c| c.passed).sum::<i64>(), 2);
+        // A list page leaves the result documents out unless asked for them.
+        let done_only = RolloutFilter { state: Some("done".into()), limit: 10, ..Default::default() };
+        let brief = store.rollouts(&id, &done_only).await.unwrap();
+        assert_eq!(brief.len(), 3);
+        assert!(brief.iter().all(|r| r.result.is_none() && r.reward.is_some()), "{brief:?}");
+        let whole = store.rollouts(&id, &RolloutFilter { with_result: true, ..done_only }).await.unwrap();
+        assert!(whole.iter().all(|r| r.result.as_deref() == Some("{\"r\":1}")), "{whole:?}");
         let done = store.finished_since(&id, 0, 10).await.unwrap();
         assert_eq!(done.len(), 3);
         assert!(store.finished_since(&id, done[2].finish_seq.unwrap(), 10).await.unwrap().is_empty());

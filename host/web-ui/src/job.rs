@@ -144,7 +144,7 @@ async fn load(state: &UiState, signed: &Signed, id: &str) -> Result<(EvalRow, Li
     let (_, matrix): (_, Matrix) = orchard_evals_api::summary_of(&eval, &cells);
     let mut problems = Vec::new();
     for status in ["error", "unknown"] {
-        let filter = RolloutFilter { status: Some(status.into()), limit: 50, ..Default::default() };
+        let filter = RolloutFilter { status: Some(status.into()), limit: 50, with_result: true, ..Default::default() };
         let rows = store.rollouts(id, &filter).await.map_err(|e| api_error(e.into()))?;
         problems.extend(rows.iter().map(problem));
     }
