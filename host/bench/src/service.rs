@@ -148,8 +148,8 @@ fn rows_of(label: &str, n: u32, cli_rate: f64, m: &Measured, db_bytes: u64, rss_
     vec![
         Row {
             what: format!("{n} oracle rollouts through the service ({label})"),
-            ours: format!("{:.0} rollouts/s ({}/{n} passed)", m.rate, m.passed),
-            reference: format!("{cli_rate:.0} rollouts/s `orchard eval`, same tasks and concurrency"),
+            ours: format!("{:.1} rollouts/s = {:.0} % ({}/{n} passed)", m.rate, 100.0 * m.rate / cli_rate, m.passed),
+            reference: format!("{cli_rate:.1} rollouts/s `orchard eval`, same tasks and concurrency"),
             target: "≥ 95 % of orchard eval".into(),
             met: Some(m.rate >= 0.95 * cli_rate && m.passed == u64::from(n)),
         },
