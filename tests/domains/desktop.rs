@@ -26,6 +26,34 @@ fn decoded_pixels(png: &[u8]) -> Vec<u8> {
     buf
 }
 
+/// Starts `orchard-agent desktop` of `size` on `display` (with `path` as its PATH when given),
+/// its port file in `dir`; the service and the port it listens on.
+async fn start_desktop(dir: &Path, size: &str, display: u32, path: Option<String>) -> (tokio::process::Child, String) {
+    let port_file = dir.join("port");
+    let mut command = tokio::process::Command::new(orchard_tests::agent_bin());
+    command.args(["desktop", "--listen", "127.0.0.1:0", "--size", size, "--display", &display.to_string()]);
+    if let Some(path) = path {
+        command.env("PATH", path);
+    }
+    let mut service = command
+        .arg("--port-file")
+        .arg(&port_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        if let Ok(port) = std::fs::read_to_string(&port_file) {
+            return (service, port);
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the desktop did not start");
+        assert!(service.try_wait().unwrap().is_none(), "the desktop service exited at start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn osworlds_client_drives_an_orchard_desktop() {
     let Some(python) = orchard_tests::py312_tool("python") else { return };
@@ -33,27 +61,9 @@ async fn osworlds_client_drives_an_orchard_desktop() {
         panic!("Xvfb is missing: `cargo xtask setup` installs it (the xvfb package)");
     }
     let dir = tempfile::tempdir().unwrap();
-    let port_file = dir.path().join("port");
     // A display number of this process's own: tests run side by side.
     let display = 100 + std::process::id() % 800;
-    let mut service = tokio::process::Command::new(orchard_tests::agent_bin())
-        .args(["desktop", "--listen", "127.0.0.1:0", "--size", "800x600x24", "--display", &display.to_string()])
-        .arg("--port-file")
-        .arg(&port_file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let port = loop {
-        if let Ok(text) = std::fs::read_to_string(&port_file) {
-            break text;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "the desktop did not start");
-        assert!(service.try_wait().unwrap().is_none(), "the desktop service exited at start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (mut service, port) = start_desktop(dir.path(), "800x600x24", display, None).await;
     let scratch = dir.path().join("scratch");
     std::fs::create_dir_all(&scratch).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/desktop/osworld_client.py");
@@ -168,27 +178,8 @@ async fn open_file_asks_again_when_no_window_shows_and_says_why_it_failed() {
     std::fs::write(&opener, FLAKY_OPENER).unwrap();
     std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let display = 1000 + std::process::id() % 800;
-    let port_file = dir.path().join("port");
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let mut service = tokio::process::Command::new(orchard_tests::agent_bin())
-        .args(["desktop", "--listen", "127.0.0.1:0", "--size", "640x480", "--display", &display.to_string()])
-        .arg("--port-file")
-        .arg(&port_file)
-        .env("PATH", path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let port = loop {
-        if let Ok(text) = std::fs::read_to_string(&port_file) {
-            break text;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "the desktop did not start");
-        assert!(service.try_wait().unwrap().is_none(), "the desktop service exited at start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (mut service, port) = start_desktop(dir.path(), "640x480", display, Some(path)).await;
     let http = orchard_tests::http_client();
     let open = |file: String| {
         let http = http.clone();

@@ -230,7 +230,15 @@ pub fn summarize(results: &[RolloutResult], k: u32) -> Summary {
 
 /// Writes `DIR/rollouts/<id>.json` whole or not at all (a temporary file in `DIR`, renamed):
 /// a run killed mid-write leaves no half file for a reader or a resume to take as a result.
+/// An id that is not one plain file name (a remote server's `../x`) is refused.
 pub fn write_rollout(dir: &Path, id: &str, json: &[u8]) -> std::io::Result<()> {
+    let plain = !id.is_empty() && id != "." && id != ".." && !id.contains(['/', '\\', '\0']);
+    if !plain {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("rollout id {id:?} is not a file name"),
+        ));
+    }
     let temporary = dir.join(format!(".rollout-{id}.json.partial"));
     std::fs::write(&temporary, json)?;
     std::fs::rename(&temporary, dir.join("rollouts").join(format!("{id}.json")))
@@ -275,4 +283,26 @@ pub fn trajectory_line(r: &RolloutResult) -> serde_json::Value {
         line["segments"] = serde_json::to_value(segments).unwrap_or_default();
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_rollout;
+
+    #[test]
+    fn a_rollout_file_is_written_whole_beneath_its_directory_or_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("rollouts")).unwrap();
+        write_rollout(dir.path(), "t__oracle__0", b"{}").unwrap();
+        assert_eq!(std::fs::read(dir.path().join("rollouts/t__oracle__0.json")).unwrap(), b"{}");
+        for id in ["../escape", "a/b", "..", ".", "", "a\\b"] {
+            let e = write_rollout(dir.path(), id, b"{}").unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{id:?}");
+        }
+        // Nothing but the one file and no temporary left beside it.
+        let names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        assert_eq!(names, ["rollouts"]);
+        assert!(!dir.path().parent().unwrap().join("escape.json").exists());
+    }
 }
