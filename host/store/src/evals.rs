@@ -171,11 +171,16 @@ pub struct RolloutFilter {
 
 const EVAL_COLUMNS: &str = "id, tenant, status, spec, fingerprint, created_at, finished_at, k, total, queued, \
                             running, done, graded, passed, errored, unknown, cancelled";
-const ROLLOUT_COLUMNS: &str = "eval_id, rollout_id, seq, task_id, harness, attempt, state, status, reward, \
-                               passed, error, tries, finish_seq, finished_at, result";
+/// A rollout row's columns but its result document (one list for both selections below).
+macro_rules! rollout_fields {
+    () => {
+        "eval_id, rollout_id, seq, task_id, harness, attempt, state, status, reward, passed, error, tries, \
+         finish_seq, finished_at"
+    };
+}
+const ROLLOUT_COLUMNS: &str = concat!(rollout_fields!(), ", result");
 /// [`ROLLOUT_COLUMNS`] without the result document (read as NULL).
-const ROLLOUT_COLUMNS_BRIEF: &str = "eval_id, rollout_id, seq, task_id, harness, attempt, state, status, reward, \
-                                     passed, error, tries, finish_seq, finished_at, CAST(NULL AS TEXT) AS result";
+const ROLLOUT_COLUMNS_BRIEF: &str = concat!(rollout_fields!(), ", CAST(NULL AS TEXT) AS result");
 
 fn eval_row(row: &AnyRow) -> Result<EvalRow> {
     Ok(EvalRow {

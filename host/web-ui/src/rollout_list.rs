@@ -59,7 +59,6 @@ pub async fn page(State(state): S, signed: Signed, Path(id): Path<String>, Query
         status: non_empty(q.status.clone()),
         after_seq: q.after,
         limit: PAGE + 1,
-        with_result: false,
         ..Default::default()
     };
     let mut rows = match state.service.env.store.rollouts(&id, &filter).await {

@@ -128,39 +128,45 @@ struct OpenerRun {
     output: Vec<u8>,
 }
 
+/// An opener's run, shared between the tasks that record it and the route that reads it.
+type SharedRun = std::sync::Arc<std::sync::Mutex<OpenerRun>>;
+
+fn locked(run: &SharedRun) -> std::sync::MutexGuard<'_, OpenerRun> {
+    run.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Starts the opener on `path`, its output (both streams, the last [`OPENER_OUTPUT`] bytes)
-/// and its end recorded in the returned run; a task drains and reaps it.
-fn open_with_default_app(
-    s: &super::osworld::Service,
-    path: &std::path::Path,
-) -> Result<std::sync::Arc<std::sync::Mutex<OpenerRun>>, String> {
-    use tokio::io::AsyncReadExt;
+/// and its end recorded in the returned run; tasks drain and reap it.
+fn open_with_default_app(s: &super::osworld::Service, path: &std::path::Path) -> Result<SharedRun, String> {
     let argv = ["xdg-open".to_string(), path.display().to_string()];
     let mut child =
         command(s, &argv)?.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| spawn_error(&argv, e))?;
-    let run = std::sync::Arc::new(std::sync::Mutex::new(OpenerRun::default()));
-    let streams = [
-        child.stdout.take().map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-        child.stderr.take().map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-    ];
-    for mut stream in streams.into_iter().flatten() {
-        let run = run.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
-            while let Ok(n @ 1..) = stream.read(&mut buf).await {
-                let mut run = run.lock().unwrap_or_else(|p| p.into_inner());
-                run.output.extend_from_slice(&buf[..n]);
-                let excess = run.output.len().saturating_sub(OPENER_OUTPUT);
-                run.output.drain(..excess);
-            }
-        });
+    let run = SharedRun::default();
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(keep_tail(out, run.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        tokio::spawn(keep_tail(err, run.clone()));
     }
     let ended = run.clone();
     tokio::spawn(async move {
         let status = child.wait().await.ok();
-        ended.lock().unwrap_or_else(|p| p.into_inner()).exit = status;
+        locked(&ended).exit = status;
     });
     Ok(run)
+}
+
+/// Reads `stream` to its end (the app must never block on a full pipe), keeping the last
+/// [`OPENER_OUTPUT`] bytes in `run`.
+async fn keep_tail(mut stream: impl tokio::io::AsyncRead + Unpin, run: SharedRun) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = stream.read(&mut buf).await {
+        let mut run = locked(&run);
+        run.output.extend_from_slice(&buf[..n]);
+        let excess = run.output.len().saturating_sub(OPENER_OUTPUT);
+        run.output.drain(..excess);
+    }
 }
 
 #[derive(Deserialize)]
@@ -184,9 +190,7 @@ async fn open_file(State(s): State<Shared>, Json(body): Json<OpenBody>) -> Respo
     let mut runs = Vec::new();
     let mut last_try = started;
     loop {
-        let failed = |run: &std::sync::Arc<std::sync::Mutex<OpenerRun>>| {
-            run.lock().unwrap_or_else(|p| p.into_inner()).exit.is_some_and(|status| !status.success())
-        };
+        let failed = |run: &SharedRun| locked(run).exit.is_some_and(|status| !status.success());
         let last_failed = runs.last().is_some_and(failed);
         if runs.is_empty() || ((last_failed || last_try.elapsed() > REOPEN_AFTER) && runs.len() < OPEN_TRIES) {
             match open_with_default_app(&s, &path) {
@@ -214,15 +218,10 @@ async fn open_file(State(s): State<Shared>, Json(body): Json<OpenBody>) -> Respo
 
 /// Why no window for `name` showed: how long was waited, which windows were open, and how
 /// each opener ended and what it printed.
-fn open_failure(
-    name: &str,
-    started: Instant,
-    titles: &[String],
-    runs: &[std::sync::Arc<std::sync::Mutex<OpenerRun>>],
-) -> String {
+fn open_failure(name: &str, started: Instant, titles: &[String], runs: &[SharedRun]) -> String {
     let mut why = format!("no window for {name} opened in {:.1?} (open: {titles:?})", started.elapsed());
     for (i, run) in runs.iter().enumerate() {
-        let run = run.lock().unwrap_or_else(|p| p.into_inner());
+        let run = locked(run);
         let ended = run.exit.map_or("still running".to_string(), |status| status.to_string());
         let said = String::from_utf8_lossy(&run.output);
         why.push_str(&format!("; xdg-open try {}: {ended}, printed {:?}", i + 1, said.trim()));
