@@ -268,7 +268,12 @@ async fn a_server_killed_mid_create_storm_and_mid_batch_delete_leaves_nothing_un
 async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
-    let args = ["--max-sandbox-lifetime", "3", "--warm-pool", "host=1"];
+    // Long enough that both sandboxes are up before the crash on a loaded CI machine (at 3 s
+    // the claimed one once died of its lifetime before the server was killed), short enough to
+    // wait out.
+    const LIFETIME: Duration = Duration::from_secs(8);
+    let lifetime_arg = LIFETIME.as_secs().to_string();
+    let args = ["--max-sandbox-lifetime", lifetime_arg.as_str(), "--warm-pool", "host=1"];
     let mut server = Server::start_with(options(&state, &args)).await;
     // One claimed from the warm pool (its lifetime counts from the claim), one started cold.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -277,6 +282,7 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let claimed_at = Instant::now();
     let pooled = server.create_host().await;
     // A client cannot ask its way past the operator's lifetime, and a long idle timeout does
     // not extend it.
@@ -289,8 +295,17 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
     let cold = server.create(json!({"image": "host", "sandbox_id": "cold-one", "timeout": 86_400})).await;
     let inits: Vec<i64> = [&pooled, &cold].iter().map(|id| server.record(id)["init_pid"].as_i64().unwrap()).collect();
     server.crash();
-    assert!(inits.iter().all(|pid| pid_alive(*pid)), "the sandboxes died with their server");
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let crashed_after = claimed_at.elapsed();
+    assert!(
+        crashed_after < LIFETIME,
+        "the test took {crashed_after:?} from the claim to the crash, past the {LIFETIME:?} lifetime: it proves nothing"
+    );
+    let alive: Vec<bool> = inits.iter().map(|pid| pid_alive(*pid)).collect();
+    assert!(
+        alive.iter().all(|a| *a),
+        "the sandboxes died with their server (alive: {alive:?}, {crashed_after:?} after the claim)"
+    );
+    let deadline = claimed_at + LIFETIME + Duration::from_secs(10);
     while inits.iter().any(|pid| pid_alive(*pid)) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
