@@ -304,20 +304,36 @@ async fn a_server_killed_mid_job_goes_on_after_a_restart_without_redoing_or_losi
 async fn two_replicas_on_postgres_share_a_job_and_survive_one_being_killed() {
     let postgres = Postgres::start();
     let database = postgres.database("orchard_two_replicas").await;
-    let replica = |name: &str| ServerOptions {
-        extra_args: ["--database", &database, "--eval-concurrency", "2", "--eval-lease", "3", "--replica", name]
-            .map(String::from)
-            .to_vec(),
+    let replica = |name: &str, lifetime: &str| ServerOptions {
+        extra_args: [
+            "--database",
+            &database,
+            "--eval-concurrency",
+            "2",
+            "--eval-lease",
+            "3",
+            "--replica",
+            name,
+            "--max-sandbox-lifetime",
+            lifetime,
+        ]
+        .map(String::from)
+        .to_vec(),
         ..Default::default()
     };
-    let a = Server::start_with(replica("replica-a")).await;
-    let mut b = Server::start_with(replica("replica-b")).await;
+    let a = Server::start_with(replica("replica-a", "86400")).await;
+    // Replica b dies for good: its rollouts' sandboxes must die at their hard lifetime, with no
+    // server left to delete them (an oracle rollout takes seconds).
+    const B_LIFETIME: u64 = 40;
+    let mut b = Server::start_with(replica("replica-b", &B_LIFETIME.to_string())).await;
     let dataset = upload(&a, examples_archive()).await;
     let id = submit(&a, oracle_job(&dataset, 8, 4)).await;
     // Both replicas claim from the one queue.
     wait_for(&b, &id, "progress", Duration::from_secs(120), |v| v["counts"]["done"].as_i64() >= Some(6)).await;
     let before = finished(&a, &id).await;
     kill9(&mut b);
+    let orphans = sandboxes_of(&b);
+    eprintln!("replica b left {} sandboxes when killed", orphans.len());
     let eval =
         wait_for(&a, &id, "the job to finish on replica a", Duration::from_secs(240), |v| v["status"] == "done").await;
     assert_eq!((eval["counts"]["done"].as_i64(), eval["counts"]["passed"].as_i64()), (Some(40), Some(40)), "{eval}");
@@ -329,6 +345,29 @@ async fn two_replicas_on_postgres_share_a_job_and_survive_one_being_killed() {
     let (_, rows) = a.call(Method::GET, &format!("/v1/evals/{id}/rollouts?limit=1000"), None).await;
     let retried = rows["rollouts"].as_array().unwrap().iter().filter(|r| r["tries"].as_i64() > Some(1)).count();
     assert!(retried <= 2, "only what replica b held when it died runs again: {retried}");
+    // What b was running when it died: each with a hard lifetime within b's cap, and dead by it.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    for (sandbox, record) in &orphans {
+        let die_at = record["die_at"].as_f64().unwrap_or_else(|| panic!("{sandbox} has no hard lifetime: {record}"));
+        assert!(die_at <= now + B_LIFETIME as f64, "{sandbox} outlives b's cap: {record}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(B_LIFETIME + 15);
+    let alive = || orphans.iter().filter(|(_, r)| orchard_tests::pid_alive(r["init_pid"].as_i64().unwrap())).count();
+    while alive() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(alive(), 0, "rollout sandboxes outlived their hard lifetime with their server gone: {orphans:?}");
+}
+
+/// The sandboxes a (dead) local server's state dir records: (id, record).
+fn sandboxes_of(server: &Server) -> Vec<(String, Value)> {
+    let Ok(dir) = std::fs::read_dir(server.state_dir.join("run/sandboxes")) else { return Vec::new() };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| {
+            let record: Value = serde_json::from_slice(&std::fs::read(e.path().join("sandbox.json")).ok()?).ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), record))
+        })
+        .collect()
 }
 
 fn examples_dir() -> String {

@@ -88,7 +88,9 @@ impl Episode {
         placement: &Placement,
     ) -> Result<Episode, String> {
         let started = Instant::now();
-        let spec = sandbox_spec(&job, task, placement);
+        let mut spec = sandbox_spec(&job, task, placement);
+        // The client paces an episode, not the task's timeouts: only the operator's cap holds.
+        spec.lifetime_seconds = job.sandbox_max_lifetime_seconds;
         let info = backend.create(spec.clone()).await.map_err(|e| format!("sandbox: {e}"))?;
         let opened = async {
             let agent = backend.agent(&info.id).await.map_err(|e| format!("sandbox: {e}"))?;

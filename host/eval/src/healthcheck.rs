@@ -37,6 +37,14 @@ impl Healthcheck {
         }
     }
 
+    /// The longest a rollout can wait on it: the start period, its last check, then every
+    /// retry's interval and check (saturating: `retries` is the task's to name).
+    pub fn longest_wait(&self) -> Duration {
+        let retry = self.interval.saturating_add(self.timeout);
+        let retries = retry.checked_mul(self.retries).unwrap_or(Duration::MAX);
+        self.start_period.saturating_add(self.timeout).saturating_add(retries)
+    }
+
     /// A Dockerfile's `HEALTHCHECK CMD`: polled every 100 ms for up to a minute (its own
     /// `--interval` and `--retries` are for a long-running container, not a rollout's start).
     pub fn from_dockerfile(argv: Vec<String>) -> Healthcheck {

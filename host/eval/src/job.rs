@@ -59,6 +59,9 @@ pub struct Job {
     pub sandbox_pids: Option<u64>,
     /// Writable disk of each sandbox, in bytes.
     pub sandbox_disk_bytes: Option<u64>,
+    /// The operator's cap on a sandbox's hard lifetime, in seconds (`--max-sandbox-lifetime`;
+    /// `None`: no cap). A rollout's sandbox lives at most its own bound within it.
+    pub sandbox_max_lifetime_seconds: Option<u64>,
     /// Where a browser a plugin opens runs, and how long one of its calls may take.
     pub browser: BrowserPlacement,
 }
@@ -208,7 +211,33 @@ pub(crate) fn sandbox_spec(job: &Job, task: &Task, placement: &Placement) -> San
     spec.env = task.env.clone();
     spec.workdir = task.workdir.clone();
     spec.ttl_seconds = Some((task.agent_timeout_sec + task.verifier_timeout_sec + 600.0) as u64);
+    spec.lifetime_seconds = Some(match job.sandbox_max_lifetime_seconds {
+        Some(cap) => rollout_lifetime_seconds(task).min(cap),
+        None => rollout_lifetime_seconds(task),
+    });
     spec
+}
+
+/// Time for what a rollout does besides its timed parts: the image pull (Kubernetes counts it
+/// against `activeDeadlineSeconds`), copying files in, starting a desktop and the task's service.
+const SETUP_ALLOWANCE_SECONDS: f64 = 3600.0;
+
+/// A rollout's sandbox's hard lifetime: everything the rollout can take — each step's agent and
+/// verifier time with a grader's extra minute, each healthcheck's longest wait — plus
+/// [`SETUP_ALLOWANCE_SECONDS`]. Enforced below the server (the sandbox's init locally,
+/// `activeDeadlineSeconds` on Kubernetes), so a server that dies for good leaves no rollout's
+/// sandbox running for ever; the runner times a rollout out long before it.
+pub(crate) fn rollout_lifetime_seconds(task: &Task) -> u64 {
+    let timed = |agent: f64, verifier: f64, health: Option<&crate::healthcheck::Healthcheck>| {
+        agent.max(0.0) + verifier.max(0.0) + 60.0 + health.map_or(0.0, |h| h.longest_wait().as_secs_f64())
+    };
+    let steps: f64 =
+        task.steps.iter().map(|s| timed(s.agent_timeout_sec, s.verifier_timeout_sec, s.healthcheck.as_ref())).sum();
+    let total = timed(task.agent_timeout_sec, task.verifier_timeout_sec, task.healthcheck.as_ref())
+        + steps
+        + SETUP_ALLOWANCE_SECONDS;
+    // `as` saturates: an absurd timeout means the operator's cap, not an overflow.
+    total.ceil() as u64
 }
 
 /// How a rollout makes its separate verifier's sandbox: the agent's spec, with the id the
@@ -546,5 +575,37 @@ mod tool_config_tests {
         assert_eq!(merged["browser"], serde_json::json!({"mode": "marks", "screenshot_width": 800}));
         assert_eq!(merged["shell"], serde_json::json!({"x": 1}));
         assert_eq!(super::tool_config_for(&run, &serde_json::json!({})), run);
+    }
+}
+
+#[cfg(test)]
+mod lifetime_tests {
+    fn task(toml: &str) -> crate::task::Task {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t");
+        std::fs::create_dir_all(&t).unwrap();
+        std::fs::write(t.join("instruction.md"), "Do it").unwrap();
+        std::fs::write(t.join("task.toml"), toml).unwrap();
+        crate::task::load_tasks(dir.path()).unwrap().remove(0)
+    }
+
+    #[test]
+    fn a_rollouts_lifetime_covers_its_timeouts_and_set_up() {
+        let timed = task("version = \"1.0\"\n[agent]\ntimeout_sec = 30\n[verifier]\ntimeout_sec = 12.5\n");
+        // 30 + 12.5 + a grader's minute + the set-up hour, rounded up.
+        assert_eq!(super::rollout_lifetime_seconds(&timed), 3703);
+        let waited = task(
+            "version = \"1.0\"\n[agent]\ntimeout_sec = 30\n[verifier]\ntimeout_sec = 12.5\n\
+             [environment.healthcheck]\ncommand = \"true\"\ninterval_sec = 5\ntimeout_sec = 2\n\
+             start_period_sec = 10\nretries = 3\n",
+        );
+        // The healthcheck's longest wait: 10 + 2 + 3 × (5 + 2).
+        assert_eq!(super::rollout_lifetime_seconds(&waited), 3703 + 33);
+        let absurd = task(
+            "version = \"1.0\"\n[environment.healthcheck]\ncommand = \"true\"\ninterval_sec = 86400\n\
+             retries = 4000000000\n",
+        );
+        // Far past any operator's cap (which then holds), and no overflow on the way.
+        assert!(super::rollout_lifetime_seconds(&absurd) >= 4_000_000_000 * 86_400);
     }
 }

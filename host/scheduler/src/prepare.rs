@@ -70,6 +70,7 @@ pub struct Prepared {
     registry: Arc<Registry>,
     sandbox_pids: Option<u64>,
     sandbox_disk_bytes: Option<u64>,
+    sandbox_max_lifetime_seconds: Option<u64>,
     browser: orchard_eval::BrowserPlacement,
     /// Plugins named by path (`orchard eval --harness ./mine.wasm`), loaded once.
     local: HashMap<String, Arc<Plugin>>,
@@ -97,6 +98,8 @@ impl Prepared {
     pub async fn new(env: &Env, eval_id: &str, tenant: &str, mut spec: EvalSpec) -> Result<Prepared, PrepareError> {
         let mut tasks = load_source(env, tenant, &spec.tasks).await?;
         let (mut sandbox_pids, mut sandbox_disk_bytes) = (None, None);
+        // The operator's, not the tenant's: an eval names no lifetime.
+        let sandbox_max_lifetime_seconds = env.admission.as_ref().and_then(|a| a.resources.max_lifetime_seconds);
         if let Some(admission) = &env.admission {
             // What a client may not ask of a sandbox directly, it may not ask through a task.
             spec.image = admission.images.admit(&spec.image).map_err(|e| err(e.to_string()))?;
@@ -165,6 +168,7 @@ impl Prepared {
             registry: env.registry.clone(),
             sandbox_pids,
             sandbox_disk_bytes,
+            sandbox_max_lifetime_seconds,
             browser: env.browser.clone(),
             spec,
             task_tools,
@@ -252,6 +256,7 @@ impl Prepared {
             grants: self.grants.clone(),
             sandbox_pids: self.sandbox_pids,
             sandbox_disk_bytes: self.sandbox_disk_bytes,
+            sandbox_max_lifetime_seconds: self.sandbox_max_lifetime_seconds,
             browser: self.browser.clone(),
         })
     }
