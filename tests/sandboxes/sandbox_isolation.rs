@@ -79,6 +79,11 @@ async fn the_agent_survives_its_commands_and_its_token_stays_secret() {
     // The agent's socket is not even in the sandbox.
     let r = server.sh(&id, "find / -xdev -type s 2>/dev/null | grep -c agent.sock").await;
     assert_eq!(r.stdout.text.trim(), "0");
+    // Nor does a command inherit any descriptor of the host's (the agent's listener, bwrap's
+    // info pipe and its second reader): only its own stdio and the listing's directory.
+    let r = server.sh(&id, "ls /proc/self/fd").await;
+    let fds: Vec<&str> = r.stdout.text.lines().collect();
+    assert_eq!(fds, ["0", "1", "2", "3"], "{r:?}");
 }
 
 #[tokio::test]

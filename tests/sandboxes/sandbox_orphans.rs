@@ -272,6 +272,7 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
     // the claimed one once died of its lifetime before the server was killed), short enough to
     // wait out.
     const LIFETIME: Duration = Duration::from_secs(8);
+    const IN_FLIGHT: usize = 24;
     let lifetime_arg = LIFETIME.as_secs().to_string();
     let args = ["--max-sandbox-lifetime", lifetime_arg.as_str(), "--warm-pool", "host=1"];
     let mut server = Server::start_with(options(&state, &args)).await;
@@ -294,7 +295,26 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
     }
     let cold = server.create(json!({"image": "host", "sandbox_id": "cold-one", "timeout": 86_400})).await;
     let inits: Vec<i64> = [&pooled, &cold].iter().map(|id| server.record(id)["init_pid"].as_i64().unwrap()).collect();
+    let groups = instance_groups(&server.record(&cold));
+    // Creates in flight when the server dies: some are between the launcher's fork and the
+    // sandbox's init, where no agent keeps a deadline yet.
+    let in_flight: Vec<_> = (0..IN_FLIGHT)
+        .map(|_| {
+            let (http, url) = (server.http.clone(), server.url.clone());
+            tokio::spawn(
+                async move { http.post(format!("{url}/sandboxes")).json(&json!({"image": "host"})).send().await },
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(state.join("run/sandboxes")).map(|d| d.count()).unwrap_or(0) < 2 + IN_FLIGHT / 2 {
+        assert!(Instant::now() < deadline, "the in-flight creates did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     server.crash();
+    for create in in_flight {
+        let _ = create.await;
+    }
     let crashed_after = claimed_at.elapsed();
     assert!(
         crashed_after < LIFETIME,
@@ -312,6 +332,12 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
     for (id, pid) in [&pooled, &cold].iter().zip(&inits) {
         assert!(!pid_alive(*pid), "{id} outlived its hard lifetime with no server");
     }
+    // Nor does anything of the sandboxes that were starting.
+    while !running_in(&groups).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = running_in(&groups);
+    assert!(left.is_empty(), "processes of these sandboxes outlived their hard lifetime: {left:?}");
     // The next server cleans up what the dead sandboxes left.
     let next = Server::start_with(options(&state, &args)).await;
     for id in [&pooled, &cold] {

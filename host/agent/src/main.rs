@@ -62,6 +62,7 @@ fn main() -> anyhow::Result<()> {
     }
     lifetime::start_watchdog().context("starting the lifetime watchdog")?;
     let config = config::Config::from_args(args).context("orchard-agent: bad configuration")?;
+    close_inherited_descriptors(&config.listen);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(16)
@@ -72,6 +73,28 @@ fn main() -> anyhow::Result<()> {
         state.start_entrypoint()?;
         http::serve(state).await
     })
+}
+
+/// Closes every descriptor we were handed beyond stdio and our listening sockets: whoever
+/// started us may have passed more (the local backend's second reader of bubblewrap's info
+/// pipe), and no command of the sandbox may inherit them. Runs while we have one thread and
+/// have opened nothing of our own.
+fn close_inherited_descriptors(listen: &[config::Listen]) {
+    let keep: Vec<i32> = listen
+        .iter()
+        .filter_map(|l| match l {
+            config::Listen::Fd(fd) => Some(*fd),
+            _ => None,
+        })
+        .collect();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    // Collected first: the listing's own descriptor is among them, closed when it is dropped.
+    let open: Vec<i32> = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    for fd in open.into_iter().filter(|fd| *fd > 2 && !keep.contains(fd)) {
+        // SAFETY: closing a descriptor no Rust object of ours owns (we opened none yet); the
+        // listing's own is already closed, and closing it again only fails with EBADF.
+        unsafe { libc::close(fd) };
+    }
 }
 
 /// Narrows the capability bounding set to the capabilities we were given. Whoever started us

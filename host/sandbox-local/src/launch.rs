@@ -13,7 +13,8 @@
 //! 4. entering the sandbox's own user namespace (root inside is an unprivileged id range on the
 //!    host), from which bubblewrap makes the pid, ipc, uts, cgroup and mount namespaces, /proc
 //!    with Docker's read-only and masked paths, /dev, and applies Docker's seccomp profile;
-//! 5. handing over the agent's listening socket (fd 3), bwrap's info pipe (fd 4), and what
+//! 5. handing over the agent's listening socket (fd 3), bwrap's info pipe (fd 4) and a second
+//!    reader of it (fd 10, so that bwrap's write cannot fail when the host has died), and what
 //!    bwrap reads by descriptor (seccomp programs, the root, the agent, /etc files).
 //!
 //! The agent runs as the sandbox's pid 1: commands cannot kill it, and orphans are reaped by it.
@@ -236,7 +237,8 @@ pub async fn launch(spec: LaunchSpec<'_>, token: &str) -> Result<Launched, Strin
     nix::unistd::write(&stdin_write, format!("{token}\n").as_bytes()).map_err(|e| format!("token pipe: {e}"))?;
     drop(stdin_write);
     let log: OwnedFd = log.into();
-    let fds = Fds { stdin: stdin_read, log, listener: spec.listener, info: info_write };
+    let info_reader = info_read.try_clone().map_err(|e| format!("dup: {e}"))?;
+    let fds = Fds { stdin: stdin_read, log, listener: spec.listener, info: info_write, info_reader };
     let started = spec.launcher.launch(&request, fds).await?;
     let pid = started.pid;
     let monitor = Monitor::new(pid);

@@ -8,7 +8,8 @@
 //! every time.
 //!
 //! Requests travel over a `SOCK_SEQPACKET` socket pair: a JSON message plus the descriptors the
-//! sandbox needs (stdin with the token, the log, the agent's listening socket, bwrap's info pipe).
+//! sandbox needs (stdin with the token, the log, the agent's listening socket, bwrap's info pipe
+//! and a second reader of it).
 //! The launcher dies with the host (`PR_SET_PDEATHSIG`); the sandboxes it started do not.
 
 use std::ffi::CString;
@@ -45,6 +46,8 @@ pub struct Request {
 /// and bwrap's info pipe (3, 4: see [`Fds`]), then the ones the launcher's child opens.
 pub const SECCOMP_FDS: [i32; 2] = [5, 6];
 pub const ETC_FDS: [i32; 3] = [7, 8, 9];
+/// A second read end of bwrap's info pipe, held by bwrap itself (see [`Fds::info_reader`]).
+pub const INFO_READER_FD: i32 = 10;
 /// Received descriptors are moved above every fixed one before they are put in place.
 const SCRATCH_FD: i32 = 20;
 /// Descriptors the child keeps for itself live above the scratch range, where putting the
@@ -72,7 +75,16 @@ pub struct Fds {
     pub listener: OwnedFd,
     /// Becomes fd 4: bwrap's `--info-fd`.
     pub info: OwnedFd,
+    /// The info pipe's read end again, at [`INFO_READER_FD`]: while bwrap holds a reader its
+    /// info write cannot fail. Without it, a host that dies before bwrap writes makes that write
+    /// fail, bwrap's parent exits, and its child waits for the parent's go-ahead for ever — a
+    /// sandbox that never reaches the agent, so no hard lifetime ends it. bwrap's parent closes
+    /// it once it has written (it closes every extra descriptor); the agent closes its copy.
+    pub info_reader: OwnedFd,
 }
+
+/// Descriptors a request carries.
+const FD_COUNT: usize = 5;
 
 /// The process that forks sandboxes: started before the host grows threads, so that each sandbox starts from a small single-threaded parent.
 pub struct Launcher {
@@ -84,7 +96,7 @@ pub struct Launcher {
 
 struct Job {
     body: Vec<u8>,
-    fds: [OwnedFd; 4],
+    fds: [OwnedFd; FD_COUNT],
     reply: tokio::sync::oneshot::Sender<Result<Started, String>>,
 }
 
@@ -138,7 +150,7 @@ impl Launcher {
             return Err("launch request too large".into());
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = Job { body, fds: [fds.stdin, fds.log, fds.listener, fds.info], reply };
+        let job = Job { body, fds: [fds.stdin, fds.log, fds.listener, fds.info, fds.info_reader], reply };
         self.jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -149,7 +161,7 @@ impl Launcher {
 }
 
 /// One request and its reply over the launcher's socket (the reply carries the setup pipe).
-fn exchange(sock: &OwnedFd, body: &[u8], fds: &[OwnedFd; 4]) -> Result<Started, String> {
+fn exchange(sock: &OwnedFd, body: &[u8], fds: &[OwnedFd; FD_COUNT]) -> Result<Started, String> {
     let raw = fds.each_ref().map(|fd| fd.as_raw_fd());
     let iov = [std::io::IoSlice::new(body)];
     nix::sys::socket::sendmsg::<()>(
@@ -199,7 +211,7 @@ fn serve(sock: OwnedFd) -> ! {
     // Docker's default profile, compiled once; a failure is reported with every launch.
     let seccomp = crate::seccomp::docker_default();
     loop {
-        let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+        let mut cmsg = nix::cmsg_space!([RawFd; FD_COUNT]);
         let (n, fds) = {
             let mut iov = [IoSliceMut::new(&mut buf)];
             let msg =
@@ -223,7 +235,7 @@ fn serve(sock: OwnedFd) -> ! {
             std::process::exit(0);
         }
         let (reply, setup) = match (serde_json::from_slice::<Request>(&buf[..n]), fds.len()) {
-            (Ok(request), 4) => match seccomp
+            (Ok(request), FD_COUNT) => match seccomp
                 .as_ref()
                 .map_err(|e| format!("seccomp profile: {e}"))
                 .and_then(|programs| spawn(&request, &fds, programs))
@@ -231,7 +243,7 @@ fn serve(sock: OwnedFd) -> ! {
                 Ok((pid, setup)) => (Reply::Started { pid }, Some(setup)),
                 Err(error) => (Reply::Failed { error }, None),
             },
-            (Ok(_), got) => (Reply::Failed { error: format!("expected 4 descriptors, got {got}") }, None),
+            (Ok(_), got) => (Reply::Failed { error: format!("expected {FD_COUNT} descriptors, got {got}") }, None),
             (Err(e), _) => (Reply::Failed { error: format!("bad request: {e}") }, None),
         };
         drop(fds);
@@ -353,7 +365,7 @@ fn child(request: &Request, fds: &[OwnedFd], seccomp: &[Vec<u8>], argv: &[CStrin
         }
         // Received and opened descriptors may sit anywhere below: move them out of the way,
         // then into place.
-        let wanted = [(0, &fds[0]), (1, &fds[1]), (2, &fds[1]), (3, &fds[2]), (4, &fds[3])]
+        let wanted = [(0, &fds[0]), (1, &fds[1]), (2, &fds[1]), (3, &fds[2]), (4, &fds[3]), (INFO_READER_FD, &fds[4])]
             .into_iter()
             .chain(extra.iter().map(|(fd, n)| (*n, fd)));
         let mut high = Vec::new();
