@@ -15,6 +15,8 @@ and watcher use. This file adds what the tests need on top, and fills two gaps o
   resourceVersion, and a patch whose body names a `metadata.resourceVersion` other than the
   object's current one is refused with 409 Conflict (kmock applies patches unconditionally).
   Writes are serialised, so that a check and the write it guards are one step.
+- a pod's `spec.activeDeadlineSeconds` may be set where it was not, or lowered, never raised
+  or removed (422 Invalid), as a real API server validates a pod update.
 
 Label selectors are not applied by kmock; Orchard filters client-side as well, so the tests do
 not depend on it. Prints `URL http://127.0.0.1:PORT` once serving.
@@ -70,6 +72,9 @@ class OrchardTestApiServer(kmock.KubernetesEmulator):
                     if wanted is not None and wanted != have:
                         return _status(409, "Conflict", f"{path}: the object has been modified (resourceVersion "
                                        f"{have}, not {wanted}); please apply your changes to the latest version")
+                    refused = _deadline_raised(request, current)
+                    if refused:
+                        return _status(422, "Invalid", f"{path}: {refused}")
                     meta["resourceVersion"] = str(next(_versions))
                 return await self._handled(request, path)
         return await self._handled(request, path)
@@ -83,6 +88,24 @@ class OrchardTestApiServer(kmock.KubernetesEmulator):
             return _status(404, "NotFound", f"{path} not found")
         except KubernetesObjectConflictError:
             return _status(409, "AlreadyExists", f"{path}: already exists")
+
+
+def _deadline_raised(request, current):
+    """Why a pod patch's `spec.activeDeadlineSeconds` is refused (raised or removed), or None."""
+    if getattr(request.resource, "plural", None) != "pods" or request.subresource:
+        return None
+    spec = request.data.get("spec")
+    if not isinstance(spec, dict) or "activeDeadlineSeconds" not in spec:
+        return None
+    old = (current.get("spec") or {}).get("activeDeadlineSeconds")
+    new = spec["activeDeadlineSeconds"]
+    if old is None:
+        return None
+    if new is None:
+        return "spec.activeDeadlineSeconds: Invalid value: null: must not update from a positive integer to nil value"
+    if new > old:
+        return f"spec.activeDeadlineSeconds: Invalid value: {new}: must be less than or equal to previous value"
+    return None
 
 
 def _status(code, reason, message):

@@ -511,6 +511,22 @@ async fn two_replicas_claim_from_one_warm_pool_and_never_the_same_pod() {
     // Only one replica fills a pool: no more than asked for.
     let pooled = cluster.api::<Pod>().list(&Default::default()).await.unwrap().items.len();
     assert_eq!(pooled, 4, "the pool was overfilled");
+    // An unclaimed pool pod dies on time with no replica left (the kubelet keeps its deadline):
+    // its idle TTL (an hour) plus an hour's slack plus the day any sandbox may live, so that a
+    // claim's deadline (its age plus its lifetime) only ever lowers it.
+    let pods = cluster.api::<Pod>().list(&Default::default()).await.unwrap().items;
+    for pod in &pods {
+        let deadline = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds);
+        assert_eq!(deadline, Some(3600 + 3600 + 86_400), "{:?}", pod.metadata.name);
+    }
+    // The API server (and its double) refuses a raise.
+    let raise = json!({"spec": {"activeDeadlineSeconds": 1_000_000}});
+    let refused = cluster
+        .api::<Pod>()
+        .patch(pods[0].metadata.name.as_deref().unwrap(), &Default::default(), &kube::api::Patch::Merge(&raise))
+        .await
+        .expect_err("a raised deadline must be refused");
+    assert!(refused.to_string().contains("less than or equal"), "{refused}");
     // Pooled pods are nobody's.
     let (_, listed) = a.call(reqwest::Method::GET, "/sandboxes", None).await;
     assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 0, "{listed}");

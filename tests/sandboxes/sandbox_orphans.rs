@@ -282,7 +282,9 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
         assert!(Instant::now() < deadline, "the warm pool did not fill");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // It waits in the pool past half its pool lifetime: the claim's deadline (8 s from the
+    // claim) must replace the pool's (8 s from the fill), not only come closer.
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let claimed_at = Instant::now();
     let pooled = server.create_host().await;
     // A client cannot ask its way past the operator's lifetime, and a long idle timeout does
@@ -296,6 +298,23 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
     let cold = server.create(json!({"image": "host", "sandbox_id": "cold-one", "timeout": 86_400})).await;
     let inits: Vec<i64> = [&pooled, &cold].iter().map(|id| server.record(id)["init_pid"].as_i64().unwrap()).collect();
     let groups = instance_groups(&server.record(&cold));
+    // The pool refilled: the new pooled sandbox, never claimed, dies too.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refilled = loop {
+        let pooled_now = std::fs::read_dir(state.join("run/sandboxes")).unwrap().flatten().find_map(|e| {
+            let id = e.file_name().to_string_lossy().into_owned();
+            // Read by hand: a record being made may not be there yet.
+            let record: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(e.path().join("sandbox.json")).ok()?).ok()?;
+            (id != pooled && record["tenant"] == "" && record["init_pid"].as_i64() > Some(0)).then_some(id)
+        });
+        if let Some(id) = pooled_now {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "the warm pool did not refill");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(server.record(&refilled)["die_at"].as_f64().is_some(), "a pooled sandbox has no hard lifetime");
     // Creates in flight when the server dies: some are between the launcher's fork and the
     // sandbox's init, where no agent keeps a deadline yet.
     let in_flight: Vec<_> = (0..IN_FLIGHT)
@@ -325,6 +344,10 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
         alive.iter().all(|a| *a),
         "the sandboxes died with their server (alive: {alive:?}, {crashed_after:?} after the claim)"
     );
+    // Past the pool's deadline (at most 5 s after the claim, and a second for the agent to see
+    // it), before the claim's (8 s after it).
+    tokio::time::sleep((claimed_at + Duration::from_millis(7200)).saturating_duration_since(Instant::now())).await;
+    assert!(pid_alive(inits[0]), "the claimed sandbox died at its pool's deadline, not its claim's");
     let deadline = claimed_at + LIFETIME + Duration::from_secs(10);
     while inits.iter().any(|pid| pid_alive(*pid)) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;

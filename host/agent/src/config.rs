@@ -43,6 +43,9 @@ pub struct Args {
     /// End the sandbox at this Unix time (seconds): its hard lifetime (see `lifetime`).
     #[arg(long, value_name = "UNIX_SECONDS")]
     pub die_at: Option<u64>,
+    /// The same for a sandbox waiting in a warm pool: replaced by the deadline its claim sets.
+    #[arg(long, value_name = "UNIX_SECONDS", conflicts_with = "die_at")]
+    pub pool_die_at: Option<u64>,
     /// The image's entrypoint and command, started as background process `entrypoint`.
     #[arg(last = true)]
     entrypoint: Vec<String>,

@@ -60,6 +60,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(die_at) = args.die_at {
         lifetime::set(die_at);
     }
+    if let Some(die_at) = args.pool_die_at {
+        lifetime::set_pool(die_at);
+    }
     lifetime::start_watchdog().context("starting the lifetime watchdog")?;
     let config = config::Config::from_args(args).context("orchard-agent: bad configuration")?;
     close_inherited_descriptors(&config.listen);

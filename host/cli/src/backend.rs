@@ -122,6 +122,7 @@ impl KubeArgs {
         default_ttl: Duration,
         insecure_registries: &[String],
         pools: Vec<(orchard_sandbox::PoolShape, usize)>,
+        pool_lifetime: Option<Duration>,
     ) -> anyhow::Result<Arc<dyn Backend>> {
         let token_key = match &self.token_key_file {
             Some(path) => std::fs::read(path).with_context(|| format!("--token-key-file {}", path.display()))?,
@@ -144,6 +145,7 @@ impl KubeArgs {
         let mut config = KubernetesConfig::new(cluster, host_id, token_key);
         config.max_sandboxes = max_sandboxes;
         config.default_ttl = default_ttl;
+        config.pool_lifetime = pool_lifetime;
         config.write_rate = self.kube_write_rate;
         config.write_burst = self.kube_write_burst;
         config.image_locality = self.image_locality;

@@ -281,7 +281,9 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
         }
         BackendKind::Kubernetes => {
             let rollouts = eval.total as usize;
-            args.kube.open(rollouts.max(1), Duration::from_secs(3600), &args.insecure_registry, Vec::new()).await?
+            args.kube
+                .open(rollouts.max(1), Duration::from_secs(3600), &args.insecure_registry, Vec::new(), None)
+                .await?
         }
     };
     eprintln!(

@@ -229,6 +229,9 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
         };
         pools.push((shape, pool.size));
     }
+    // A pooled sandbox, unclaimed, lives no longer than any sandbox may (Kubernetes: see
+    // `KubernetesConfig::pool_deadline_seconds`).
+    let pool_lifetime = admission.resources.max_lifetime_seconds.map(Duration::from_secs);
     let state_dir = args.state_dir.clone().unwrap_or_else(crate::agent_bin::default_state_dir);
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Local => {
@@ -237,12 +240,19 @@ pub async fn run(args: ServeArgs, launcher: Arc<orchard_sandbox_local::Launcher>
             config.default_ttl = Duration::from_secs(args.default_timeout);
             config.registry.insecure = args.insecure_registry.clone();
             config.pools = pools;
+            config.pool_lifetime = pool_lifetime;
             config.program_cache = args.program_cache.clone();
             LocalBackend::open(config).await.map_err(|e| anyhow::anyhow!("local backend: {e}"))?
         }
         BackendKind::Kubernetes => {
             args.kube
-                .open(args.max_sandboxes, Duration::from_secs(args.default_timeout), &args.insecure_registry, pools)
+                .open(
+                    args.max_sandboxes,
+                    Duration::from_secs(args.default_timeout),
+                    &args.insecure_registry,
+                    pools,
+                    pool_lifetime,
+                )
                 .await?
         }
     };

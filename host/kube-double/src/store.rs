@@ -90,6 +90,9 @@ impl Store {
         {
             return Err(Refused::Conflict { have, wanted: wanted.to_string() });
         }
+        if !status && key.0.ends_with("pods") {
+            deadline_lowered_only(&current["spec"]["activeDeadlineSeconds"], &patch["spec"])?;
+        }
         let mut object = current.clone();
         match (status, patch) {
             (true, _) => crate::merge::merge(&mut object["status"], &patch["status"]),
@@ -146,6 +149,22 @@ impl Store {
     }
 }
 
+/// A pod's `activeDeadlineSeconds` may be set where it was not, or lowered; never raised or
+/// removed (the API server's pod-update validation).
+fn deadline_lowered_only(old: &Value, spec_patch: &Value) -> Result<(), Refused> {
+    let (Some(old), Some(new)) = (old.as_i64(), spec_patch.get("activeDeadlineSeconds")) else { return Ok(()) };
+    match new.as_i64() {
+        None => Err(Refused::Invalid(
+            "spec.activeDeadlineSeconds: Invalid value: null: must not update from a positive integer to nil value"
+                .into(),
+        )),
+        Some(new) if new > old => Err(Refused::Invalid(format!(
+            "spec.activeDeadlineSeconds: Invalid value: {new}: must be less than or equal to previous value"
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Now as RFC 3339 in UTC, to the second, as `creationTimestamp` is written.
 fn rfc3339_now() -> String {
     use k8s_openapi::chrono::{DateTime, SecondsFormat};
@@ -174,6 +193,14 @@ mod tests {
         store.delete(&key).unwrap();
         let versions: Vec<u64> = store.since(1).unwrap().iter().map(|c| c.version).collect();
         assert_eq!(versions, [2, 3, 4]);
+        // A pod's deadline only comes down.
+        store.create(key.clone(), json!({"metadata": {"name": "a"}, "spec": {"activeDeadlineSeconds": 100}})).unwrap();
+        for refused in [json!(101), Value::Null] {
+            let raise = json!({"spec": {"activeDeadlineSeconds": refused}});
+            assert!(matches!(store.patch(key.clone(), &raise, false), Err(Refused::Invalid(_))), "{raise}");
+        }
+        let lowered = store.patch(key.clone(), &json!({"spec": {"activeDeadlineSeconds": 60}}), false).unwrap();
+        assert_eq!(lowered["spec"]["activeDeadlineSeconds"], 60);
         assert!(rfc3339_now().ends_with('Z') && rfc3339_now().len() == 20);
     }
 }

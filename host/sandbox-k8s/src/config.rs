@@ -38,9 +38,31 @@ pub struct KubernetesConfig {
     /// Warm pools: ready pods kept per shape (by the replica that owns each pool), claimed by a
     /// create of that shape with a resourceVersion precondition.
     pub pools: Vec<(orchard_sandbox::PoolShape, usize)>,
+    /// The operator's cap on a sandbox's hard lifetime, for the warm pools' pods (`None`: no
+    /// cap, and pool pods get no deadline): see [`KubernetesConfig::pool_deadline_seconds`].
+    pub pool_lifetime: Option<Duration>,
 }
 
+/// Slack in a pool pod's deadline past its idle TTL: covers the reaper's interval and the
+/// activity flush before an unclaimed pod is reaped.
+const POOL_DEADLINE_SLACK_SECONDS: u64 = 3600;
+
 impl KubernetesConfig {
+    /// A pool pod's `activeDeadlineSeconds`: the kubelet ends it on time when no replica is
+    /// left. A claim sets the pod's age plus the claimer's lifetime (at most the cap), and the
+    /// API server only lets a deadline come down: so the pool's is the idle TTL after which
+    /// the reaper replaces an unclaimed pod, plus the cap, plus slack, and a pod older than
+    /// that TTL plus the slack is never claimed ([`KubernetesConfig::pool_pod_claimable_at`]).
+    pub fn pool_deadline_seconds(&self) -> Option<u64> {
+        self.pool_lifetime.map(|cap| self.default_ttl.as_secs() + POOL_DEADLINE_SLACK_SECONDS + cap.as_secs())
+    }
+
+    /// Whether a pool pod this many seconds old may still be claimed: its deadline, lowered to
+    /// its age plus the cap, is then still a decrease.
+    pub fn pool_pod_claimable_at(&self, age_seconds: f64) -> bool {
+        self.pool_lifetime.is_none() || age_seconds <= (self.default_ttl.as_secs() + POOL_DEADLINE_SLACK_SECONDS) as f64
+    }
+
     /// A configuration with the defaults, for host `host_id`, deriving agent tokens from `token_key`.
     pub fn new(cluster: ClusterConfig, host_id: impl Into<String>, token_key: Vec<u8>) -> Self {
         KubernetesConfig {
@@ -49,6 +71,7 @@ impl KubernetesConfig {
             token_key,
             max_sandboxes: 10_000,
             pools: Vec::new(),
+            pool_lifetime: None,
             image_locality: false,
             default_ttl: Duration::from_secs(3600),
             write_rate: 50.0,

@@ -286,6 +286,7 @@ impl LocalBackend {
                 etc_files: etc_files(&record.id, record.network.as_ref().map(|a| a.sandbox_ip), netns.is_some()),
                 netns,
                 die_at: record.die_at.map(|t| t as u64),
+                die_at_until_claimed: record.tenant == crate::pool::POOL_TENANT,
             },
             &record.token,
         )

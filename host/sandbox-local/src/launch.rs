@@ -85,6 +85,8 @@ pub struct LaunchSpec<'a> {
     pub seed: Option<PathBuf>,
     /// The hard lifetime's end (Unix seconds), kept by the agent.
     pub die_at: Option<u64>,
+    /// `die_at` is a warm pool's, which the deadline a claim sets replaces.
+    pub die_at_until_claimed: bool,
 }
 
 /// /proc paths Docker makes read-only: global kernel settings and hardware.
@@ -153,7 +155,7 @@ fn bwrap_argv(spec: &LaunchSpec<'_>) -> Vec<String> {
     }
     push(&["--info-fd", "4", "--", AGENT_PATH, "--listen", "fd:3", "--token-stdin", "--scratch-dir", SCRATCH_DIR]);
     if let Some(die_at) = spec.die_at {
-        push(&["--die-at", &die_at.to_string()]);
+        push(&[if spec.die_at_until_claimed { "--pool-die-at" } else { "--die-at" }, &die_at.to_string()]);
     }
     for root in spec.file_roots {
         push(&["--root", root]);

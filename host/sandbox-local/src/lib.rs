@@ -74,12 +74,19 @@ pub struct LocalConfig {
     pub registry: RegistryOptions,
     /// Warm pools: ready sandboxes kept per shape, and how many of each.
     pub pools: Vec<(PoolShape, usize)>,
+    /// How long a pooled sandbox may wait unclaimed: its hard lifetime until a claim gives it
+    /// its own (kept by its agent, so that a pool outlives a dead server no longer than any
+    /// sandbox would). One this close to its end is not handed out ([`POOL_CLAIM_MARGIN`]).
+    pub pool_lifetime: Option<Duration>,
     /// Forks bubblewrap for every sandbox; start it with [`Launcher::start`] before any thread.
     pub launcher: Arc<Launcher>,
     /// The operator's program cache (agent programs prepared ahead, for the `program` harness):
     /// bound read-only at [`PROGRAMS_PATH`] in every sandbox, so no sandbox reaches a registry.
     pub program_cache: Option<PathBuf>,
 }
+
+/// A pooled sandbox with less life left than this is left to die, not handed out.
+pub const POOL_CLAIM_MARGIN: Duration = Duration::from_secs(60);
 
 /// Where the operator's program cache appears inside every sandbox.
 pub const PROGRAMS_PATH: &str = "/opt/orchard/programs";
@@ -97,6 +104,7 @@ impl LocalConfig {
             default_pids: 4096,
             registry: RegistryOptions::default(),
             pools: Vec::new(),
+            pool_lifetime: None,
             program_cache: None,
         }
     }
@@ -174,6 +182,12 @@ impl LocalSandbox {
         if status.0 == SandboxStatus::Ready && !self.deleting.load(Ordering::Relaxed) && gone() {
             *status = (SandboxStatus::Failed, Some("the sandbox exited unexpectedly".into()));
         }
+    }
+
+    /// Whether its hard lifetime ends within [`POOL_CLAIM_MARGIN`].
+    fn ends_soon(&self) -> bool {
+        let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        r.die_at.is_some_and(|t| t <= record::now() + POOL_CLAIM_MARGIN.as_secs_f64())
     }
 
     fn info(&self) -> SandboxInfo {

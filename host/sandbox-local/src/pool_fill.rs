@@ -15,8 +15,9 @@ impl LocalBackend {
         let claimed = loop {
             let id = pool.take()?;
             // One that died while it waited is dropped (the refill task replaces it).
+            // So is one about to reach its pool lifetime (the reaper deletes it then).
             match self.find(&id) {
-                Ok(sandbox) if sandbox.info().status == SandboxStatus::Ready => break sandbox,
+                Ok(sandbox) if sandbox.info().status == SandboxStatus::Ready && !sandbox.ends_soon() => break sandbox,
                 _ => continue,
             }
         };
@@ -65,7 +66,8 @@ impl LocalBackend {
         let _refilling = self.refilling.lock().await;
         for pool in &self.pools {
             while !self.stopping.load(Ordering::Relaxed) && pool.len() < pool.size && self.free_slots_now() > 0 {
-                let spec = pool.shape.spec();
+                let mut spec = pool.shape.spec();
+                spec.lifetime_seconds = self.config.pool_lifetime.map(|l| l.as_secs().max(1));
                 let created = match self.reserve(&spec) {
                     Ok(id) => {
                         let made = self.create_inner(&id, &spec).await;

@@ -410,8 +410,12 @@ impl KubernetesBackend {
         ttl: u64,
         waiting: &mut Option<PoolWaiter>,
     ) -> Option<SandboxInfo> {
-        let claimable =
-            |r: &PodRecord| r.pool.as_deref() == Some(key) && r.status == SandboxStatus::Ready && !r.deleting;
+        let claimable = |r: &PodRecord| {
+            r.pool.as_deref() == Some(key)
+                && r.status == SandboxStatus::Ready
+                && !r.deleting
+                && self.config.pool_pod_claimable_at(now_f() - r.created_at)
+        };
         // A few candidates at random (spreading concurrent claims over the pool: other
         // replicas' by chance, this replica's own by never trying a pod another of its claims
         // is trying); when they are all taken, every ready pod in a random order. Both come from
@@ -513,7 +517,8 @@ impl KubernetesBackend {
             if missing == 0 {
                 continue;
             }
-            let spec = shape.spec();
+            let mut spec = shape.spec();
+            spec.lifetime_seconds = self.config.pool_deadline_seconds();
             let command = match self.image_command(&spec).await {
                 Ok(command) => command,
                 Err(e) => {
