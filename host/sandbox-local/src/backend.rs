@@ -23,7 +23,6 @@ impl Backend for LocalBackend {
             spec.id.as_ref().is_some_and(|id| self.seeds.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id));
         if !forked
             && let Some(claimed) = self.claim_pooled(&spec)
-            && self.limit_lifetime(&claimed.id, spec.lifetime_seconds)
             && let Some(info) = orchard_sandbox::finish_claim(self, claimed, &spec).await
         {
             return Ok(info);

@@ -9,7 +9,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 impl LocalBackend {
-    /// A ready sandbox of the shape `spec` asks for, now the caller's.
+    /// A ready sandbox of the shape `spec` asks for, now the caller's, with its hard lifetime
+    /// counted from the claim: recorded with the claim in one save (the reaper and a restarted
+    /// server keep it from then on), and handed to its agent behind the answer, off the claim's
+    /// path (a round trip of ~0.3 ms); an agent that does not take it gets its sandbox deleted.
     pub(crate) fn claim_pooled(&self, spec: &SandboxSpec) -> Option<SandboxInfo> {
         let pool = self.pools.iter().find(|p| p.shape.serves(spec))?;
         let claimed = loop {
@@ -21,44 +24,33 @@ impl LocalBackend {
                 _ => continue,
             }
         };
+        let die_at = spec.lifetime_seconds.map(|seconds| (now() + seconds as f64).ceil());
         {
             let mut r = claimed.record.lock().unwrap_or_else(|p| p.into_inner());
             r.tenant = spec.tenant.clone();
             r.ttl_seconds = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
             r.created_at = now();
             r.last_active = now();
+            // Without a lifetime asked for, it keeps its pool's (if any).
+            r.die_at = die_at.or(r.die_at);
             if let Err(e) = r.save(&claimed.dir) {
                 tracing::warn!(sandbox = %r.id, "claiming a pooled sandbox: {e}");
             }
         }
         self.refill.notify_one();
-        Some(claimed.info())
-    }
-
-    /// Gives a sandbox claimed from a pool its hard lifetime, counted from the claim: recorded
-    /// at once (the reaper and a restarted server keep it from then on), and handed to its agent
-    /// behind the answer, off the claim's path (a round trip of ~0.3 ms); an agent that does not
-    /// take it gets its sandbox deleted.
-    pub(crate) fn limit_lifetime(&self, id: &str, lifetime: Option<u64>) -> bool {
-        let Some(seconds) = lifetime else { return true };
-        let Ok(sandbox) = self.find(id) else { return false };
-        let die_at = (now() + seconds as f64).ceil();
+        if let Some(die_at) = die_at
+            && let Some(backend) = self.me.get().and_then(std::sync::Weak::upgrade)
         {
-            let mut r = sandbox.record.lock().unwrap_or_else(|p| p.into_inner());
-            r.die_at = Some(die_at);
-            if let Err(e) = r.save(&sandbox.dir) {
-                tracing::warn!(sandbox = %id, "recording a claimed sandbox's lifetime: {e}");
-            }
+            let sandbox = claimed.clone();
+            tokio::spawn(async move {
+                if let Err(e) = sandbox.agent.set_lifetime(die_at as u64).await {
+                    let id = sandbox.record.lock().unwrap_or_else(|p| p.into_inner()).id.clone();
+                    tracing::warn!(sandbox = %id, "a claimed sandbox refused its lifetime, deleting it: {e}");
+                    let _ = orchard_sandbox::Backend::delete(backend.as_ref(), &id).await;
+                }
+            });
         }
-        let Some(backend) = self.me.get().and_then(std::sync::Weak::upgrade) else { return true };
-        let id = id.to_string();
-        tokio::spawn(async move {
-            if let Err(e) = sandbox.agent.set_lifetime(die_at as u64).await {
-                tracing::warn!(sandbox = %id, "a claimed sandbox refused its lifetime, deleting it: {e}");
-                let _ = orchard_sandbox::Backend::delete(backend.as_ref(), &id).await;
-            }
-        });
-        true
+        Some(claimed.info())
     }
 
     /// Creates what the pools lack, one sandbox at a time per pool, within capacity.
