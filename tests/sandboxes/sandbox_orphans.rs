@@ -268,10 +268,12 @@ async fn a_server_killed_mid_create_storm_and_mid_batch_delete_leaves_nothing_un
 async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
-    // Long enough that both sandboxes are up before the crash on a loaded CI machine (at 3 s
+    // Long enough that everything below is up before the crash on a loaded CI machine (at 3 s
     // the claimed one once died of its lifetime before the server was killed), short enough to
     // wait out.
-    const LIFETIME: Duration = Duration::from_secs(8);
+    const LIFETIME: Duration = Duration::from_secs(15);
+    // How long the pooled sandbox waits before its claim.
+    const POOL_WAIT: Duration = Duration::from_secs(5);
     const IN_FLIGHT: usize = 24;
     let lifetime_arg = LIFETIME.as_secs().to_string();
     let args = ["--max-sandbox-lifetime", lifetime_arg.as_str(), "--warm-pool", "host=1"];
@@ -282,9 +284,9 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
         assert!(Instant::now() < deadline, "the warm pool did not fill");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // It waits in the pool past half its pool lifetime: the claim's deadline (8 s from the
-    // claim) must replace the pool's (8 s from the fill), not only come closer.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // It waits in the pool a while: the claim's deadline (LIFETIME from the claim) must replace
+    // the pool's (LIFETIME from the fill), not only come closer.
+    tokio::time::sleep(POOL_WAIT).await;
     let claimed_at = Instant::now();
     let pooled = server.create_host().await;
     // A client cannot ask its way past the operator's lifetime, and a long idle timeout does
@@ -344,9 +346,10 @@ async fn sandboxes_die_at_their_hard_lifetime_with_no_server_left() {
         alive.iter().all(|a| *a),
         "the sandboxes died with their server (alive: {alive:?}, {crashed_after:?} after the claim)"
     );
-    // Past the pool's deadline (at most 5 s after the claim, and a second for the agent to see
-    // it), before the claim's (8 s after it).
-    tokio::time::sleep((claimed_at + Duration::from_millis(7200)).saturating_duration_since(Instant::now())).await;
+    // Past the pool's deadline (LIFETIME - POOL_WAIT after the claim, a second more for its
+    // rounding up, one for the agent to see it, and slack), before the claim's (LIFETIME after it).
+    let past_pool_deadline = claimed_at + LIFETIME - POOL_WAIT + Duration::from_millis(2700);
+    tokio::time::sleep(past_pool_deadline.saturating_duration_since(Instant::now())).await;
     assert!(pid_alive(inits[0]), "the claimed sandbox died at its pool's deadline, not its claim's");
     let deadline = claimed_at + LIFETIME + Duration::from_secs(10);
     while inits.iter().any(|pid| pid_alive(*pid)) && Instant::now() < deadline {
