@@ -305,4 +305,16 @@ mod tests {
         assert_eq!(names, ["rollouts"]);
         assert!(!dir.path().parent().unwrap().join("escape.json").exists());
     }
+
+    #[test]
+    fn a_result_read_back_is_written_byte_for_byte_the_same() {
+        // A resumed run reads finished rollouts and writes them out again: serde_json's default
+        // float parser read 1.433728896 as 1.4337288959999999 (the workspace turns on its exact
+        // `float_roundtrip` parser).
+        for seconds in [1.433728896, 0.1 + 0.2, 1e-7, 123456.789012345] {
+            let text = serde_json::to_string(&serde_json::json!({"total_seconds": seconds})).unwrap();
+            let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(serde_json::to_string(&back).unwrap(), text);
+        }
+    }
 }
