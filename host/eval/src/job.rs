@@ -211,10 +211,8 @@ pub(crate) fn sandbox_spec(job: &Job, task: &Task, placement: &Placement) -> San
     spec.env = task.env.clone();
     spec.workdir = task.workdir.clone();
     spec.ttl_seconds = Some((task.agent_timeout_sec + task.verifier_timeout_sec + 600.0) as u64);
-    spec.lifetime_seconds = Some(match job.sandbox_max_lifetime_seconds {
-        Some(cap) => rollout_lifetime_seconds(task).min(cap),
-        None => rollout_lifetime_seconds(task),
-    });
+    let bound = rollout_lifetime_seconds(task);
+    spec.lifetime_seconds = Some(job.sandbox_max_lifetime_seconds.map_or(bound, |cap| bound.min(cap)));
     spec
 }
 

@@ -60,7 +60,10 @@ impl KubernetesConfig {
     /// Whether a pool pod this many seconds old may still be claimed: its deadline, lowered to
     /// its age plus the cap, is then still a decrease.
     pub fn pool_pod_claimable_at(&self, age_seconds: f64) -> bool {
-        self.pool_lifetime.is_none() || age_seconds <= (self.default_ttl.as_secs() + POOL_DEADLINE_SLACK_SECONDS) as f64
+        match (self.pool_deadline_seconds(), self.pool_lifetime) {
+            (Some(deadline), Some(cap)) => age_seconds + cap.as_secs_f64() <= deadline as f64,
+            _ => true,
+        }
     }
 
     /// A configuration with the defaults, for host `host_id`, deriving agent tokens from `token_key`.

@@ -186,8 +186,7 @@ impl LocalSandbox {
 
     /// Whether its hard lifetime ends within [`POOL_CLAIM_MARGIN`].
     fn ends_soon(&self) -> bool {
-        let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        r.die_at.is_some_and(|t| t <= record::now() + POOL_CLAIM_MARGIN.as_secs_f64())
+        self.record.lock().unwrap_or_else(|p| p.into_inner()).ends_within(POOL_CLAIM_MARGIN)
     }
 
     fn info(&self) -> SandboxInfo {

@@ -25,7 +25,7 @@ impl LocalBackend {
             }
         };
         let die_at = spec.lifetime_seconds.map(|seconds| (now() + seconds as f64).ceil());
-        {
+        let id = {
             let mut r = claimed.record.lock().unwrap_or_else(|p| p.into_inner());
             r.tenant = spec.tenant.clone();
             r.ttl_seconds = spec.ttl_seconds.unwrap_or(self.config.default_ttl.as_secs());
@@ -36,15 +36,15 @@ impl LocalBackend {
             if let Err(e) = r.save(&claimed.dir) {
                 tracing::warn!(sandbox = %r.id, "claiming a pooled sandbox: {e}");
             }
-        }
+            r.id.clone()
+        };
         self.refill.notify_one();
         if let Some(die_at) = die_at
             && let Some(backend) = self.me.get().and_then(std::sync::Weak::upgrade)
         {
-            let sandbox = claimed.clone();
+            let agent = claimed.agent.clone();
             tokio::spawn(async move {
-                if let Err(e) = sandbox.agent.set_lifetime(die_at as u64).await {
-                    let id = sandbox.record.lock().unwrap_or_else(|p| p.into_inner()).id.clone();
+                if let Err(e) = agent.set_lifetime(die_at as u64).await {
                     tracing::warn!(sandbox = %id, "a claimed sandbox refused its lifetime, deleting it: {e}");
                     let _ = orchard_sandbox::Backend::delete(backend.as_ref(), &id).await;
                 }

@@ -50,7 +50,12 @@ pub struct Record {
 impl Record {
     /// Whether the sandbox is past its hard lifetime.
     pub fn past_lifetime(&self) -> bool {
-        self.die_at.is_some_and(|t| t <= now())
+        self.ends_within(std::time::Duration::ZERO)
+    }
+
+    /// Whether its hard lifetime ends within `margin` from now (or has ended).
+    pub fn ends_within(&self, margin: std::time::Duration) -> bool {
+        self.die_at.is_some_and(|t| t <= now() + margin.as_secs_f64())
     }
 
     pub fn load(dir: &Path) -> Result<Record, String> {
