@@ -5,6 +5,7 @@ use serde::Serialize;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use crate::packed::{Col, float, packed_sql, unpack_rows};
 use crate::{Result, Store, StoreError, get_f64, get_i64, get_opt_f64, get_opt_str, get_str, now, unpack};
 
 /// A job to create. `spec` is the request as JSON (never a secret's value).
@@ -179,8 +180,87 @@ macro_rules! rollout_fields {
     };
 }
 const ROLLOUT_COLUMNS: &str = concat!(rollout_fields!(), ", result");
-/// [`ROLLOUT_COLUMNS`] without the result document (read as NULL).
-const ROLLOUT_COLUMNS_BRIEF: &str = concat!(rollout_fields!(), ", CAST(NULL AS TEXT) AS result");
+
+/// A rollout row read packed (see `packed`): [`ROLLOUT_COLUMNS`], in order.
+const PACKED_ROLLOUT: &[Col] = &[
+    Col::Plain("eval_id"),
+    Col::Plain("rollout_id"),
+    Col::Plain("seq"),
+    Col::Plain("task_id"),
+    Col::Plain("harness"),
+    Col::Plain("attempt"),
+    Col::Plain("state"),
+    Col::Plain("status"),
+    Col::Float("reward"),
+    Col::Plain("passed"),
+    Col::Plain("error"),
+    Col::Plain("tries"),
+    Col::Plain("finish_seq"),
+    Col::Float("finished_at"),
+    Col::Plain("result"),
+];
+
+#[derive(serde::Deserialize)]
+struct PackedRollout(
+    String,
+    String,
+    i64,
+    String,
+    String,
+    i64,
+    String,
+    Option<String>,
+    #[serde(deserialize_with = "float")] Option<f64>,
+    Option<i64>,
+    Option<String>,
+    i64,
+    Option<i64>,
+    #[serde(deserialize_with = "float")] Option<f64>,
+    Option<String>,
+);
+
+impl From<PackedRollout> for RolloutRow {
+    fn from(p: PackedRollout) -> RolloutRow {
+        let PackedRollout(
+            eval_id,
+            rollout_id,
+            seq,
+            task_id,
+            harness,
+            attempt,
+            state,
+            status,
+            reward,
+            passed,
+            error,
+            tries,
+            finish_seq,
+            finished_at,
+            result,
+        ) = p;
+        RolloutRow {
+            eval_id,
+            rollout_id,
+            seq,
+            task_id,
+            harness,
+            attempt,
+            state,
+            status,
+            reward,
+            passed: passed.map(|p| p != 0),
+            error,
+            tries,
+            finish_seq,
+            finished_at,
+            result,
+        }
+    }
+}
+
+/// A cell's counters read packed, in the order `Store::cells` selects them.
+#[derive(serde::Deserialize)]
+struct PackedCell(String, String, i64, i64, i64, i64, i64, #[serde(deserialize_with = "float")] Option<f64>);
 
 fn eval_row(row: &AnyRow) -> Result<EvalRow> {
     Ok(EvalRow {
@@ -421,8 +501,8 @@ impl Store {
 
     /// A page of a job's rollouts, in work order.
     pub async fn rollouts(&self, eval_id: &str, filter: &RolloutFilter) -> Result<Vec<RolloutRow>> {
-        let columns = if filter.with_result { ROLLOUT_COLUMNS } else { ROLLOUT_COLUMNS_BRIEF };
-        let mut sql = format!("SELECT {columns} FROM rollouts WHERE eval_id = $1");
+        let result = if filter.with_result { "result" } else { "CAST(NULL AS TEXT) AS result" };
+        let mut sql = format!("SELECT {}, {result} FROM rollouts WHERE eval_id = $1", rollout_fields!());
         let mut binds: Vec<String> = Vec::new();
         for (column, value) in [
             ("task_id", &filter.task_id),
@@ -452,13 +532,16 @@ impl Store {
         }
         let n = binds.len() + 1;
         sql.push_str(&format!(" AND seq > ${} ORDER BY seq LIMIT ${}", n + 1, n + 2));
+        // One row for the whole page (see `packed`): pages are what watching clients poll.
+        let sql = packed_sql(self.dialect, PACKED_ROLLOUT, &sql, "seq");
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(eval_id);
         for b in &binds {
             query = query.bind(b);
         }
-        let rows =
-            query.bind(filter.after_seq.unwrap_or(-1)).bind(filter.limit.clamp(1, 1000)).fetch_all(&self.read).await?;
-        rows.iter().map(rollout_row).collect()
+        let row =
+            query.bind(filter.after_seq.unwrap_or(-1)).bind(filter.limit.clamp(1, 1000)).fetch_one(&self.read).await?;
+        let rows: Vec<PackedRollout> = unpack_rows(&get_str(&row, "page")?)?;
+        Ok(rows.into_iter().map(RolloutRow::from).collect())
     }
 
     /// One rollout, with its trajectory document once it has one.
@@ -496,28 +579,39 @@ impl Store {
 
     /// Per task × harness counts of what is done, for summaries and the matrix.
     pub async fn cells(&self, eval_id: &str) -> Result<Vec<TaskCell>> {
-        // The counters kept with every finish (one row per cell, however large the job).
-        let rows = sqlx::query(
-            "SELECT task_id, harness, done, graded, passed, errored, unknown, reward_sum
-             FROM cells WHERE eval_id = $1 AND done > 0 ORDER BY task_id, harness",
-        )
-        .bind(eval_id)
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(TaskCell {
-                    task_id: get_str(r, "task_id")?,
-                    harness: get_str(r, "harness")?,
-                    done: get_i64(r, "done")?,
-                    graded: get_i64(r, "graded")?,
-                    passed: get_i64(r, "passed")?,
-                    errored: get_i64(r, "errored")?,
-                    unknown: get_i64(r, "unknown")?,
-                    reward_sum: get_f64(r, "reward_sum")?,
-                })
+        // The counters kept with every finish (one row per cell, however large the job), read
+        // as one packed row (see `packed`): the job's page reads them on every view.
+        let sql = packed_sql(
+            self.dialect,
+            &[
+                Col::Plain("task_id"),
+                Col::Plain("harness"),
+                Col::Plain("done"),
+                Col::Plain("graded"),
+                Col::Plain("passed"),
+                Col::Plain("errored"),
+                Col::Plain("unknown"),
+                Col::Float("reward_sum"),
+            ],
+            "SELECT task_id, harness, done, graded, passed, errored, unknown, reward_sum \
+             FROM cells WHERE eval_id = $1 AND done > 0",
+            "task_id, harness",
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(eval_id).fetch_one(&self.read).await?;
+        let cells: Vec<PackedCell> = unpack_rows(&get_str(&row, "page")?)?;
+        Ok(cells
+            .into_iter()
+            .map(|PackedCell(task_id, harness, done, graded, passed, errored, unknown, reward_sum)| TaskCell {
+                task_id,
+                harness,
+                done,
+                graded,
+                passed,
+                errored,
+                unknown,
+                reward_sum: reward_sum.unwrap_or(0.0),
             })
-            .collect()
+            .collect())
     }
 
     /// Every finished rollout's result and trajectory, in work order, a page at a time.

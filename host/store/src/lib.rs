@@ -8,12 +8,14 @@
 //! move in one transaction, so a job's page reads its counts from one row however large the job,
 //! and a result is durable the moment `finish` returns. A rollout that ran outside the queue
 //! (an OpenEnv episode) enters finished, in one transaction (`record_finished`): no runner ever
-//! sees it queued.
+//! sees it queued. Pages that clients poll (a job's rollouts, its cells) come back from the
+//! database as one packed row, exact to the last bit of every float (`packed`).
 
 #![warn(missing_docs)]
 
 mod blobs;
 mod evals;
+mod packed;
 mod plugins;
 mod queue;
 mod schema;

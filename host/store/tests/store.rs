@@ -137,13 +137,33 @@ async fn pages_cells_secrets_and_blobs() {
         let brief = store.rollouts(&id, &done_only).await.unwrap();
         assert_eq!(brief.len(), 3);
         assert!(brief.iter().all(|r| r.result.is_none() && r.reward.is_some()), "{brief:?}");
-        let whole = store.rollouts(&id, &RolloutFilter { with_result: true, ..done_only }).await.unwrap();
+        let whole = store.rollouts(&id, &RolloutFilter { with_result: true, ..done_only.clone() }).await.unwrap();
         assert!(whole.iter().all(|r| r.result.as_deref() == Some("{\"r\":1}")), "{whole:?}");
+        // A page (one packed row) says exactly what a rollout read alone says: floats to the
+        // last bit (finish times carry every digit), in work order.
+        for row in &whole {
+            let (alone, _) = store.rollout(&id, &row.rollout_id).await.unwrap().unwrap();
+            assert_eq!(format!("{row:?}"), format!("{alone:?}"));
+        }
+        assert!(whole.windows(2).all(|w| w[0].seq < w[1].seq));
+        let odd = store.claim("r", &id, 1e12, 1).await.unwrap();
+        let reward = 0.1 + 0.2; // 0.30000000000000004: fifteen digits do not carry it
+        store
+            .finish("r", &id, &odd[0].rollout_id, &Finished { reward: Some(reward), ..finished("graded", false) })
+            .await
+            .unwrap();
+        let failed = RolloutFilter { passed: Some(false), limit: 10, ..Default::default() };
+        let page = store.rollouts(&id, &failed).await.unwrap();
+        assert_eq!(page.iter().map(|r| r.reward).collect::<Vec<_>>(), [Some(0.0), Some(reward)]);
+        let sum: f64 = store.cells(&id).await.unwrap().iter().map(|c| c.reward_sum).sum();
+        assert_eq!(sum, 2.0 + reward);
+        assert!(store.rollouts("no-such-job", &failed).await.unwrap().is_empty());
+        assert!(store.cells("no-such-job").await.unwrap().is_empty());
         let done = store.finished_since(&id, 0, 10).await.unwrap();
-        assert_eq!(done.len(), 3);
-        assert!(store.finished_since(&id, done[2].finish_seq.unwrap(), 10).await.unwrap().is_empty());
+        assert_eq!(done.len(), 4);
+        assert!(store.finished_since(&id, done[3].finish_seq.unwrap(), 10).await.unwrap().is_empty());
         let results = store.results_page(&id, -1, 10).await.unwrap();
-        assert_eq!(results.len(), 3);
+        assert_eq!(results.len(), 4);
         assert!(results.iter().all(|(_, doc)| doc.is_some()));
         let listed = store.list_evals("bob", &EvalFilter { limit: 10, ..Default::default() }).await.unwrap();
         assert!(listed.iter().any(|e| e.id == id));
