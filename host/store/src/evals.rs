@@ -5,7 +5,7 @@ use serde::Serialize;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::packed::{Col, float, packed_sql, unpack_rows};
+use crate::packed::{Col, flag, float, packed_sql, unpack_rows};
 use crate::{Result, Store, StoreError, get_f64, get_i64, get_opt_f64, get_opt_str, get_str, now, unpack};
 
 /// A job to create. `spec` is the request as JSON (never a secret's value).
@@ -80,8 +80,9 @@ pub struct EvalRow {
     pub cancelled: i64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
-/// One rollout of a job.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+/// One rollout of a job. Reads back what it writes, and a packed row (floats as exact text,
+/// `passed` as 0 or 1).
 pub struct RolloutRow {
     /// Its job.
     pub eval_id: String,
@@ -100,8 +101,10 @@ pub struct RolloutRow {
     /// graded | unknown | error, once done.
     pub status: Option<String>,
     /// The grader's reward.
+    #[serde(default, deserialize_with = "float")]
     pub reward: Option<f64>,
     /// Whether it passed.
+    #[serde(default, deserialize_with = "flag")]
     pub passed: Option<bool>,
     /// What failed, if it did.
     pub error: Option<String>,
@@ -110,9 +113,10 @@ pub struct RolloutRow {
     /// Its place in finishing order.
     pub finish_seq: Option<i64>,
     /// Epoch seconds.
+    #[serde(default, deserialize_with = "float")]
     pub finished_at: Option<f64>,
     /// The whole result document, once done.
-    #[serde(skip)]
+    #[serde(skip_serializing, default)]
     pub result: Option<String>,
 }
 
@@ -181,7 +185,8 @@ macro_rules! rollout_fields {
 }
 const ROLLOUT_COLUMNS: &str = concat!(rollout_fields!(), ", result");
 
-/// A rollout row read packed (see `packed`): [`ROLLOUT_COLUMNS`], in order.
+/// A rollout row read packed (see `packed`): [`RolloutRow`]'s fields, in their order (a packed
+/// row is an array, which serde reads into the struct field by field).
 const PACKED_ROLLOUT: &[Col] = &[
     Col::Plain("eval_id"),
     Col::Plain("rollout_id"),
@@ -199,64 +204,6 @@ const PACKED_ROLLOUT: &[Col] = &[
     Col::Float("finished_at"),
     Col::Plain("result"),
 ];
-
-#[derive(serde::Deserialize)]
-struct PackedRollout(
-    String,
-    String,
-    i64,
-    String,
-    String,
-    i64,
-    String,
-    Option<String>,
-    #[serde(deserialize_with = "float")] Option<f64>,
-    Option<i64>,
-    Option<String>,
-    i64,
-    Option<i64>,
-    #[serde(deserialize_with = "float")] Option<f64>,
-    Option<String>,
-);
-
-impl From<PackedRollout> for RolloutRow {
-    fn from(p: PackedRollout) -> RolloutRow {
-        let PackedRollout(
-            eval_id,
-            rollout_id,
-            seq,
-            task_id,
-            harness,
-            attempt,
-            state,
-            status,
-            reward,
-            passed,
-            error,
-            tries,
-            finish_seq,
-            finished_at,
-            result,
-        ) = p;
-        RolloutRow {
-            eval_id,
-            rollout_id,
-            seq,
-            task_id,
-            harness,
-            attempt,
-            state,
-            status,
-            reward,
-            passed: passed.map(|p| p != 0),
-            error,
-            tries,
-            finish_seq,
-            finished_at,
-            result,
-        }
-    }
-}
 
 /// A cell's counters read packed, in the order `Store::cells` selects them.
 #[derive(serde::Deserialize)]
@@ -540,8 +487,7 @@ impl Store {
         }
         let row =
             query.bind(filter.after_seq.unwrap_or(-1)).bind(filter.limit.clamp(1, 1000)).fetch_one(&self.read).await?;
-        let rows: Vec<PackedRollout> = unpack_rows(&get_str(&row, "page")?)?;
-        Ok(rows.into_iter().map(RolloutRow::from).collect())
+        unpack_rows(&get_str(&row, "page")?)
     }
 
     /// One rollout, with its trajectory document once it has one.

@@ -72,6 +72,20 @@ pub(crate) fn float<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Resu
     }
 }
 
+/// A yes/no column of a packed row: the databases keep it as 0 or 1; `true`/`false` read too.
+pub(crate) fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<bool>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bool(bool),
+        Number(i64),
+    }
+    Ok(Option::<Raw>::deserialize(d)?.map(|r| match r {
+        Raw::Bool(b) => b,
+        Raw::Number(n) => n != 0,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -146,6 +146,10 @@ async fn pages_cells_secrets_and_blobs() {
             assert_eq!(format!("{row:?}"), format!("{alone:?}"));
         }
         assert!(whole.windows(2).all(|w| w[0].seq < w[1].seq));
+        // A row reads back what it writes (the page's JSON), all but the result it leaves out.
+        let written = serde_json::to_string(&whole[0]).unwrap();
+        let back: orchard_store::RolloutRow = serde_json::from_str(&written).unwrap();
+        assert_eq!(back, orchard_store::RolloutRow { result: None, ..whole[0].clone() });
         let odd = store.claim("r", &id, 1e12, 1).await.unwrap();
         let reward = 0.1 + 0.2; // 0.30000000000000004: fifteen digits do not carry it
         store
