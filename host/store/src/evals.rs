@@ -5,7 +5,7 @@ use serde::Serialize;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::packed::{Col, flag, float, packed_sql, unpack_rows};
+use crate::packed::{Col, flag, float, float_or_zero, packed_sql, unpack_rows};
 use crate::{Result, Store, StoreError, get_f64, get_i64, get_opt_f64, get_opt_str, get_str, now, unpack};
 
 /// A job to create. `spec` is the request as JSON (never a secret's value).
@@ -120,8 +120,9 @@ pub struct RolloutRow {
     pub result: Option<String>,
 }
 
-/// Counts for one task × harness cell, from the rollouts done so far.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// Counts for one task × harness cell, from the rollouts done so far. Reads back what it writes,
+/// and a packed row (the float as exact text).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct TaskCell {
     /// The task.
     pub task_id: String,
@@ -138,6 +139,7 @@ pub struct TaskCell {
     /// Finished without a grade.
     pub unknown: i64,
     /// Sum of the graded rewards.
+    #[serde(deserialize_with = "float_or_zero")]
     pub reward_sum: f64,
 }
 
@@ -204,10 +206,6 @@ const PACKED_ROLLOUT: &[Col] = &[
     Col::Float("finished_at"),
     Col::Plain("result"),
 ];
-
-/// A cell's counters read packed, in the order `Store::cells` selects them.
-#[derive(serde::Deserialize)]
-struct PackedCell(String, String, i64, i64, i64, i64, i64, #[serde(deserialize_with = "float")] Option<f64>);
 
 fn eval_row(row: &AnyRow) -> Result<EvalRow> {
     Ok(EvalRow {
@@ -527,6 +525,7 @@ impl Store {
     pub async fn cells(&self, eval_id: &str) -> Result<Vec<TaskCell>> {
         // The counters kept with every finish (one row per cell, however large the job), read
         // as one packed row (see `packed`): the job's page reads them on every view.
+        // `TaskCell`'s fields, in their order.
         let sql = packed_sql(
             self.dialect,
             &[
@@ -544,20 +543,7 @@ impl Store {
             "task_id, harness",
         );
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(eval_id).fetch_one(&self.read).await?;
-        let cells: Vec<PackedCell> = unpack_rows(&get_str(&row, "page")?)?;
-        Ok(cells
-            .into_iter()
-            .map(|PackedCell(task_id, harness, done, graded, passed, errored, unknown, reward_sum)| TaskCell {
-                task_id,
-                harness,
-                done,
-                graded,
-                passed,
-                errored,
-                unknown,
-                reward_sum: reward_sum.unwrap_or(0.0),
-            })
-            .collect())
+        unpack_rows(&get_str(&row, "page")?)
     }
 
     /// Every finished rollout's result and trajectory, in work order, a page at a time.

@@ -51,7 +51,7 @@ pub(crate) fn packed_sql(dialect: Dialect, cols: &[Col], inner: &str, order: &st
     }
 }
 
-/// Parses a packed answer: each row's array as one `T` (a tuple struct in column order).
+/// Parses a packed answer: each row's array as one `T`, whose fields are in column order.
 pub(crate) fn unpack_rows<T: DeserializeOwned>(page: &str) -> Result<Vec<T>> {
     serde_json::from_str(page).map_err(|e| StoreError::Corrupt(format!("a packed page of rows: {e}")))
 }
@@ -70,6 +70,11 @@ pub(crate) fn float<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Resu
         // PostgreSQL writes the infinities as words; Rust's parser takes those too.
         Some(Raw::Text(t)) => t.trim().parse().map(Some).map_err(|_| serde::de::Error::custom(format!("float {t:?}"))),
     }
+}
+
+/// A float column that is never NULL in practice: NULL reads as 0 (as the row path read it).
+pub(crate) fn float_or_zero<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    Ok(float(d)?.unwrap_or(0.0))
 }
 
 /// A yes/no column of a packed row: the databases keep it as 0 or 1; `true`/`false` read too.

@@ -159,8 +159,24 @@ async fn pages_cells_secrets_and_blobs() {
         let failed = RolloutFilter { passed: Some(false), limit: 10, ..Default::default() };
         let page = store.rollouts(&id, &failed).await.unwrap();
         assert_eq!(page.iter().map(|r| r.reward).collect::<Vec<_>>(), [Some(0.0), Some(reward)]);
-        let sum: f64 = store.cells(&id).await.unwrap().iter().map(|c| c.reward_sum).sum();
+        let cells = store.cells(&id).await.unwrap();
+        let sum: f64 = cells.iter().map(|c| c.reward_sum).sum();
         assert_eq!(sum, 2.0 + reward);
+        // Each counter lands in its own field (a packed row is read by position).
+        let odd_cell = cells.iter().find(|c| c.task_id == odd[0].task_id).unwrap();
+        let expected = orchard_store::TaskCell {
+            task_id: odd[0].task_id.clone(),
+            harness: "h".into(),
+            done: 1,
+            graded: 1,
+            passed: 0,
+            errored: 0,
+            unknown: 0,
+            reward_sum: reward,
+        };
+        assert_eq!(odd_cell, &expected);
+        let back: orchard_store::TaskCell = serde_json::from_str(&serde_json::to_string(odd_cell).unwrap()).unwrap();
+        assert_eq!(&back, odd_cell);
         assert!(store.rollouts("no-such-job", &failed).await.unwrap().is_empty());
         assert!(store.cells("no-such-job").await.unwrap().is_empty());
         let done = store.finished_since(&id, 0, 10).await.unwrap();
