@@ -178,6 +178,19 @@ async fn pages_cells_secrets_and_blobs() {
         let back: orchard_store::TaskCell = serde_json::from_str(&serde_json::to_string(odd_cell).unwrap()).unwrap();
         assert_eq!(&back, odd_cell);
         assert!(store.rollouts("no-such-job", &failed).await.unwrap().is_empty());
+        // A tenant's filters are values, never SQL, inside the packed page too; its limit is clamped.
+        for hostile in ["t0' OR '1'='1", "t0\") OR 1=1 --", "%", "t0'), json_array('x"] {
+            for filter in [
+                RolloutFilter { task_id: Some(hostile.into()), limit: 1000, ..Default::default() },
+                RolloutFilter { harness: Some(hostile.into()), limit: 1000, ..Default::default() },
+                RolloutFilter { status: Some(hostile.into()), limit: 1000, ..Default::default() },
+            ] {
+                assert!(store.rollouts(&id, &filter).await.unwrap().is_empty(), "{filter:?}");
+            }
+        }
+        for (limit, rows) in [(-5, 1), (0, 1), (1_000_000, 450)] {
+            assert_eq!(store.rollouts(&id, &RolloutFilter { limit, ..Default::default() }).await.unwrap().len(), rows);
+        }
         assert!(store.cells("no-such-job").await.unwrap().is_empty());
         let done = store.finished_since(&id, 0, 10).await.unwrap();
         assert_eq!(done.len(), 4);
