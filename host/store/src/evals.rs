@@ -167,6 +167,9 @@ pub struct RolloutFilter {
     pub status: Option<String>,
     /// Only passed (or failed) ones.
     pub passed: Option<bool>,
+    /// Only if the job is this tenant's: a page that checks its owner in the same read (a job
+    /// of anyone else's, like one that does not exist, has no rows).
+    pub tenant: Option<String>,
     /// Page after this `seq`.
     pub after_seq: Option<i64>,
     /// Most rows.
@@ -468,6 +471,14 @@ impl Store {
                 sql.push_str(&format!(" AND {column} = ${}", binds.len() + 1));
             }
         }
+        if let Some(tenant) = &filter.tenant {
+            // The job's row is the truth of who owns it, as for a job read alone.
+            binds.push(tenant.clone());
+            sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM evals WHERE evals.id = $1 AND evals.tenant = ${})",
+                binds.len() + 1
+            ));
+        }
         if let Some(passed) = filter.passed {
             sql.push_str(if passed {
                 " AND passed = 1"
@@ -523,10 +534,23 @@ impl Store {
 
     /// Per task × harness counts of what is done, for summaries and the matrix.
     pub async fn cells(&self, eval_id: &str) -> Result<Vec<TaskCell>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(self.cells_sql())).bind(eval_id).fetch_one(&self.read).await?;
+        unpack_rows(&get_str(&row, "page")?)
+    }
+
+    /// One job and its cells (see [`Store::cells`]) in one read: the job's page, which
+    /// watching clients poll.
+    pub async fn eval_with_cells(&self, id: &str) -> Result<Option<(EvalRow, Vec<TaskCell>)>> {
+        let sql = format!("SELECT {EVAL_COLUMNS}, ({}) AS cells FROM evals WHERE id = $1", self.cells_sql());
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id).fetch_optional(&self.read).await?;
+        row.map(|row| Ok((eval_row(&row)?, unpack_rows(&get_str(&row, "cells")?)?))).transpose()
+    }
+
+    /// The job `$1`'s cells as one packed row, `page`.
+    fn cells_sql(&self) -> String {
         // The counters kept with every finish (one row per cell, however large the job), read
-        // as one packed row (see `packed`): the job's page reads them on every view.
-        // `TaskCell`'s fields, in their order.
-        let sql = packed_sql(
+        // as one packed row (see `packed`). `TaskCell`'s fields, in their order.
+        packed_sql(
             self.dialect,
             &[
                 Col::Plain("task_id"),
@@ -541,9 +565,7 @@ impl Store {
             "SELECT task_id, harness, done, graded, passed, errored, unknown, reward_sum \
              FROM cells WHERE eval_id = $1 AND done > 0",
             "task_id, harness",
-        );
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(eval_id).fetch_one(&self.read).await?;
-        unpack_rows(&get_str(&row, "page")?)
+        )
     }
 
     /// Every finished rollout's result and trajectory, in work order, a page at a time.

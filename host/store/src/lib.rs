@@ -97,9 +97,15 @@ impl Store {
                         if pragmas {
                             // WAL: readers never wait for the writer; synchronous=NORMAL is
                             // durable across a process kill (not a power cut), as WAL allows.
-                            for pragma in
-                                ["PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_timeout=10000"]
-                            {
+                            // Pages are read through a shared mapping of the file: with the
+                            // default 2 MB cache per connection, a client walking a large job's
+                            // pages had every database page copied out of the kernel by read().
+                            for pragma in [
+                                "PRAGMA journal_mode=WAL",
+                                "PRAGMA synchronous=NORMAL",
+                                "PRAGMA busy_timeout=10000",
+                                "PRAGMA mmap_size=268435456",
+                            ] {
                                 sqlx::query(pragma).execute(&mut *conn).await?;
                             }
                         }

@@ -10,8 +10,10 @@
 //! - Rows come back in the query's order: the aggregate itself is ordered (`ORDER BY` inside
 //!   `json_group_array` / `json_agg`), not the subquery, whose order an aggregate need not keep.
 //! - Floats are exact: both databases write them as text that parses back to the same `f64`
-//!   (SQLite's `quote()` falls back to 20 digits when 15 do not round-trip; its JSON functions
-//!   write 15 digits only; sqlx asks PostgreSQL for `extra_float_digits = 2`, shortest-exact).
+//!   (SQLite's `printf('%!.17g')`: 17 significant digits always round-trip, and its `!` form
+//!   computes up to 26 of them exactly — one formatting, where `quote()` tried 15 digits, parsed
+//!   them back and wrote 20 when they differed; its JSON functions write 15 digits only; sqlx
+//!   asks PostgreSQL for `extra_float_digits = 2`, shortest-exact).
 //! - An empty answer is an empty array on both (PostgreSQL's `json_agg` of nothing is NULL).
 
 use serde::Deserialize;
@@ -35,7 +37,9 @@ pub(crate) fn packed_sql(dialect: Dialect, cols: &[Col], inner: &str, order: &st
         .iter()
         .map(|c| match (c, dialect) {
             (Col::Plain(name), _) => (*name).to_string(),
-            (Col::Float(name), Dialect::Sqlite) => format!("CASE WHEN {name} IS NULL THEN NULL ELSE quote({name}) END"),
+            (Col::Float(name), Dialect::Sqlite) => {
+                format!("CASE WHEN {name} IS NULL THEN NULL ELSE printf('%!.17g', {name}) END")
+            }
             (Col::Float(name), Dialect::Postgres) => format!("CAST({name} AS TEXT)"),
         })
         .collect();
@@ -100,10 +104,11 @@ mod tests {
 
     #[test]
     fn floats_read_back_exactly_from_either_form() {
-        // SQLite's quote() of a float that 15 digits do not carry.
-        let rows: Vec<Row> =
-            unpack_rows(r#"[["a",1,"1.79661054363931560000e+09"],["b",2,null],["c",3,"0.1"],["d",4,"Infinity"]]"#)
-                .unwrap();
+        // SQLite's 17 digits of a float that 15 do not carry, and of one they do.
+        let rows: Vec<Row> = unpack_rows(
+            r#"[["a",1,"1796610543.6393156"],["b",2,null],["c",3,"0.10000000000000001"],["d",4,"Infinity"]]"#,
+        )
+        .unwrap();
         assert_eq!(rows[0].2, Some(1796610543.6393156));
         assert_eq!(rows[1].2, None);
         assert_eq!(rows[2].2, Some(0.1));
@@ -114,11 +119,9 @@ mod tests {
     #[test]
     fn the_aggregate_is_ordered_and_floats_are_text() {
         let sql = packed_sql(Dialect::Sqlite, &[Col::Plain("id"), Col::Float("r")], "SELECT id, r FROM t", "id");
-        assert!(
-            sql.contains(
-                "json_group_array(json_array(id, CASE WHEN r IS NULL THEN NULL ELSE quote(r) END) ORDER BY id)"
-            )
-        );
+        assert!(sql.contains(
+            "json_group_array(json_array(id, CASE WHEN r IS NULL THEN NULL ELSE printf('%!.17g', r) END) ORDER BY id)"
+        ));
         let sql = packed_sql(Dialect::Postgres, &[Col::Plain("id"), Col::Float("r")], "SELECT id, r FROM t", "id");
         assert!(sql.contains("json_agg(json_build_array(id, CAST(r AS TEXT)) ORDER BY id)"), "{sql}");
         assert!(sql.contains("'[]'"));

@@ -192,6 +192,23 @@ async fn pages_cells_secrets_and_blobs() {
             assert_eq!(store.rollouts(&id, &RolloutFilter { limit, ..Default::default() }).await.unwrap().len(), rows);
         }
         assert!(store.cells("no-such-job").await.unwrap().is_empty());
+        // The job's page in one read: the job and its cells as read apart.
+        let (job, job_cells) = store.eval_with_cells(&id).await.unwrap().unwrap();
+        assert_eq!(format!("{job:?}"), format!("{:?}", store.eval(&id).await.unwrap().unwrap()));
+        assert_eq!(job_cells, cells);
+        assert!(store.eval_with_cells("no-such-job").await.unwrap().is_none());
+        let fresh = format!("{id}-fresh");
+        store.create_eval(&eval(&fresh, "bob", 2)).await.unwrap();
+        let (job, job_cells) = store.eval_with_cells(&fresh).await.unwrap().unwrap();
+        assert_eq!((job.id.as_str(), job.total, job_cells.len()), (fresh.as_str(), 2, 0));
+        // A page that checks its owner: the owner's rows, nothing for anyone else.
+        let owned_by = |tenant: &str| RolloutFilter { tenant: Some(tenant.into()), limit: 1000, ..Default::default() };
+        assert_eq!(store.rollouts(&id, &owned_by("bob")).await.unwrap().len(), 450);
+        let passed_of_bob = RolloutFilter { passed: Some(true), ..owned_by("bob") };
+        assert_eq!(store.rollouts(&id, &passed_of_bob).await.unwrap().len(), 2);
+        for other in ["alice", "", "bob' OR '1'='1", "%"] {
+            assert!(store.rollouts(&id, &owned_by(other)).await.unwrap().is_empty(), "{other:?}");
+        }
         let done = store.finished_since(&id, 0, 10).await.unwrap();
         assert_eq!(done.len(), 4);
         assert!(store.finished_since(&id, done[3].finish_seq.unwrap(), 10).await.unwrap().is_empty());
@@ -201,6 +218,27 @@ async fn pages_cells_secrets_and_blobs() {
         let listed = store.list_evals("bob", &EvalFilter { limit: 10, ..Default::default() }).await.unwrap();
         assert!(listed.iter().any(|e| e.id == id));
         assert!(store.list_evals("nobody", &EvalFilter { limit: 10, ..Default::default() }).await.unwrap().is_empty());
+
+        // Floats through a page to the last bit, at the edges of what a double holds.
+        let floats = format!("{id}-floats");
+        let tricky = [2.0 / 3.0, 1e-300, 5e-324, f64::MAX, -0.1, 123456789.12345679, 1e21, 0.1 + 0.7];
+        store.create_eval(&eval(&floats, "bob", tricky.len())).await.unwrap();
+        for (claim, reward) in store.claim("r", &floats, 1e12, tricky.len() as i64).await.unwrap().iter().zip(tricky) {
+            let finish = Finished { reward: Some(reward), ..finished("graded", false) };
+            store.finish("r", &floats, &claim.rollout_id, &finish).await.unwrap();
+        }
+        let page = store.rollouts(&floats, &RolloutFilter { limit: 100, ..Default::default() }).await.unwrap();
+        let mut read: Vec<f64> = page.iter().map(|r| r.reward.unwrap()).collect();
+        let mut wrote = tricky.to_vec();
+        // Each task has one rollout here: its cell's sum is that reward.
+        let mut summed: Vec<f64> = store.cells(&floats).await.unwrap().iter().map(|c| c.reward_sum).collect();
+        let bits = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
+        };
+        let wrote = bits(&mut wrote);
+        assert_eq!(bits(&mut read), wrote, "rewards through a page");
+        assert_eq!(bits(&mut summed), wrote, "reward sums through the cells");
 
         store.put_secret("bob", "openai", "sk-1").await.unwrap();
         store.put_secret("bob", "openai", "sk-2").await.unwrap();
