@@ -270,6 +270,9 @@ async fn the_web_ui_in_chromium() {
     assert!(text(&page, "#error").await.contains("not found"));
     goto(&page, &format!("{base}/ui/evals/{second}/rollouts/{rid}")).await;
     until(&page, "document.getElementById('error')", Duration::from_secs(10)).await;
+    goto(&page, &format!("{base}/ui/evals/{first}/rollouts")).await;
+    until(&page, "document.getElementById('error')", Duration::from_secs(10)).await;
+    assert!(text(&page, "#error").await.contains("not found"));
     // Nor can bob's jobs use alice's plugin.
     let bob = Server::attach(&base, std::path::Path::new("/nonexistent")).with_key("bob-key-123456");
     let (status, v) = bob

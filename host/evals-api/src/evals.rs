@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use orchard_scheduler::{EvalSpec, TaskSource};
-use orchard_store::{EvalFilter, EvalRow, RolloutFilter};
+use orchard_store::{EvalFilter, EvalRow, RolloutFilter, RolloutRow};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -21,6 +21,23 @@ type T = Extension<Tenant>;
 /// The tenant's evaluation, or 404 (another tenant's is as good as missing).
 pub async fn owned(service: &EvalService, tenant: &Tenant, id: &str) -> ApiResult<EvalRow> {
     mine(service.env.store.eval(id).await?, tenant, id)
+}
+
+/// A page of the tenant's job's rollouts, or 404 as [`owned`] answers it. The page checks its
+/// owner in its own read (pages are what watching clients poll); only an empty one asks whether
+/// the job is there at all.
+pub async fn owned_rollouts(
+    service: &EvalService,
+    tenant: &Tenant,
+    id: &str,
+    filter: RolloutFilter,
+) -> ApiResult<Vec<RolloutRow>> {
+    let filter = RolloutFilter { tenant: Some(tenant.0.clone()), ..filter };
+    let rows = service.env.store.rollouts(id, &filter).await?;
+    if rows.is_empty() {
+        owned(service, tenant, id).await?;
+    }
+    Ok(rows)
 }
 
 /// `found` if it is the tenant's, else 404 (another tenant's is as good as missing).
@@ -159,17 +176,11 @@ pub async fn rollouts(
         state: q.state,
         status: q.status,
         passed: q.passed,
-        // The page checks its owner itself (one read where watching clients poll); only an
-        // empty one needs asking whether the job is there at all.
-        tenant: Some(tenant.0.clone()),
         after_seq: q.cursor,
         limit,
-        with_result: false,
+        ..Default::default()
     };
-    let rows = service.env.store.rollouts(&id, &filter).await?;
-    if rows.is_empty() {
-        owned(&service, &tenant, &id).await?;
-    }
+    let rows = owned_rollouts(&service, &tenant, &id, filter).await?;
     let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.seq)).flatten();
     // Serialized straight from the rows (a `Value` in between doubled the page's allocations).
     Ok(Json(RolloutPage { rollouts: rows, next_cursor: next }))

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use axum::Router;
 use orchard_scheduler::{Env, Runner};
 
-pub use evals::{ExportQuery, cancel_eval, check_client_tasks, eval_view, export, owned, retry_eval, submit_spec};
+pub use evals::{
+    ExportQuery, cancel_eval, check_client_tasks, eval_view, export, owned, owned_rollouts, retry_eval, submit_spec,
+};
 pub use events::stream as event_stream;
 pub use orchard_api_kit::{ApiError, ApiResult, Query, Tenant};
 pub use summary::{CellView, HarnessTotal, Matrix, summary_of};

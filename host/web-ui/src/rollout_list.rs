@@ -50,9 +50,6 @@ fn non_empty(v: Option<String>) -> Option<String> {
 }
 
 pub async fn page(State(state): S, signed: Signed, Path(id): Path<String>, Query(q): Query<ListQuery>) -> Response {
-    if let Err(e) = orchard_evals_api::owned(&state.service, &signed.tenant, &id).await {
-        return api_error(e);
-    }
     let filter = RolloutFilter {
         task_id: non_empty(q.task.clone()),
         harness: non_empty(q.harness.clone()),
@@ -61,9 +58,9 @@ pub async fn page(State(state): S, signed: Signed, Path(id): Path<String>, Query
         limit: PAGE + 1,
         ..Default::default()
     };
-    let mut rows = match state.service.env.store.rollouts(&id, &filter).await {
+    let mut rows = match orchard_evals_api::owned_rollouts(&state.service, &signed.tenant, &id, filter).await {
         Ok(rows) => rows,
-        Err(e) => return api_error(e.into()),
+        Err(e) => return api_error(e),
     };
     let more = rows.len() as i64 > PAGE;
     rows.truncate(PAGE as usize);
