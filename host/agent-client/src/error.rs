@@ -42,16 +42,20 @@ impl AgentClientError {
 
 pub(crate) async fn from_response(response: Response<Incoming>) -> AgentClientError {
     let status = response.status().as_u16();
-    let bytes = match response.into_body().collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => return AgentClientError::Protocol(format!("reading an error answer: {e}")),
-    };
-    match serde_json::from_slice::<ErrorBody>(&bytes) {
+    match response.into_body().collect().await {
+        Ok(b) => from_answer(status, &b.to_bytes()),
+        Err(e) => AgentClientError::Protocol(format!("reading an error answer: {e}")),
+    }
+}
+
+/// The error an agent's answer of `status` with body `bytes` says.
+pub(crate) fn from_answer(status: u16, bytes: &[u8]) -> AgentClientError {
+    match serde_json::from_slice::<ErrorBody>(bytes) {
         Ok(body) => AgentClientError::Agent { status, kind: body.kind, message: body.message },
         Err(_) => AgentClientError::Agent {
             status,
             kind: ErrorKind::from_http_status(status),
-            message: String::from_utf8_lossy(&bytes).into_owned(),
+            message: String::from_utf8_lossy(bytes).into_owned(),
         },
     }
 }

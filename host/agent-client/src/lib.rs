@@ -84,25 +84,36 @@ impl AgentClient {
 
     /// Sends a raw request; the answer's body is left for the caller to stream.
     async fn send_raw(&self, method: Method, path_and_query: &str, body: Body) -> Result<Response<Incoming>> {
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("http://agent{path_and_query}"))
-            .header(hyper::header::AUTHORIZATION, &self.bearer)
-            .header(hyper::header::HOST, "agent")
-            .body(body)
-            .map_err(|e| AgentClientError::Protocol(e.to_string()))?;
-        let response = self.pool.send(request).await?;
+        let response = self.pool.send(self.request(method, path_and_query, body)?).await?;
         if response.status().is_success() {
             return Ok(response);
         }
         Err(error::from_response(response).await)
     }
 
-    /// Sends a request and decodes a JSON answer; the connection goes back to the pool.
+    fn request(&self, method: Method, path_and_query: &str, body: Body) -> Result<Request<Body>> {
+        Request::builder()
+            .method(method)
+            .uri(format!("http://agent{path_and_query}"))
+            .header(hyper::header::AUTHORIZATION, &self.bearer)
+            .header(hyper::header::HOST, "agent")
+            .body(body)
+            .map_err(|e| AgentClientError::Protocol(e.to_string()))
+    }
+
+    /// Sends a request and reads its whole answer (a success's body, or the agent's error).
+    async fn buffered(&self, method: Method, path: &str, body: Body) -> Result<Bytes> {
+        let response = self.pool.round_trip(self.request(method, path, body)?).await?;
+        if response.status().is_success() {
+            return Ok(response.into_body());
+        }
+        Err(error::from_answer(response.status().as_u16(), response.body()))
+    }
+
+    /// Sends a request and decodes a JSON answer.
     async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Body) -> Result<T> {
-        let response = self.send_raw(method, path, body).await?;
-        let bytes = response.into_body().collect().await.map_err(|e| AgentClientError::Protocol(e.to_string()))?;
-        serde_json::from_slice(&bytes.to_bytes()).map_err(|e| AgentClientError::Protocol(format!("bad answer: {e}")))
+        let bytes = self.buffered(method, path, body).await?;
+        serde_json::from_slice(&bytes).map_err(|e| AgentClientError::Protocol(format!("bad answer: {e}")))
     }
 
     async fn call_json<T: DeserializeOwned>(&self, method: Method, path: &str, body: &impl Serialize) -> Result<T> {
@@ -119,9 +130,7 @@ impl AgentClient {
     }
 
     async fn call_empty(&self, method: Method, path: &str, body: Body) -> Result<()> {
-        let response = self.send_raw(method, path, body).await?;
-        let _ = response.into_body().collect().await;
-        Ok(())
+        self.buffered(method, path, body).await.map(drop)
     }
 
     async fn connect_ws(&self, path: &str) -> Result<tokio_tungstenite::WebSocketStream<AgentStream>> {
