@@ -270,6 +270,45 @@ async fn finished_rollouts_give_their_instances_back() {
     }
 }
 
+/// Plugins compile on an engine of their own whose working memory is handed back once no compile
+/// holds it (a batch holds it across its compiles), and run on the pooled engine from the cache.
+#[tokio::test]
+async fn plugins_compile_apart_and_the_compiler_is_dropped_after() {
+    let cache = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        max_instances: 10,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(rt.pooling(), "this test needs the pooling allocator");
+    assert!(rt.compiles_apart(), "the compiling engine's code must run on the pooled engine");
+    let harness = {
+        let _batch = rt.hold_compiler();
+        assert!(!rt.compiler_alive(), "no compiling engine before the first compile");
+        let harness = rt.load_file(&test_plugin_dir().join("test-harness.wasm")).unwrap();
+        assert!(rt.compiler_alive(), "a batch keeps its compiling engine between compiles");
+        harness
+    };
+    assert!(!rt.compiler_alive(), "the batch's end drops the compiling engine");
+    let browser = rt.load_file(&test_plugin_dir().join("test-browser.wasm")).unwrap();
+    assert!(!rt.compiler_alive(), "a compile alone drops it at once");
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 2, "both compiled into the cache");
+    let out = rt
+        .run_harness(
+            &RolloutContext::new("t", None, None),
+            &harness,
+            std::slice::from_ref(&browser),
+            &task(),
+            &json!({"mode": "tool", "tool": "open"}),
+            &limits(),
+            &Grants::default(),
+        )
+        .await
+        .unwrap();
+    assert!(out.answer.unwrap().contains("no browser"), "plugins compiled apart run on the pooled engine");
+}
+
 /// `orchard plugin tools` shows a tool adapter's tools as the model sees them (what the book's
 /// catalog is generated from), and says plainly when a plugin has none to show.
 #[test]

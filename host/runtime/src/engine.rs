@@ -1,8 +1,15 @@
 //! The runtime: one engine, a linker per world, an on-disk cache of compiled components, and the
 //! thread that ticks epochs for CPU limits (see `ticker`).
+//!
+//! With a cache, components are compiled on a second engine of the same settings and run from
+//! the cached file, mapped, on the first; the compiling engine is dropped as soon as no compile
+//! holds it ([`Runtime::hold_compiler`]). Why: wasmtime keeps its compiler's working memory (a
+//! context per compiling thread, as large as the largest function it ever compiled) for its
+//! engine's whole life; compiling the shipped plugins left ~120 MB of it in an idle server.
 
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
@@ -39,6 +46,32 @@ pub struct Runtime {
     compat: String,
     pub(crate) ticker: crate::ticker::Ticker,
     pooling: bool,
+    /// The engine compiles run on, while one is held; `None` in the record when compiles run on
+    /// `engine` itself (no cache, or the two would not share compiled code).
+    compiler: Option<Mutex<Compiler>>,
+}
+
+/// The compiling engine and how many hold it.
+struct Compiler {
+    engine: Option<Engine>,
+    holds: usize,
+}
+
+/// Keeps the compiling engine (and its warm working memory) between compiles; the last hold
+/// dropped drops the engine. See [`Runtime::hold_compiler`].
+pub struct CompilerHold<'a>(&'a Runtime);
+
+impl Drop for CompilerHold<'_> {
+    fn drop(&mut self) {
+        if let Some(compiler) = &self.0.compiler {
+            let released = {
+                let mut c = compiler.lock().unwrap_or_else(|p| p.into_inner());
+                c.holds -= 1;
+                if c.holds == 0 { c.engine.take() } else { None }
+            };
+            drop(released);
+        }
+    }
 }
 
 fn engine_config(pool: Option<&RuntimeConfig>) -> Config {
@@ -79,16 +112,54 @@ impl Runtime {
                 );
             }
         }
-        let compat = {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            engine.precompile_compatibility_hash().hash(&mut h);
-            format!("{:016x}", h.finish())
-        };
+        let compat = compatibility(&engine);
         if let Some(dir) = &config.cache_dir {
             std::fs::create_dir_all(dir).map_err(|e| format!("cache {}: {e}", dir.display()))?;
         }
         let ticker = crate::ticker::Ticker::start(engine.clone())?;
-        Ok(Runtime { engine, linkers, cache_dir: config.cache_dir, compat, ticker, pooling })
+        // A second engine's compiled code runs on this one only if their settings hash alike
+        // (the pooling allocator is not among them); otherwise compiles run here.
+        let compiler = (config.cache_dir.is_some()
+            && Engine::new(&engine_config(None)).is_ok_and(|c| compatibility(&c) == compat))
+        .then(|| Mutex::new(Compiler { engine: None, holds: 0 }));
+        Ok(Runtime { engine, linkers, cache_dir: config.cache_dir, compat, ticker, pooling, compiler })
+    }
+
+    /// Keeps the compiling engine alive until the hold is dropped: a batch of compiles holds it
+    /// once, so that its working memory is reused across the batch and handed back after it.
+    pub fn hold_compiler(&self) -> CompilerHold<'_> {
+        if let Some(compiler) = &self.compiler {
+            compiler.lock().unwrap_or_else(|p| p.into_inner()).holds += 1;
+        }
+        CompilerHold(self)
+    }
+
+    /// The compiling engine, made if none is held (with the hold that keeps it).
+    fn compiling_engine(&self) -> Result<Option<(Engine, CompilerHold<'_>)>, String> {
+        let Some(compiler) = &self.compiler else { return Ok(None) };
+        let hold = self.hold_compiler();
+        let mut c = compiler.lock().unwrap_or_else(|p| p.into_inner());
+        let engine = match &c.engine {
+            Some(engine) => engine.clone(),
+            None => {
+                let engine = Engine::new(&engine_config(None)).map_err(|e| format!("wasmtime engine: {e}"))?;
+                c.engine = Some(engine.clone());
+                engine
+            }
+        };
+        drop(c);
+        Ok(Some((engine, hold)))
+    }
+
+    /// Whether compiles run on an engine of their own (a cache, and settings whose compiled
+    /// code the two engines share).
+    pub fn compiles_apart(&self) -> bool {
+        self.compiler.is_some()
+    }
+
+    /// Whether a compiling engine is alive (for tests of its release).
+    pub fn compiler_alive(&self) -> bool {
+        self.compiler.as_ref().is_some_and(|c| c.lock().unwrap_or_else(|p| p.into_inner()).engine.is_some())
     }
 
     /// Whether instances come from a pooling allocator.
@@ -117,20 +188,42 @@ impl Runtime {
                 Err(e) => tracing::warn!("cached component {} unusable ({e}); recompiling", path.display()),
             }
         }
-        let component = Component::new(&self.engine, bytes).map_err(|e| format!("{e:?}"))?;
-        if let Ok(serialized) = component.serialize() {
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-            if std::fs::write(&tmp, serialized).is_ok() && std::fs::rename(&tmp, &path).is_ok() {
-                // The cached file, mapped, instead of the compiled copy in memory: a server
-                // holding many plugins keeps only the pages it runs resident.
-                // SAFETY: written just above by this engine.
-                if let Ok(mapped) = unsafe { Component::deserialize_file(&self.engine, &path) } {
-                    return Ok(mapped);
-                }
+        let Some((compiling, _hold)) = self.compiling_engine()? else {
+            let component = Component::new(&self.engine, bytes).map_err(|e| format!("{e:?}"))?;
+            if let Ok(serialized) = component.serialize()
+                && let Some(mapped) = self.cache_and_map(&path, &serialized)
+            {
+                return Ok(mapped);
             }
+            return Ok(component);
+        };
+        let serialized = Component::new(&compiling, bytes).and_then(|c| c.serialize()).map_err(|e| format!("{e:?}"))?;
+        if let Some(mapped) = self.cache_and_map(&path, &serialized) {
+            return Ok(mapped);
         }
-        Ok(component)
+        // The cache could not be written: the compiled bytes, loaded from memory.
+        // SAFETY: serialized just above by an engine whose compatibility hash is this one's.
+        unsafe { Component::deserialize(&self.engine, &serialized) }.map_err(|e| format!("{e:?}"))
     }
+
+    /// Writes `serialized` to the cache at `path` and loads it back mapped: a server holding many
+    /// plugins keeps only the pages it runs resident.
+    fn cache_and_map(&self, path: &std::path::Path, serialized: &[u8]) -> Option<Component> {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, serialized).is_err() || std::fs::rename(&tmp, path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            return None;
+        }
+        // SAFETY: written just above, by an engine whose compatibility hash is this one's.
+        unsafe { Component::deserialize_file(&self.engine, path) }.ok()
+    }
+}
+
+/// What an engine's compiled code is compatible with (part of a cached file's name).
+fn compatibility(engine: &Engine) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    format!("{:016x}", h.finish())
 }
 
 fn linker_for(engine: &Engine, kind: PluginKind, contract: Contract) -> wasmtime::Result<Linker<HostState>> {

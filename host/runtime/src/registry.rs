@@ -79,6 +79,8 @@ impl Registry {
             entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "wasm")).collect();
         paths.sort();
         let mut failed = Vec::new();
+        // One compiling engine for the whole directory, handed back after it.
+        let _compiler = self.runtime.hold_compiler();
         for path in paths {
             match self.runtime.load_file(&path) {
                 Ok(plugin) => self.put(None, plugin),
@@ -113,6 +115,9 @@ impl Registry {
         let rest: Vec<String> = self.deferred.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
         order.extend(rest.into_iter().filter(|n| !first.contains(n)));
         let mut failed = Vec::new();
+        // One compiling engine for the batch, handed back after it (before the caller trims
+        // the heap).
+        let _compiler = self.runtime.hold_compiler();
         for name in order {
             if let Err(e) = self.compile_deferred(&name) {
                 failed.push((name, e));
