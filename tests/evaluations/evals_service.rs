@@ -55,6 +55,46 @@ fn keys() -> ServerOptions {
     ServerOptions { api_keys: Some("alice:alice-key-1234,bob:bob-key-123456".into()), ..Default::default() }
 }
 
+/// A server stopped (SIGTERM) in the middle of a job leaves none of the job's sandboxes running.
+/// Rollouts the stop cancels may still be creating theirs (a create runs on a task of its own,
+/// so that a caller going away leaves no half-made sandbox): the stop waits for those before its
+/// last deletes, and starts no new one. Before, one in three such stops left a sandbox running
+/// for its whole hard lifetime (an hour). The job itself resumes at the next start.
+#[tokio::test]
+async fn a_server_stopped_mid_job_leaves_no_rollout_sandbox_running() {
+    for round in 0..3 {
+        let mut server = Server::start().await;
+        let dataset = upload(&server, examples_archive()).await;
+        let id = submit(&server, oracle_job(&dataset, 20, 1)).await;
+        // The instance's cgroups, from the first rollout sandbox's record.
+        let records = server.state_dir.join("run/sandboxes");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let groups = loop {
+            let record = std::fs::read_dir(&records).into_iter().flatten().flatten().find_map(|e| {
+                serde_json::from_slice::<Value>(&std::fs::read(e.path().join("sandbox.json")).ok()?).ok()
+            });
+            if let Some(groups) = record.map(|r| orchard_tests::instance_groups(&r)).filter(|g| !g.is_empty()) {
+                break groups;
+            }
+            assert!(Instant::now() < deadline, "no rollout sandbox with cgroups appeared\n{}", server.log());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        // Stopped as soon as a rollout is done: the next one is then creating its sandbox,
+        // with no other in the table (one at a time).
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while server.call(Method::GET, &format!("/v1/evals/{id}"), None).await.1["counts"]["done"].as_i64() < Some(1) {
+            assert!(Instant::now() < deadline, "no rollout done\n{}", server.log());
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        server.stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !orchard_tests::running_in(&groups).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(orchard_tests::running_in(&groups), BTreeSet::new(), "round {round}: sandboxes left running");
+    }
+}
+
 #[tokio::test]
 async fn an_evaluation_runs_on_the_server_and_reads_back_every_way() {
     let server = Server::start_with(keys()).await;

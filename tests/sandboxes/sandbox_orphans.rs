@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use orchard_tests::{Server, ServerOptions, pid_alive};
+use orchard_tests::{Server, ServerOptions, instance_groups, pid_alive, running_in};
 use serde_json::json;
 
 const STORM: usize = 500;
@@ -36,14 +36,6 @@ struct Holdings {
     stray_loops: Vec<String>,
     /// Host mounts under the state directory other than its run directory.
     stray_mounts: Vec<String>,
-}
-
-/// The instance's cgroup directories (`…/orchard-<instance>`), read from a record.
-fn instance_groups(record: &serde_json::Value) -> Vec<PathBuf> {
-    record["cgroups"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|c| Path::new(c.as_str()?).parent().map(Path::to_path_buf)).collect())
-        .unwrap_or_default()
 }
 
 fn survey(state: &Path, groups: &[PathBuf]) -> Holdings {
@@ -85,26 +77,6 @@ fn survey(state: &Path, groups: &[PathBuf]) -> Holdings {
         }
     }
     h
-}
-
-/// Sandboxes any live process of the host runs in, by the instance's cgroups.
-fn running_in(groups: &[PathBuf]) -> BTreeSet<String> {
-    let group_names: BTreeSet<String> =
-        groups.iter().filter_map(|g| g.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
-    let mut running = BTreeSet::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path().join("cgroup")) else { continue };
-        for line in text.lines() {
-            let path = line.rsplit(':').next().unwrap_or("");
-            let mut parts = path.split('/').skip_while(|p| !group_names.contains(*p));
-            if parts.next().is_some()
-                && let Some(id) = parts.next()
-            {
-                running.insert(id.to_string());
-            }
-        }
-    }
-    running
 }
 
 /// Nothing the host holds lacks a live record; every record's sandbox answers.

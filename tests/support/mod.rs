@@ -398,3 +398,31 @@ sys.exit("\n".join(bad) if bad else 0)
     assert!(out.status.success(), "Harbor's TaskConfig refused:\n{}", String::from_utf8_lossy(&out.stderr));
     Some(String::from_utf8_lossy(&out.stdout).trim().parse().expect("a count"))
 }
+
+/// A sandbox's instance cgroup directories (`…/orchard-<instance>`), read from its record.
+pub fn instance_groups(record: &Value) -> Vec<PathBuf> {
+    record["cgroups"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| Path::new(c.as_str()?).parent().map(Path::to_path_buf)).collect())
+        .unwrap_or_default()
+}
+
+/// Sandboxes any live process of the host runs in, by their instance's cgroups.
+pub fn running_in(groups: &[PathBuf]) -> std::collections::BTreeSet<String> {
+    let group_names: std::collections::BTreeSet<String> =
+        groups.iter().filter_map(|g| g.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+    let mut running = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("cgroup")) else { continue };
+        for line in text.lines() {
+            let path = line.rsplit(':').next().unwrap_or("");
+            let mut parts = path.split('/').skip_while(|p| !group_names.contains(*p));
+            if parts.next().is_some()
+                && let Some(id) = parts.next()
+            {
+                running.insert(id.to_string());
+            }
+        }
+    }
+    running
+}

@@ -11,6 +11,10 @@ use orchard_sandbox::{Backend, Result, SandboxError, SandboxInfo, SandboxSpec, S
 use crate::record::now;
 use crate::{LocalBackend, is_mount_point, pool};
 
+/// Longest a stop waits for creates in flight (past their image, a create takes well under a
+/// second; one still resolving its image makes nothing once it sees the stop).
+const CREATES_AT_STOP: Duration = Duration::from_secs(30);
+
 #[async_trait::async_trait]
 impl Backend for LocalBackend {
     fn name(&self) -> &'static str {
@@ -22,7 +26,7 @@ impl Backend for LocalBackend {
         let forked =
             spec.id.as_ref().is_some_and(|id| self.seeds.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id));
         if !forked
-            && let Some(claimed) = self.claim_pooled(&spec)
+            && let Some(claimed) = self.claim_pooled(&spec).await
             && let Some(info) = orchard_sandbox::finish_claim(self, claimed, &spec).await
         {
             return Ok(info);
@@ -168,11 +172,25 @@ impl Backend for LocalBackend {
     }
 
     async fn shutdown(&self) {
-        // No pool refill from here on, and none still creating: a pooled sandbox made after
-        // the passes below would outlive the host, its record on the unmounted run directory.
-        self.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+        // No create from here on (set under the lock reservations are made under), no pool
+        // refill, and none still creating: a sandbox made after the passes below would outlive
+        // the host, its record on the unmounted run directory. A create in flight when the stop
+        // came (a rollout's, whose job was just stopped, finishing on its own task) is waited
+        // for: it lands in the table the passes delete, or gives its reservation back.
+        {
+            let _reserving = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+            self.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         drop(self.refilling.lock().await);
-        // A create still in flight when the stop came lands after the first pass: a few passes.
+        let waited = std::time::Instant::now();
+        while !self.reserved.lock().unwrap_or_else(|p| p.into_inner()).ids.is_empty() {
+            if waited.elapsed() > CREATES_AT_STOP {
+                tracing::warn!("creates still in flight after {} s; deleting what exists", CREATES_AT_STOP.as_secs());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // A create that outlived that wait lands later: a few passes.
         for _ in 0..3 {
             let ids: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
             if ids.is_empty() {

@@ -49,6 +49,10 @@ impl LocalBackend {
     pub(crate) fn reserve(&self, spec: &SandboxSpec) -> Result<String> {
         let sandboxes = self.sandboxes.read().unwrap_or_else(|p| p.into_inner());
         let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        // Read under the lock `shutdown` sets it under: no reservation is made after it waits.
+        if self.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(SandboxError::Backend("the server is stopping: no sandbox is created now".into()));
+        }
         if sandboxes.len() + reserved.ids.len() >= self.config.max_sandboxes {
             return Err(SandboxError::Capacity(format!(
                 "{} sandboxes is this host's limit",
