@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orchard_runtime::{
-    FailureKind, Grants, Limits, Manifest, PluginKind, Registry, RolloutContext, Runtime, RuntimeConfig, Status,
-    TaskInput,
+    FailureKind, Grants, Limits, Manifest, Plugin, PluginFailure, PluginKind, Registry, RolloutContext, RunOutcome,
+    Runtime, RuntimeConfig, Status, TaskInput,
 };
 use orchard_tests::{plugin_dir, test_plugin_dir};
 use serde_json::json;
@@ -22,6 +22,23 @@ fn manifest(name: &str, version: &str, kind: PluginKind, caps: &[&str]) -> Manif
         "test",
     )
     .unwrap()
+}
+
+/// The test harness has the test browser driver open a page; with no browser configured the
+/// driver answers `unavailable`, and the harness says so in its answer.
+async fn open_a_page(rt: &Runtime, harness: &Arc<Plugin>, browser: &Arc<Plugin>) -> Result<RunOutcome, PluginFailure> {
+    let tools = std::slice::from_ref(browser);
+    let config = json!({"mode": "tool", "tool": "open"});
+    rt.run_harness(
+        &RolloutContext::new("t", None, None),
+        harness,
+        tools,
+        &task(),
+        &config,
+        &limits(),
+        &Grants::default(),
+    )
+    .await
 }
 
 fn task() -> TaskInput {
@@ -209,19 +226,7 @@ async fn capabilities_need_the_manifest_and_the_operator() {
     // A browser driver loads, and its browser answers `unavailable` (none configured).
     let browser = rt.load_file(&test_plugin_dir().join("test-browser.wasm")).unwrap();
     let harness = rt.load_file(&test_plugin_dir().join("test-harness.wasm")).unwrap();
-    let ctx = RolloutContext::new("t", None, None);
-    let out = rt
-        .run_harness(
-            &ctx,
-            &harness,
-            &[browser],
-            &task(),
-            &json!({"mode": "tool", "tool": "open"}),
-            &limits(),
-            &Grants::default(),
-        )
-        .await
-        .unwrap();
+    let out = open_a_page(&rt, &harness, &browser).await.unwrap();
     assert!(out.answer.unwrap().contains("no browser is configured"));
     assert_eq!(out.status, Status::Completed);
 }
@@ -253,19 +258,7 @@ async fn finished_rollouts_give_their_instances_back() {
     let harness = rt.load_file(&test_plugin_dir().join("test-harness.wasm")).unwrap();
     let browser = rt.load_file(&test_plugin_dir().join("test-browser.wasm")).unwrap();
     for i in 0..30 {
-        let ctx = RolloutContext::new("t", None, None);
-        let out = rt
-            .run_harness(
-                &ctx,
-                &harness,
-                std::slice::from_ref(&browser),
-                &task(),
-                &json!({"mode": "tool", "tool": "open"}),
-                &limits(),
-                &Grants::default(),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("rollout {i}: {e}"));
+        let out = open_a_page(&rt, &harness, &browser).await.unwrap_or_else(|e| panic!("rollout {i}: {e}"));
         assert!(out.answer.unwrap().contains("no browser"));
     }
 }
@@ -294,18 +287,7 @@ async fn plugins_compile_apart_and_the_compiler_is_dropped_after() {
     let browser = rt.load_file(&test_plugin_dir().join("test-browser.wasm")).unwrap();
     assert!(!rt.compiler_alive(), "a compile alone drops it at once");
     assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 2, "both compiled into the cache");
-    let out = rt
-        .run_harness(
-            &RolloutContext::new("t", None, None),
-            &harness,
-            std::slice::from_ref(&browser),
-            &task(),
-            &json!({"mode": "tool", "tool": "open"}),
-            &limits(),
-            &Grants::default(),
-        )
-        .await
-        .unwrap();
+    let out = open_a_page(&rt, &harness, &browser).await.unwrap();
     assert!(out.answer.unwrap().contains("no browser"), "plugins compiled apart run on the pooled engine");
 }
 
