@@ -188,21 +188,15 @@ impl Runtime {
                 Err(e) => tracing::warn!("cached component {} unusable ({e}); recompiling", path.display()),
             }
         }
-        let Some((compiling, _hold)) = self.compiling_engine()? else {
-            let component = Component::new(&self.engine, bytes).map_err(|e| format!("{e:?}"))?;
-            if let Ok(serialized) = component.serialize()
-                && let Some(mapped) = self.cache_and_map(&path, &serialized)
-            {
-                return Ok(mapped);
-            }
-            return Ok(component);
-        };
-        let serialized = Component::new(&compiling, bytes).and_then(|c| c.serialize()).map_err(|e| format!("{e:?}"))?;
+        // On the compiling engine when there is one (held until this compile is done), else here.
+        let compiling = self.compiling_engine()?;
+        let engine = compiling.as_ref().map_or(&self.engine, |(engine, _hold)| engine);
+        let serialized = Component::new(engine, bytes).and_then(|c| c.serialize()).map_err(|e| format!("{e:?}"))?;
         if let Some(mapped) = self.cache_and_map(&path, &serialized) {
             return Ok(mapped);
         }
         // The cache could not be written: the compiled bytes, loaded from memory.
-        // SAFETY: serialized just above by an engine whose compatibility hash is this one's.
+        // SAFETY: serialized just above by this engine or one whose compatibility hash is its.
         unsafe { Component::deserialize(&self.engine, &serialized) }.map_err(|e| format!("{e:?}"))
     }
 

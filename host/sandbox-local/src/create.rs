@@ -36,9 +36,7 @@ impl LocalBackend {
         })?;
         // A stop that came while the image was resolved (a pull may take minutes): nothing is
         // made, so that the stop need not wait for it.
-        if self.stopping.load(Ordering::Relaxed) {
-            return Err(SandboxError::Backend("the server is stopping: no sandbox is created now".into()));
-        }
+        self.refuse_if_stopping()?;
         let dir = self.sandbox_dir(id);
         std::fs::create_dir(&dir).map_err(|e| SandboxError::backend(&format!("{}", dir.display()), e))?;
         let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));

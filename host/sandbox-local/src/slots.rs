@@ -50,9 +50,7 @@ impl LocalBackend {
         let sandboxes = self.sandboxes.read().unwrap_or_else(|p| p.into_inner());
         let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
         // Read under the lock `shutdown` sets it under: no reservation is made after it waits.
-        if self.stopping.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(SandboxError::Backend("the server is stopping: no sandbox is created now".into()));
-        }
+        self.refuse_if_stopping()?;
         if sandboxes.len() + reserved.ids.len() >= self.config.max_sandboxes {
             return Err(SandboxError::Capacity(format!(
                 "{} sandboxes is this host's limit",
@@ -65,6 +63,14 @@ impl LocalBackend {
         }
         reserved.ids.insert(id.clone());
         Ok(id)
+    }
+
+    /// No sandbox is made once the backend is stopping (see `shutdown`).
+    pub(crate) fn refuse_if_stopping(&self) -> Result<()> {
+        if self.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(SandboxError::Backend("the server is stopping: no sandbox is created now".into()));
+        }
+        Ok(())
     }
 
     pub(crate) fn release(&self, id: &str) {
