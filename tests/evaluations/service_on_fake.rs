@@ -16,6 +16,9 @@ use serde_json::{Value, json};
 fn environment(call: &mut ExecCall<'_>) -> orchard_protocol::ExecResult {
     let line = call.line();
     if line.contains("/solution/solve.sh") {
+        if call.fs.read("/solution/solve.sh").is_ok_and(|b| b.starts_with(b"# panic")) {
+            panic!("the environment's exec handler panics for this task, as a host bug would");
+        }
         let script = call.fs.read("/solution/solve.sh").map(|b| String::from_utf8_lossy(&b).into_owned());
         let Some(word) =
             script.ok().and_then(|s| s.split_whitespace().skip_while(|w| *w != "echo").nth(1).map(str::to_string))
@@ -162,4 +165,74 @@ async fn an_eval_a_group_and_their_pages_run_on_the_fake_backend() {
     // Every rollout's sandbox was made on the fake backend and is gone.
     assert!(svc.backend.created() >= 4, "{}", svc.backend.created());
     assert!(svc.backend.list().await.is_empty());
+}
+
+/// A panic while a rollout runs (a bug in the host, played here by the sandbox's exec handler)
+/// ends that rollout as the host's error and frees its slot: the job finishes, the others are
+/// graded, and no sandbox is left. Before, the panicked rollout kept its slot and its lease
+/// (renewed with its runner's) and the job never finished.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_whose_task_panics_ends_as_the_hosts_error_and_the_job_finishes() {
+    let tasks = tasks();
+    let t = tasks.path().join("host-bug");
+    std::fs::create_dir_all(t.join("solution")).unwrap();
+    std::fs::create_dir_all(t.join("tests")).unwrap();
+    std::fs::write(t.join("instruction.md"), "Say yes.").unwrap();
+    std::fs::write(t.join("task.toml"), "[environment]\nworkdir = \"/workspace\"\n").unwrap();
+    std::fs::write(t.join("solution/solve.sh"), "# panic\necho yes > /workspace/answer\n").unwrap();
+    std::fs::write(t.join("tests/test.sh"), "exit 0\n").unwrap();
+    let svc = start(tasks.path()).await;
+    // Two attempts each with one slot per tenant's share: the panicked rollout's slot must come
+    // back for the rest to run.
+    let spec = json!({"tasks": {"dataset": "fake"}, "harnesses": ["oracle"], "tools": ["shell"], "grader": "script",
+        "grants": ["solution"], "attempts": 2, "concurrency": 1});
+    let resp = svc.http.post(format!("{}/v1/evals", svc.url)).json(&spec).send().await.unwrap();
+    let status = resp.status();
+    let made: Value = resp.json().await.unwrap();
+    assert!(status.is_success(), "{made}");
+    let id = made["id"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let view = loop {
+        let view: Value =
+            svc.http.get(format!("{}/v1/evals/{id}", svc.url)).send().await.unwrap().json().await.unwrap();
+        if view["status"] == "done" {
+            break view;
+        }
+        assert!(std::time::Instant::now() < deadline, "the job never finished: {view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        (view["counts"]["done"].as_i64(), view["counts"]["passed"].as_i64(), view["counts"]["errored"].as_i64()),
+        (Some(6), Some(2), Some(2)),
+        "{view}"
+    );
+    let page: Value = svc
+        .http
+        .get(format!("{}/v1/evals/{id}/rollouts?task=host-bug", svc.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows = page["rollouts"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{page}");
+    for row in rows {
+        assert_eq!(row["status"], "error", "{row}");
+        let error = row["error"].as_str().unwrap_or_default();
+        assert!(error.contains("a bug in Orchard") && error.contains("panics for this task"), "{row}");
+        let rid = row["rollout_id"].as_str().unwrap();
+        let one: Value = svc
+            .http
+            .get(format!("{}/v1/evals/{id}/rollouts/{rid}", svc.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(one["result"]["failed_in"], "host", "{one}");
+    }
+    // The panicked rollouts' sandboxes were deleted with the rest.
+    assert!(svc.backend.list().await.is_empty(), "{:?}", svc.backend.list().await);
 }

@@ -80,6 +80,53 @@ pub fn test_plugin_dir() -> PathBuf {
     dir
 }
 
+/// The longest any `orchard` command of the tests may run (the slowest, a real harness's eval,
+/// takes a few minutes): a hang fails its test with what the command printed, instead of
+/// holding the suite until CI's own limit ends it with nothing to show.
+pub const ORCHARD_COMMAND_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Runs `cmd` to completion like `Command::output`, killing it (and failing the test with what
+/// it printed so far) if it runs longer than `limit`.
+pub fn output_within(mut cmd: Command, limit: Duration, what: &str) -> std::process::Output {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = read(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
+    let Some(status) = status else {
+        panic!(
+            "{what} still ran after {limit:?}: killed.\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+    };
+    std::process::Output { status, stdout, stderr }
+}
+
 /// Runs `orchard <args>` to completion; returns (exit code, stdout, stderr).
 pub fn orchard(args: &[&str]) -> (i32, String, String) {
     orchard_with_env(args, &[])
@@ -99,7 +146,9 @@ pub fn orchard_command(args: &[&str]) -> Command {
 
 /// [`orchard`] with extra environment variables.
 pub fn orchard_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = orchard_command(args).envs(env.iter().copied()).output().expect("run orchard");
+    let mut cmd = orchard_command(args);
+    cmd.envs(env.iter().copied());
+    let out = output_within(cmd, ORCHARD_COMMAND_TIMEOUT, &format!("orchard {}", args.join(" ")));
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -309,7 +309,7 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
             tenant_quota: None,
         },
     );
-    let interrupted = follow(&runner, &eval.id, &out).await;
+    let followed = follow(&runner, &eval.id, &out).await;
     backend.shutdown().await;
     let eval = store.eval(&eval.id).await?.ok_or_else(|| anyhow::anyhow!("the run's record is gone"))?;
     let results = orchard_scheduler::results(&store, &eval.id).await.map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -317,7 +317,14 @@ pub async fn run(args: EvalArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32>
     write_outputs(&out, &results, &summary)?;
     print_tables(&summary);
     println!("results: {}", out.display());
-    if interrupted {
+    if let Followed::RunnerFailed(why) = followed {
+        anyhow::bail!(
+            "the job's runner stopped with {} of {} rollouts done: {why}; run the same command again to go on",
+            eval.done,
+            eval.total
+        );
+    }
+    if matches!(followed, Followed::Interrupted) {
         eprintln!(
             "orchard eval: interrupted with {} of {} rollouts done; run the same command again to go on",
             eval.done, eval.total
@@ -344,11 +351,10 @@ fn describe(spec: &str) -> String {
     }
 }
 
-/// Runs the job to its end with a progress bar; `true` when Ctrl-C stopped it first (what was
-/// running is queued again for the next run on the same directory).
-async fn follow(runner: &Arc<Runner>, eval_id: &str, out: &std::path::Path) -> bool {
+/// Runs the job to its end with a progress bar, or until Ctrl-C, or until the runner fails.
+async fn follow(runner: &Arc<Runner>, eval_id: &str, out: &std::path::Path) -> Followed {
     let store = runner.store().clone();
-    let Ok(Some(start)) = store.eval(eval_id).await else { return false };
+    let Ok(Some(start)) = store.eval(eval_id).await else { return Followed::Done };
     let bar = progress_bar(start.total as u64);
     let show = |bar: &indicatif::ProgressBar, e: &orchard_store::EvalRow| {
         bar.set_position(e.done as u64);
@@ -357,7 +363,7 @@ async fn follow(runner: &Arc<Runner>, eval_id: &str, out: &std::path::Path) -> b
     show(&bar, &start);
     let mut events = runner.subscribe();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = {
+    let mut running = {
         let runner = runner.clone();
         tokio::spawn(async move {
             runner
@@ -386,6 +392,17 @@ async fn follow(runner: &Arc<Runner>, eval_id: &str, out: &std::path::Path) -> b
                 interrupted = true;
                 break;
             }
+            // The runner only ends when told to: ending before means it failed (a panic), and
+            // what it left would never be done. Say so and end instead of waiting forever.
+            ended = &mut running => {
+                bar.abandon();
+                let why = match ended {
+                    Err(e) if e.is_panic() => "it panicked (a bug in Orchard)".to_string(),
+                    Err(e) => e.to_string(),
+                    Ok(()) => "it ended unasked".to_string(),
+                };
+                return Followed::RunnerFailed(why);
+            }
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
         match store.eval(eval_id).await {
@@ -402,7 +419,16 @@ async fn follow(runner: &Arc<Runner>, eval_id: &str, out: &std::path::Path) -> b
     let _ = stop_tx.send(());
     let _ = running.await;
     bar.finish();
-    interrupted
+    if interrupted { Followed::Interrupted } else { Followed::Done }
+}
+
+/// How following a job ended.
+enum Followed {
+    Done,
+    /// Ctrl-C: what was running is queued again for the next run on the same directory.
+    Interrupted,
+    /// The runner stopped on its own (why): the job cannot end.
+    RunnerFailed(String),
 }
 
 /// The bar's message, the same here and when following a job on a server.

@@ -21,6 +21,8 @@ pub enum FailureClass {
     Grader,
     /// A plugin ran out of its CPU, memory or wall-clock budget.
     Limit,
+    /// The host itself failed (a bug in Orchard, such as a panic while running the rollout).
+    Host,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,10 +8,12 @@
 //! and trajectory are written in one transaction before anything else hears of it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use orchard_eval::{RolloutResult, RolloutStatus};
+use futures::FutureExt;
+use orchard_eval::{FailureClass, RolloutResult, RolloutStatus};
 use orchard_runtime::{PluginKind, Runtime};
 use orchard_sandbox::Backend;
 use orchard_store::{Claim, Finished, Store};
@@ -353,7 +355,15 @@ impl Runner {
                     return;
                 }
                 let metrics = orchard_metrics::metrics();
-                let result = this.execute(&claim, &sandbox).await;
+                let result = match AssertUnwindSafe(this.execute(&claim, &sandbox)).catch_unwind().await {
+                    Ok(result) => result,
+                    // A bug: the rollout still ends (an error, its sandbox deleted) instead of
+                    // holding its slot and its renewed lease, and its job never finishing.
+                    Err(panic) => {
+                        this.delete_sandboxes_of(&sandbox).await;
+                        panicked(&claim, panic.as_ref())
+                    }
+                };
                 let status = match result.status {
                     RolloutStatus::Graded => "graded",
                     RolloutStatus::Unknown => "unknown",
@@ -405,7 +415,7 @@ impl Runner {
         // The job could not be prepared for this rollout (its tasks, its plugins).
         let failed = |e: String| RolloutResult {
             error: Some(e),
-            failed_in: Some(orchard_eval::FailureClass::Environment),
+            failed_in: Some(FailureClass::Environment),
             ..RolloutResult::pending(&claim.task_id, &claim.harness, claim.attempt)
         };
         let prepared = match self.prepared(&claim.eval_id).await {
@@ -441,6 +451,23 @@ impl Runner {
             Ok(false) => tracing::warn!(rollout = %claim.rollout_id, "finished after losing its lease: not recorded"),
             Err(e) => tracing::error!(rollout = %claim.rollout_id, "recording a finished rollout: {e}"),
         }
+    }
+}
+
+/// The result of a rollout whose task panicked: an error of the host's own, with the panic's
+/// message (the panic hook has logged where it happened).
+fn panicked(claim: &Claim, panic: &(dyn std::any::Any + Send)) -> RolloutResult {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    tracing::error!(rollout = %claim.rollout_id, "the rollout's task panicked: {message}");
+    RolloutResult {
+        error: Some(format!("the host failed running this rollout (a bug in Orchard): {message}")),
+        rollout_id: claim.rollout_id.clone(),
+        failed_in: Some(FailureClass::Host),
+        ..RolloutResult::pending(&claim.task_id, &claim.harness, claim.attempt)
     }
 }
 
