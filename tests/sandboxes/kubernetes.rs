@@ -209,7 +209,7 @@ async fn sandbox_pods_carry_the_agent_and_exec_files_and_pty_go_straight_to_it()
             "{method} {path} went through the API server"
         );
     }
-    let direct = reqwest::get(format!("http://{ip}:{}/health", cluster.port)).await.unwrap();
+    let direct = orchard_tests::http_client().get(format!("http://{ip}:{}/health", cluster.port)).send().await.unwrap();
     assert_eq!(direct.status(), 401, "the agent refuses requests without the sandbox's token");
 
     // Delete: pod (grace 0) and policy go; the kubelet stops the agent.
@@ -408,7 +408,7 @@ async fn orchard_eval_runs_on_kubernetes_with_the_entrypoint_from_the_registry()
     // A real registry on loopback holds the task image; the host reads its entrypoint from it.
     let registry = start_registry();
     let image = TestImage::new(vec![busybox_layer(&[])], &["PATH=/usr/bin:/bin"], "/");
-    image.push(&reqwest::Client::new(), &registry.addr, "test/tasks", "v1").await;
+    image.push(&orchard_tests::http_client(), &registry.addr, "test/tasks", "v1").await;
     let reference = format!("{}/test/tasks:v1", registry.addr);
     let mut args: Vec<String> = [
         orchard_tests::evals::examples().as_str(),
@@ -614,7 +614,7 @@ async fn eval_on_kubernetes(
 ) -> (Value, tempfile::TempDir) {
     let registry = start_registry();
     let image = TestImage::new(vec![busybox_layer(&[])], &["PATH=/usr/bin:/bin"], "/");
-    image.push(&reqwest::Client::new(), &registry.addr, "test/tasks", "v2").await;
+    image.push(&orchard_tests::http_client(), &registry.addr, "test/tasks", "v2").await;
     let reference = format!("{}/test/tasks:v2", registry.addr);
     let mut full: Vec<String> = std::iter::once(tasks.to_str().unwrap())
         .chain(args.iter().copied())

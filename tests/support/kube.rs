@@ -68,8 +68,14 @@ impl ApiServer {
 
     /// Every request the double has answered: (method, path).
     pub async fn requests(&self) -> Vec<(String, String)> {
-        let seen: Vec<Value> =
-            reqwest::get(format!("{}/_test/requests", self.url)).await.expect("requests").json().await.expect("json");
+        let seen: Vec<Value> = crate::http_client()
+            .get(format!("{}/_test/requests", self.url))
+            .send()
+            .await
+            .expect("requests")
+            .json()
+            .await
+            .expect("json");
         seen.iter()
             .map(|r| (r["method"].as_str().unwrap_or("").to_string(), r["path"].as_str().unwrap_or("").to_string()))
             .collect()
@@ -77,7 +83,7 @@ impl ApiServer {
 
     /// The next `count` requests of `method` to a path ending in `suffix` fail with `status`.
     pub async fn inject_faults(&self, method: &str, suffix: &str, status: u16, count: u32) {
-        reqwest::Client::new()
+        crate::http_client()
             .post(format!("{}/_test/faults", self.url))
             .json(&json!({"method": method, "path_suffix": suffix, "status": status, "count": count}))
             .send()
