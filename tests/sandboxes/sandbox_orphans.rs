@@ -129,6 +129,10 @@ async fn a_server_stopped_while_its_pool_fills_leaves_no_sandbox_running() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(running_in(&groups), BTreeSet::new(), "sandboxes still running after the server stopped");
+    // Nothing of it is left in the cgroup hierarchy either: its instance's (empty) groups went
+    // with it.
+    let left: Vec<_> = groups.iter().filter(|g| g.exists()).collect();
+    assert!(left.is_empty(), "the stopped server left its cgroup groups: {left:?}");
 }
 
 #[tokio::test]

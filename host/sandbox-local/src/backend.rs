@@ -204,10 +204,14 @@ impl Backend for LocalBackend {
         let left: Vec<String> = self.sandboxes.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
         if !left.is_empty() {
             tracing::warn!(sandboxes = ?left, "could not delete every sandbox: {} stays mounted", run.display());
-        } else if is_mount_point(&run)
+            return;
+        }
+        if is_mount_point(&run)
             && let Err(e) = nix::mount::umount2(&run, nix::mount::MntFlags::MNT_DETACH)
         {
             tracing::warn!("unmounting {}: {e}", run.display());
         }
+        // And this instance's cgroup group: the next start makes it again.
+        self.cgroups.remove_if_empty();
     }
 }

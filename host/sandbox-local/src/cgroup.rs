@@ -78,6 +78,14 @@ impl Layout {
         }
     }
 
+    /// Removes this instance's group directories, if empty (a server stopped with no sandbox
+    /// left): a machine running many short-lived hosts (tests, one-off `orchard eval`s) would
+    /// otherwise gather one empty group per state directory it ever saw. A group still holding
+    /// a sandbox's cgroup stays (`rmdir` refuses a group with children).
+    pub fn remove_if_empty(&self) {
+        remove(&self.parents());
+    }
+
     /// The sandbox's cgroup directories by controller, as its `/sys/fs/cgroup` shows them
     /// (`""`: the unified hierarchy's one directory).
     pub fn view(&self, dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
