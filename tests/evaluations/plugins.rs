@@ -291,6 +291,66 @@ async fn plugins_compile_apart_and_the_compiler_is_dropped_after() {
     assert!(out.answer.unwrap().contains("no browser"), "plugins compiled apart run on the pooled engine");
 }
 
+/// With a compile command (`orchard compile-component`, as `orchard serve` and `eval` set it),
+/// plugins compile in a child process — none of the compiler's memory is the server's — and run
+/// here from the cache. A component that does not compile is the child's error, named; a child
+/// that cannot do the work leaves the compile to this process.
+#[tokio::test]
+async fn plugins_compile_in_a_child_process_and_run_here() {
+    let cache = tempfile::tempdir().unwrap();
+    let calls = cache.path().join("calls.log");
+    // The real subcommand, behind a wrapper that counts its runs.
+    let script = format!(
+        "echo run >> '{}'; exec '{}' compile-component \"$@\"",
+        calls.display(),
+        orchard_tests::orchard_bin().display()
+    );
+    let command = ["sh", "-c", &script, "sh"].map(std::ffi::OsString::from).to_vec();
+    let runtime = |dir: &std::path::Path, command: Vec<std::ffi::OsString>| {
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(dir.to_path_buf()),
+            max_instances: 10,
+            compile_command: Some(command),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let runs = || std::fs::read_to_string(&calls).unwrap_or_default().lines().count();
+    let rt = runtime(&cache.path().join("cache"), command);
+    let (harness, browser) = {
+        let _batch = rt.hold_compiler();
+        let harness = rt.load_file(&test_plugin_dir().join("test-harness.wasm")).unwrap();
+        let browser = rt.load_file(&test_plugin_dir().join("test-browser.wasm")).unwrap();
+        assert!(!rt.compiler_alive(), "no compiling engine in this process: the child compiled");
+        (harness, browser)
+    };
+    assert_eq!(runs(), 2, "one child per plugin");
+    assert_eq!(std::fs::read_dir(cache.path().join("cache")).unwrap().count(), 2, "both in the cache");
+    let out = open_a_page(&rt, &harness, &browser).await.unwrap();
+    assert!(out.answer.unwrap().contains("no browser"), "what the child compiled runs here");
+    // Loaded again: from the cache, no child.
+    rt.load_file(&test_plugin_dir().join("test-harness.wasm")).unwrap();
+    assert_eq!(runs(), 2);
+
+    // Not a component: the child's own words, and no compile here after it.
+    let err = rt.compile(b"\0asm not really").map(|_| ()).unwrap_err();
+    assert_eq!(runs(), 3);
+    assert!(!rt.compiler_alive());
+    assert!(err.contains("magic header") || err.contains("failed to parse"), "{err}");
+
+    // A compile command that cannot do the work: compiled here instead.
+    let elsewhere = runtime(&cache.path().join("other"), vec!["false".into()]);
+    let harness = elsewhere.load_file(&test_plugin_dir().join("test-harness.wasm")).unwrap();
+    assert_eq!(harness.info.kind, PluginKind::Harness);
+    assert_eq!(std::fs::read_dir(cache.path().join("other")).unwrap().count(), 1, "cached all the same");
+
+    // A compiler that dies on a component: refused, not tried again in this process.
+    let dies = runtime(&cache.path().join("dies"), ["sh", "-c", "kill -9 $$", "sh"].map(Into::into).to_vec());
+    let err = dies.load_file(&test_plugin_dir().join("test-browser.wasm")).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("the compiler died on this component (signal 9)"), "{err}");
+    assert_eq!(std::fs::read_dir(cache.path().join("dies")).unwrap().count(), 0, "nothing compiled here instead");
+}
+
 /// `orchard plugin tools` shows a tool adapter's tools as the model sees them (what the book's
 /// catalog is generated from), and says plainly when a plugin has none to show.
 #[test]

@@ -44,6 +44,10 @@ enum Command {
     /// What to apply to a Kubernetes cluster beside the server (image pre-pulling).
     #[command(subcommand)]
     Kube(kube::KubeCommand),
+    /// Compiles the component on stdin for this binary's plugin runtime (what the server runs in
+    /// a child process, so that the compiler's memory is never its own).
+    #[command(hide = true)]
+    CompileComponent(plugins::CompileArgs),
 }
 
 fn main() {
@@ -76,6 +80,9 @@ fn main() {
 }
 
 fn run_command(cli: Cli) -> anyhow::Result<i32> {
+    if let Command::CompileComponent(args) = &cli.command {
+        return Ok(plugins::compile_component(args));
+    }
     // The sandbox launcher must be forked while this process still has a single thread.
     // SAFETY: no runtime and no other thread has started yet.
     let launcher = std::sync::Arc::new(unsafe { orchard_sandbox_local::Launcher::start() }?);
@@ -89,6 +96,7 @@ fn run_command(cli: Cli) -> anyhow::Result<i32> {
             Command::Export(args) => export::run(*args).await,
             Command::Convert(command) => convert::run(command),
             Command::Kube(command) => kube::run(command),
+            Command::CompileComponent(args) => Ok(plugins::compile_component(&args)),
         }
     })
 }

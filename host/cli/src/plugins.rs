@@ -40,7 +40,9 @@ pub fn default_dir() -> Option<PathBuf> {
 pub fn runtime(state_dir: &Path) -> anyhow::Result<Arc<Runtime>> {
     let cache =
         std::env::var_os("ORCHARD_PLUGIN_CACHE").map(PathBuf::from).unwrap_or_else(|| state_dir.join("plugin-cache"));
-    let config = RuntimeConfig { cache_dir: Some(cache), ..Default::default() };
+    // Compiles run in a child, this binary again (`compile-component`).
+    let compile_command = std::env::current_exe().ok().map(|exe| vec![exe.into(), "compile-component".into()]);
+    let config = RuntimeConfig { cache_dir: Some(cache), compile_command, ..Default::default() };
     Ok(Arc::new(Runtime::new(config).map_err(anyhow::Error::msg)?))
 }
 
@@ -216,5 +218,42 @@ fn print_info(p: &PluginInfo) {
     println!("exports:");
     for e in &p.exports {
         println!("  {e}");
+    }
+}
+
+/// `orchard compile-component --out PATH`: the component on stdin, its precompiled artifact to
+/// `PATH` (see `orchard_runtime::precompile`).
+#[derive(clap::Args)]
+pub struct CompileArgs {
+    /// Where the artifact goes.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// Runs `compile-component`; its exit code: 0, `COMPILE_INVALID` for a component that does not
+/// compile, 1 for anything else (each with its reason on stderr).
+pub fn compile_component(args: &CompileArgs) -> i32 {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut bytes) {
+        eprintln!("reading the component: {e}");
+        return 1;
+    }
+    let compiled = match orchard_runtime::precompile(&bytes) {
+        Ok(compiled) => compiled,
+        Err(e) => {
+            eprintln!("{e}");
+            return match e {
+                orchard_runtime::PrecompileError::Invalid(_) => orchard_runtime::COMPILE_INVALID,
+                orchard_runtime::PrecompileError::Engine(_) => 1,
+            };
+        }
+    };
+    match std::fs::write(&args.out, compiled) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("writing {}: {e}", args.out.display());
+            1
+        }
     }
 }

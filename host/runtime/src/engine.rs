@@ -6,6 +6,8 @@
 //! holds it ([`Runtime::hold_compiler`]). Why: wasmtime keeps its compiler's working memory (a
 //! context per compiling thread, as large as the largest function it ever compiled) for its
 //! engine's whole life; compiling the shipped plugins left ~120 MB of it in an idle server.
+//! With a compile command as well (`RuntimeConfig::compile_command`, see `compile_child`), the
+//! compile runs in a child process and that engine is only the fallback.
 
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
@@ -14,6 +16,8 @@ use std::sync::Mutex;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::compile_child::ChildCompileError;
 
 use crate::host::HostState;
 use crate::manifest::{Contract, PluginKind};
@@ -29,11 +33,22 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// Largest linear memory one plugin may grow to.
     pub max_memory_bytes: u64,
+    /// A program that compiles a component outside this process (`orchard compile-component`:
+    /// the component on its stdin, `--out PATH` added; see [`precompile`](crate::precompile)),
+    /// used with a cache: no compiler memory is ever this process's. `None`, or a child that
+    /// fails: compiles run here, on an engine of their own.
+    pub compile_command: Option<Vec<std::ffi::OsString>>,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { cache_dir: None, pooling: true, max_instances: 1000, max_memory_bytes: 1 << 30 }
+        RuntimeConfig {
+            cache_dir: None,
+            pooling: true,
+            max_instances: 1000,
+            max_memory_bytes: 1 << 30,
+            compile_command: None,
+        }
     }
 }
 
@@ -43,6 +58,8 @@ pub struct Runtime {
     /// One per world and contract version, in `PluginKind::ALL` × `Contract::ALL` order.
     linkers: Vec<Linker<HostState>>,
     cache_dir: Option<PathBuf>,
+    /// See [`RuntimeConfig::compile_command`].
+    compile_command: Option<Vec<std::ffi::OsString>>,
     compat: String,
     pub(crate) ticker: crate::ticker::Ticker,
     pooling: bool,
@@ -74,7 +91,7 @@ impl Drop for CompilerHold<'_> {
     }
 }
 
-fn engine_config(pool: Option<&RuntimeConfig>) -> Config {
+pub(crate) fn engine_config(pool: Option<&RuntimeConfig>) -> Config {
     let mut c = Config::new();
     c.wasm_component_model(true);
     c.epoch_interruption(true);
@@ -122,7 +139,16 @@ impl Runtime {
         let compiler = (config.cache_dir.is_some()
             && Engine::new(&engine_config(None)).is_ok_and(|c| compatibility(&c) == compat))
         .then(|| Mutex::new(Compiler { engine: None, holds: 0 }));
-        Ok(Runtime { engine, linkers, cache_dir: config.cache_dir, compat, ticker, pooling, compiler })
+        Ok(Runtime {
+            engine,
+            linkers,
+            cache_dir: config.cache_dir,
+            compat,
+            ticker,
+            pooling,
+            compiler,
+            compile_command: config.compile_command,
+        })
     }
 
     /// Keeps the compiling engine alive until the hold is dropped: a batch of compiles holds it
@@ -188,6 +214,9 @@ impl Runtime {
                 Err(e) => tracing::warn!("cached component {} unusable ({e}); recompiling", path.display()),
             }
         }
+        if let Some(component) = self.compile_outside(bytes, &path)? {
+            return Ok(component);
+        }
         // On the compiling engine when there is one (held until this compile is done), else here.
         let compiling = self.compiling_engine()?;
         let engine = compiling.as_ref().map_or(&self.engine, |(engine, _hold)| engine);
@@ -200,10 +229,38 @@ impl Runtime {
         unsafe { Component::deserialize(&self.engine, &serialized) }.map_err(|e| format!("{e:?}"))
     }
 
+    /// Compiles in a child process into the cache at `path` and loads it mapped, when this
+    /// runtime has a compile command and its code runs here (`Ok(None)`: compile in process).
+    /// An invalid component is the child's error; a child that could not do the work is
+    /// logged and the compile runs here instead.
+    fn compile_outside(&self, bytes: &[u8], path: &std::path::Path) -> Result<Option<Component>, String> {
+        let (Some(command), true) = (&self.compile_command, self.compiles_apart()) else { return Ok(None) };
+        let tmp = temporary_beside(path);
+        let outcome = crate::compile_child::compile_in_child(command, bytes, &tmp);
+        let loaded = outcome.and_then(|()| {
+            std::fs::rename(&tmp, path).map_err(|e| ChildCompileError::Failed(format!("caching: {e}")))?;
+            // SAFETY: written by the child, this same binary, with this engine's settings (a
+            // mismatch is refused here: the artifact carries its compatibility hash).
+            unsafe { Component::deserialize_file(&self.engine, path) }.map_err(|e| {
+                let _ = std::fs::remove_file(path);
+                ChildCompileError::Failed(format!("loading what it compiled: {e}"))
+            })
+        });
+        match loaded {
+            Ok(component) => Ok(Some(component)),
+            Err(ChildCompileError::Invalid(reason)) => Err(reason),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                tracing::warn!("{e}; compiling in this process instead");
+                Ok(None)
+            }
+        }
+    }
+
     /// Writes `serialized` to the cache at `path` and loads it back mapped: a server holding many
     /// plugins keeps only the pages it runs resident.
     fn cache_and_map(&self, path: &std::path::Path, serialized: &[u8]) -> Option<Component> {
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let tmp = temporary_beside(path);
         if std::fs::write(&tmp, serialized).is_err() || std::fs::rename(&tmp, path).is_err() {
             let _ = std::fs::remove_file(&tmp);
             return None;
@@ -211,6 +268,14 @@ impl Runtime {
         // SAFETY: written just above, by an engine whose compatibility hash is this one's.
         unsafe { Component::deserialize_file(&self.engine, path) }.ok()
     }
+}
+
+/// A file name beside `path` no other compile uses (this process's compiles of one component may
+/// run at once: a shared name would let one write into the file another just mapped).
+fn temporary_beside(path: &std::path::Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    path.with_extension(format!("tmp{}-{n}", std::process::id()))
 }
 
 /// What an engine's compiled code is compatible with (part of a cached file's name).

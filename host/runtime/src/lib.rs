@@ -11,6 +11,7 @@
 
 #[macro_use]
 pub mod host;
+mod compile_child;
 mod context;
 mod contract;
 mod engine;
@@ -23,6 +24,7 @@ mod session;
 mod ticker;
 mod trajectory;
 
+pub use compile_child::{INVALID as COMPILE_INVALID, PrecompileError, precompile};
 pub use contract::v0_1::ToolSpec;
 pub use engine::{Runtime, RuntimeConfig};
 pub use failure::{FailureKind, PluginFailure};
