@@ -40,19 +40,25 @@ fn environment(call: &mut ExecCall<'_>) -> orchard_protocol::ExecResult {
 fn tasks() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for (name, word) in [("says-yes", "yes"), ("says-no", "no")] {
-        let t = dir.path().join(name);
-        std::fs::create_dir_all(t.join("solution")).unwrap();
-        std::fs::create_dir_all(t.join("tests")).unwrap();
-        std::fs::write(t.join("instruction.md"), "Say yes.").unwrap();
-        std::fs::write(t.join("task.toml"), "[environment]\nworkdir = \"/workspace\"\n").unwrap();
-        std::fs::write(t.join("solution/solve.sh"), format!("echo {word} > /workspace/answer\n")).unwrap();
-        std::fs::write(
-            t.join("tests/test.sh"),
+        add_task(
+            dir.path(),
+            name,
+            &format!("echo {word} > /workspace/answer\n"),
             "[ \"$(cat /workspace/answer)\" = yes ] && echo 1 > /logs/verifier/reward.txt\n",
-        )
-        .unwrap();
+        );
     }
     dir
+}
+
+/// A task folder `name` under `root` asking for `yes`, with its solution and test scripts.
+fn add_task(root: &std::path::Path, name: &str, solve: &str, test: &str) {
+    let t = root.join(name);
+    std::fs::create_dir_all(t.join("solution")).unwrap();
+    std::fs::create_dir_all(t.join("tests")).unwrap();
+    std::fs::write(t.join("instruction.md"), "Say yes.").unwrap();
+    std::fs::write(t.join("task.toml"), "[environment]\nworkdir = \"/workspace\"\n").unwrap();
+    std::fs::write(t.join("solution/solve.sh"), solve).unwrap();
+    std::fs::write(t.join("tests/test.sh"), test).unwrap();
 }
 
 struct Service {
@@ -60,6 +66,31 @@ struct Service {
     http: reqwest::Client,
     backend: Arc<FakeBackend>,
     _state: tempfile::TempDir,
+}
+
+impl Service {
+    /// GETs `path` and reads its JSON.
+    async fn get(&self, path: &str) -> Value {
+        self.http.get(format!("{}{path}", self.url)).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// Submits the job `spec` and waits for it to be done (at most `limit`): its id and view.
+    async fn run_job(&self, spec: &Value, limit: Duration) -> (String, Value) {
+        let resp = self.http.post(format!("{}/v1/evals", self.url)).json(spec).send().await.unwrap();
+        let status = resp.status();
+        let made: Value = resp.json().await.unwrap();
+        assert!(status.is_success(), "{made}");
+        let id = made["id"].as_str().unwrap().to_string();
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let view = self.get(&format!("/v1/evals/{id}")).await;
+            if view["status"] == "done" {
+                return (id, view);
+            }
+            assert!(std::time::Instant::now() < deadline, "the job is not done after {limit:?}: {view}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 async fn start(tasks: &std::path::Path) -> Service {
@@ -123,21 +154,7 @@ async fn an_eval_a_group_and_their_pages_run_on_the_fake_backend() {
     let svc = start(tasks.path()).await;
     let spec = json!({"tasks": {"dataset": "fake"}, "harnesses": ["oracle"], "tools": ["shell"], "grader": "script",
         "grants": ["solution"], "attempts": 1});
-    let resp = svc.http.post(format!("{}/v1/evals", svc.url)).json(&spec).send().await.unwrap();
-    let status = resp.status();
-    let made: Value = resp.json().await.unwrap();
-    assert!(status.is_success(), "{made}");
-    let id = made["id"].as_str().unwrap().to_string();
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    let view = loop {
-        let view: Value =
-            svc.http.get(format!("{}/v1/evals/{id}", svc.url)).send().await.unwrap().json().await.unwrap();
-        if view["status"] == "done" {
-            break view;
-        }
-        assert!(std::time::Instant::now() < deadline, "still {view}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (id, view) = svc.run_job(&spec, Duration::from_secs(300)).await;
     // The oracle's `yes` passes, its `no` fails: graded by the real script grader.
     assert_eq!(
         (view["counts"]["done"].as_i64(), view["counts"]["passed"].as_i64(), view["counts"]["errored"].as_i64()),
@@ -174,47 +191,19 @@ async fn an_eval_a_group_and_their_pages_run_on_the_fake_backend() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rollout_whose_task_panics_ends_as_the_hosts_error_and_the_job_finishes() {
     let tasks = tasks();
-    let t = tasks.path().join("host-bug");
-    std::fs::create_dir_all(t.join("solution")).unwrap();
-    std::fs::create_dir_all(t.join("tests")).unwrap();
-    std::fs::write(t.join("instruction.md"), "Say yes.").unwrap();
-    std::fs::write(t.join("task.toml"), "[environment]\nworkdir = \"/workspace\"\n").unwrap();
-    std::fs::write(t.join("solution/solve.sh"), "# panic\necho yes > /workspace/answer\n").unwrap();
-    std::fs::write(t.join("tests/test.sh"), "exit 0\n").unwrap();
+    add_task(tasks.path(), "host-bug", "# panic\necho yes > /workspace/answer\n", "exit 0\n");
     let svc = start(tasks.path()).await;
     // Two attempts each with one slot per tenant's share: the panicked rollout's slot must come
     // back for the rest to run.
     let spec = json!({"tasks": {"dataset": "fake"}, "harnesses": ["oracle"], "tools": ["shell"], "grader": "script",
         "grants": ["solution"], "attempts": 2, "concurrency": 1});
-    let resp = svc.http.post(format!("{}/v1/evals", svc.url)).json(&spec).send().await.unwrap();
-    let status = resp.status();
-    let made: Value = resp.json().await.unwrap();
-    assert!(status.is_success(), "{made}");
-    let id = made["id"].as_str().unwrap().to_string();
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let view = loop {
-        let view: Value =
-            svc.http.get(format!("{}/v1/evals/{id}", svc.url)).send().await.unwrap().json().await.unwrap();
-        if view["status"] == "done" {
-            break view;
-        }
-        assert!(std::time::Instant::now() < deadline, "the job never finished: {view}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (id, view) = svc.run_job(&spec, Duration::from_secs(120)).await;
     assert_eq!(
         (view["counts"]["done"].as_i64(), view["counts"]["passed"].as_i64(), view["counts"]["errored"].as_i64()),
         (Some(6), Some(2), Some(2)),
         "{view}"
     );
-    let page: Value = svc
-        .http
-        .get(format!("{}/v1/evals/{id}/rollouts?task=host-bug", svc.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page = svc.get(&format!("/v1/evals/{id}/rollouts?task=host-bug")).await;
     let rows = page["rollouts"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{page}");
     for row in rows {
@@ -222,15 +211,7 @@ async fn a_rollout_whose_task_panics_ends_as_the_hosts_error_and_the_job_finishe
         let error = row["error"].as_str().unwrap_or_default();
         assert!(error.contains("a bug in Orchard") && error.contains("panics for this task"), "{row}");
         let rid = row["rollout_id"].as_str().unwrap();
-        let one: Value = svc
-            .http
-            .get(format!("{}/v1/evals/{id}/rollouts/{rid}", svc.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let one = svc.get(&format!("/v1/evals/{id}/rollouts/{rid}")).await;
         assert_eq!(one["result"]["failed_in"], "host", "{one}");
     }
     // The panicked rollouts' sandboxes were deleted with the rest.
