@@ -242,7 +242,11 @@ async fn the_web_ui_in_chromium() {
     let session = cookie.iter().find(|c| c.name == "orchard_session").expect("session cookie");
     assert!(session.http_only);
     let with_cookie = format!("orchard_session={}", session.value);
-    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(120))
+        .build()
+        .unwrap();
     let forged = http
         .post(format!("{base}/ui/evals/{first}/retry"))
         .header("cookie", &with_cookie)

@@ -629,7 +629,11 @@ fn session_cookie(resp: &reqwest::Response) -> Option<String> {
 #[tokio::test]
 async fn web_sessions_end_at_sign_out_and_sign_in_is_only_from_this_origin() {
     let server = Server::start_with(options(&[])).await;
-    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(120))
+        .build()
+        .unwrap();
     let login = |headers: Vec<(&'static str, String)>| {
         let mut req = http
             .post(format!("{}/ui/login", server.url))

@@ -153,7 +153,7 @@ async fn a_server_killed_mid_create_storm_and_mid_batch_delete_leaves_nothing_un
     for _ in 0..STORM {
         let (answered, done, url) = (answered.clone(), done.clone(), url.clone());
         storm.push(tokio::spawn(async move {
-            let client = reqwest::Client::new();
+            let client = orchard_tests::http_client();
             let reply = client.post(format!("{url}/sandboxes")).json(&json!({"image": "host"})).send().await;
             if let Ok(reply) = reply
                 && reply.status().is_success()
@@ -198,7 +198,7 @@ async fn a_server_killed_mid_create_storm_and_mid_batch_delete_leaves_nothing_un
     for id in ids.clone() {
         let (deleted, url) = (deleted.clone(), second.url.clone());
         deletes.push(tokio::spawn(async move {
-            let reply = reqwest::Client::new().delete(format!("{url}/sandboxes/{id}")).send().await;
+            let reply = orchard_tests::http_client().delete(format!("{url}/sandboxes/{id}")).send().await;
             if reply.is_ok_and(|r| r.status().is_success()) {
                 deleted.fetch_add(1, Ordering::Relaxed);
             }
