@@ -293,15 +293,16 @@ async fn plugins_compile_apart_and_the_compiler_is_dropped_after() {
 
 /// With a compile command (`orchard compile-component`, as `orchard serve` and `eval` set it),
 /// plugins compile in a child process — none of the compiler's memory is the server's — and run
-/// here from the cache. A component that does not compile is the child's error, named; a child
-/// that cannot do the work leaves the compile to this process.
+/// here from the cache, each child with a bound on its memory. A component that does not compile
+/// is the child's error, named; a child that cannot do the work leaves the compile to this
+/// process.
 #[tokio::test]
 async fn plugins_compile_in_a_child_process_and_run_here() {
     let cache = tempfile::tempdir().unwrap();
     let calls = cache.path().join("calls.log");
-    // The real subcommand, behind a wrapper that counts its runs.
+    // The real subcommand, behind a wrapper that counts its runs and notes its memory limit.
     let script = format!(
-        "echo run >> '{}'; exec '{}' compile-component \"$@\"",
+        "ulimit -d >> '{}'; exec '{}' compile-component \"$@\"",
         calls.display(),
         orchard_tests::orchard_bin().display()
     );
@@ -325,6 +326,9 @@ async fn plugins_compile_in_a_child_process_and_run_here() {
         (harness, browser)
     };
     assert_eq!(runs(), 2, "one child per plugin");
+    let limits = std::fs::read_to_string(&calls).unwrap();
+    let kib = (orchard_runtime::COMPILE_MEMORY_LIMIT / 1024).to_string();
+    assert!(limits.lines().all(|l| l == kib), "each child may write {kib} KiB: {limits}");
     assert_eq!(std::fs::read_dir(cache.path().join("cache")).unwrap().count(), 2, "both in the cache");
     let out = open_a_page(&rt, &harness, &browser).await.unwrap();
     assert!(out.answer.unwrap().contains("no browser"), "what the child compiled runs here");

@@ -8,7 +8,8 @@
 //!
 //! The protocol: the component on the child's stdin; the child writes the precompiled artifact
 //! to the path given after `--out` and exits 0, or prints why the component is invalid and
-//! exits [`INVALID`], or fails some other way (then the caller compiles in process).
+//! exits [`INVALID`], or fails some other way (then the caller compiles in process). It may
+//! write at most [`MEMORY_LIMIT`] of memory and run at most 300 s.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -24,6 +25,12 @@ const COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Most of the child's stderr kept for the message.
 const STDERR_KEPT: u64 = 16 * 1024;
+
+/// Most memory a child may write to (`RLIMIT_DATA`: heap, thread stacks; not address space it
+/// only reserves, which many compiling threads' allocator arenas would exhaust first). The
+/// shipped plugins need under 500 MB together; an upload made to blow the compiler up is
+/// refused (the child aborts) instead of taking the host's memory.
+pub const MEMORY_LIMIT: u64 = 4 << 30;
 
 /// How a compile in a child did not give a component.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +67,18 @@ pub fn precompile(bytes: &[u8]) -> Result<Vec<u8>, PrecompileError> {
 pub(crate) fn compile_in_child(command: &[OsString], bytes: &[u8], out: &Path) -> Result<(), ChildCompileError> {
     let failed = |e: String| ChildCompileError::Failed(e);
     let (program, args) = command.split_first().ok_or_else(|| failed("no compile command".into()))?;
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            let limit = libc::rlimit { rlim_cur: MEMORY_LIMIT, rlim_max: MEMORY_LIMIT };
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
         .args(args)
         .arg("--out")
         .arg(out)

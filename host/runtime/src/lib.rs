@@ -24,7 +24,9 @@ mod session;
 mod ticker;
 mod trajectory;
 
-pub use compile_child::{INVALID as COMPILE_INVALID, PrecompileError, precompile};
+pub use compile_child::{
+    INVALID as COMPILE_INVALID, MEMORY_LIMIT as COMPILE_MEMORY_LIMIT, PrecompileError, precompile,
+};
 pub use contract::v0_1::ToolSpec;
 pub use engine::{Runtime, RuntimeConfig};
 pub use failure::{FailureKind, PluginFailure};
