@@ -312,6 +312,19 @@ fn cli_sandboxes_have_the_servers_memory_and_disk_limits_unless_lifted() {
         orchard_tests::orchard(&["run", "--state-dir", &state_s, "--memory", "none", "--disk", "none", "--", probe]);
     assert_eq!(code, 0, "{err}");
     assert_ne!(out.lines().next(), Some("2147483648"), "{out}");
+    // And it leaves no cgroup group of its state directory's behind (`orchard-` and the first 4
+    // bytes of the SHA-256 of the directory's path, somewhere under the hierarchies).
+    let instance = {
+        use sha2::Digest;
+        let canonical = std::fs::canonicalize(state.path()).unwrap();
+        format!("orchard-{}", hex::encode(&sha2::Sha256::digest(canonical.as_os_str().as_encoded_bytes())[..4]))
+    };
+    let found = std::process::Command::new("find")
+        .args(["/sys/fs/cgroup", "-maxdepth", "5", "-type", "d", "-name", &instance])
+        .output()
+        .unwrap();
+    let found = String::from_utf8_lossy(&found.stdout);
+    assert!(found.trim().is_empty(), "orchard run left its instance's cgroup groups: {found}");
 }
 
 /// A model endpoint that refuses the harness fails the rollout as the model's failure — typed

@@ -56,6 +56,7 @@ pub async fn run(args: RunArgs, launcher: Arc<Launcher>) -> anyhow::Result<i32> 
     let outcome = stream(&*backend, &info.id, &args).await;
     backend.delete(&info.id).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     backend.wait_cleanups().await;
+    backend.remove_empty_cgroup_groups();
     outcome
 }
 

@@ -327,6 +327,13 @@ impl LocalBackend {
         Ok(backend)
     }
 
+    /// Removes this instance's cgroup groups if no sandbox holds one: for a one-off user of the
+    /// state directory (`orchard run`), which must not delete sandboxes it adopted the way a
+    /// stop does, yet should not leave an empty group behind either.
+    pub fn remove_empty_cgroup_groups(&self) {
+        self.cgroups.remove_if_empty();
+    }
+
     /// Waits until the cleanups left running behind deletes are done.
     pub async fn wait_cleanups(&self) {
         loop {
