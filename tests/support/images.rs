@@ -209,7 +209,20 @@ impl Drop for Registry {
     }
 }
 
+/// Starts `docker-registry` on a free loopback port. The port is chosen by binding and
+/// releasing it, so another process may take it first: then the registry exits (or something
+/// else answers there), and it is started again on another port — a test must never push to
+/// whatever else listens there.
 pub fn start_registry() -> Registry {
+    for _ in 0..5 {
+        if let Some(registry) = try_start_registry() {
+            return registry;
+        }
+    }
+    panic!("docker-registry did not start on any of 5 free ports");
+}
+
+fn try_start_registry() -> Option<Registry> {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
@@ -229,12 +242,34 @@ pub fn start_registry() -> Registry {
         .stderr(Stdio::null())
         .spawn()
         .expect("docker-registry is installed (cargo xtask setup)");
+    let mut registry = Registry { child, addr, _dir: dir };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(std::time::Instant::now() < deadline, "docker-registry did not start");
+    while std::time::Instant::now() < deadline {
+        if registry.child.try_wait().ok().flatten().is_some() {
+            // It could not listen (the port was taken): `Registry`'s drop reaps it.
+            return None;
+        }
+        if let Some(answer) = registry_answer(&registry.addr) {
+            // Ours, or another server that took the port first.
+            return answer.then_some(registry);
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Registry { child, addr, _dir: dir }
+    panic!("docker-registry did not start within 10 s");
+}
+
+/// Whether what listens on `addr` is a registry (`/v2/` answers with the distribution API's
+/// header); `None` while nothing accepts.
+fn registry_answer(addr: &str) -> Option<bool> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    if stream.write_all(b"GET /v2/ HTTP/1.0\r\nHost: registry\r\n\r\n").is_err() {
+        return Some(false);
+    }
+    let mut answer = Vec::new();
+    let _ = stream.take(64 * 1024).read_to_end(&mut answer);
+    Some(String::from_utf8_lossy(&answer).to_ascii_lowercase().contains("docker-distribution-api-version"))
 }
 
 /// A gzip layer of files owned by the given (uid, gid): `(path, uid, gid, content)`.
