@@ -35,10 +35,12 @@ pub const MEMORY_LIMIT: u64 = 4 << 30;
 /// How a compile in a child did not give a component.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ChildCompileError {
-    /// The component is not valid (the child compiled it and said why).
+    /// The component is refused: the child said why it does not compile, or the compiler died
+    /// on it (a signal) or ran past the time limit. Not tried again in process.
     #[error("{0}")]
     Invalid(String),
-    /// The child could not do the work (it would not start, crashed or ran too long).
+    /// The child could not do the work (it would not start, exited with an error of its own, or
+    /// wrote what does not load here): the caller compiles in process instead.
     #[error("compiling in a child process: {0}")]
     Failed(String),
 }
