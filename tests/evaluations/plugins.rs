@@ -302,7 +302,7 @@ async fn plugins_compile_in_a_child_process_and_run_here() {
     let calls = cache.path().join("calls.log");
     // The real subcommand, behind a wrapper that counts its runs and notes its memory limit.
     let script = format!(
-        "ulimit -d >> '{}'; exec '{}' compile-component \"$@\"",
+        "ulimit -d >> '{}'; RUST_BACKTRACE=1 exec '{}' compile-component \"$@\"",
         calls.display(),
         orchard_tests::orchard_bin().display()
     );
@@ -341,6 +341,9 @@ async fn plugins_compile_in_a_child_process_and_run_here() {
     assert_eq!(runs(), 3);
     assert!(!rt.compiler_alive());
     assert!(err.contains("magic header") || err.contains("failed to parse"), "{err}");
+    // What the tenant whose upload it was reads: no backtrace, no path of the server's sources
+    // (the child runs with RUST_BACKTRACE=1 here).
+    assert!(!err.contains("backtrace") && !err.contains(".rs:"), "{err}");
 
     // A compile command that cannot do the work: compiled here instead.
     let elsewhere = runtime(&cache.path().join("other"), vec!["false".into()]);

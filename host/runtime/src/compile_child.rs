@@ -61,7 +61,7 @@ pub enum PrecompileError {
 pub fn precompile(bytes: &[u8]) -> Result<Vec<u8>, PrecompileError> {
     let engine = wasmtime::Engine::new(&crate::engine::engine_config(None))
         .map_err(|e| PrecompileError::Engine(e.to_string()))?;
-    engine.precompile_component(bytes).map_err(|e| PrecompileError::Invalid(format!("{e:?}")))
+    engine.precompile_component(bytes).map_err(|e| PrecompileError::Invalid(crate::engine::compile_error(&e)))
 }
 
 /// Runs `command` (the program, then its arguments) with `--out out` added, `bytes` on its

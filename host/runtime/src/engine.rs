@@ -203,7 +203,7 @@ impl Runtime {
     /// and the engine's compatibility hash, so a new wasmtime or new settings recompile.
     pub fn compile(&self, bytes: &[u8]) -> Result<Component, String> {
         let Some(dir) = &self.cache_dir else {
-            return Component::new(&self.engine, bytes).map_err(|e| format!("{e:?}"));
+            return Component::new(&self.engine, bytes).map_err(|e| compile_error(&e));
         };
         let path = dir.join(format!("{}-{}.cwasm", hex::encode(Sha256::digest(bytes)), self.compat));
         if path.is_file() {
@@ -220,13 +220,13 @@ impl Runtime {
         // On the compiling engine when there is one (held until this compile is done), else here.
         let compiling = self.compiling_engine()?;
         let engine = compiling.as_ref().map_or(&self.engine, |(engine, _hold)| engine);
-        let serialized = Component::new(engine, bytes).and_then(|c| c.serialize()).map_err(|e| format!("{e:?}"))?;
+        let serialized = Component::new(engine, bytes).and_then(|c| c.serialize()).map_err(|e| compile_error(&e))?;
         if let Some(mapped) = self.cache_and_map(&path, &serialized) {
             return Ok(mapped);
         }
         // The cache could not be written: the compiled bytes, loaded from memory.
         // SAFETY: serialized just above by this engine or one whose compatibility hash is its.
-        unsafe { Component::deserialize(&self.engine, &serialized) }.map_err(|e| format!("{e:?}"))
+        unsafe { Component::deserialize(&self.engine, &serialized) }.map_err(|e| compile_error(&e))
     }
 
     /// Compiles in a child process into the cache at `path` and loads it mapped, when this
@@ -276,6 +276,13 @@ fn temporary_beside(path: &std::path::Path) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     path.with_extension(format!("tmp{}-{n}", std::process::id()))
+}
+
+/// What a failed compile says: the error and its causes, never a backtrace. The text reaches a
+/// tenant whose upload did not compile, and with `RUST_BACKTRACE` set the `Debug` form carried
+/// one, naming the server's source paths.
+pub(crate) fn compile_error(e: &wasmtime::Error) -> String {
+    format!("{e:#}")
 }
 
 /// What an engine's compiled code is compatible with (part of a cached file's name).
